@@ -1,0 +1,32 @@
+"""Engine settings: one pydantic object built at the edge (CLI, env) and passed down.
+
+Every field can be set from the environment with the `HEADSTART_` prefix
+(e.g. `HEADSTART_MODEL=random:qwen2.5-coder-0.5b`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngineSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEADSTART_", extra="forbid", protected_namespaces=())
+
+    model: str = Field("random:tiny", description="local HF dir, hub id, or random:<preset>")
+    dtype: str = Field("float32", description="float32 | bfloat16 | float16 | float64")
+    device: str = Field("cpu", description="cpu | cuda | cuda:N")
+    threads: int | None = Field(None, description="torch intra-op threads (CPU); None = torch default")
+    seed: int = Field(0, description="seed of random:<preset> weights")
+    tokenizer_dir: Path | None = Field(None, description="tokenizer of random presets (default ../shared/models/...)")
+    spider_dir: Path | None = Field(None, description="Spider data dir for db ids (default ../shared/data/spider)")
+    p0_cache_dir: Path | None = Field(None, description="disk cache of P0 prefills (default <run dir>/p0cache)")
+    p0_cache_on_disk: bool = Field(True, description="persist P0 caches across processes")
+    max_sessions: int = Field(64, ge=1, description="sessions per process; idle ones are evicted LRU")
+    max_queued_jobs: int = Field(1024, ge=1, description="forward jobs queued before RESOURCE_EXHAUSTED")
+    max_text_chars: int = Field(4000, ge=1, description="longest question text accepted")
+    max_prompt_tokens: int = Field(8192, ge=16, description="prompt + new tokens limit per request")
+    chunk_tokens: int = Field(256, ge=1, description="prefill chunk: the most a submit waits for typing work")
+    debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")

@@ -1,0 +1,201 @@
+"""Bring a cache to the final prompt, then decode: the submit path.
+
+A `GenerationRequest` runs as a job on the forward worker, one bounded step
+at a time (one prefill chunk or one decode token), so other sessions' submits
+interleave with it. The same code serves every mode: a cold request starts
+from an empty cache, a prefix request from a copy of P0, a session from its
+own evolving cache.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from headstart.engine.errors import Cancelled
+from headstart.engine.kv import KVState, extend
+from headstart.prompt import common_prefix_len
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Greedy when temperature == 0 (the default: exactness is defined for it)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def validate(self) -> None:
+        from headstart.engine.errors import InvalidInput
+
+        if not 1 <= self.max_new_tokens <= 4096:
+            raise InvalidInput("max_new_tokens must be between 1 and 4096")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise InvalidInput("temperature must be >= 0 and top_p in (0, 1]")
+
+
+@dataclass
+class SubmitResult:
+    token_ids: list[int]
+    text: str
+    ttft_ms: float
+    total_ms: float
+    prompt_tokens: int
+    cached_tokens_at_submit: int
+    computed_tokens_at_submit: int
+    wasted_tokens: int = 0
+    finish_reason: str = "stop"
+    extra: dict = field(default_factory=dict)
+
+
+def pick_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """Greedy argmax, or temperature + nucleus sampling."""
+    if params.temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.double() / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_probs, 0) - sorted_probs < params.top_p
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+class GenerationRequest:
+    """One submit: catch the cache up to `prompt_ids`, then stream tokens.
+
+    `prepare` (optional) runs on the worker at the first step and returns the
+    KVState to use (e.g. a fresh copy of P0), so its cost counts in the TTFT.
+    """
+
+    def __init__(
+        self,
+        model,
+        decode: Callable[[list[int]], str],
+        prompt_ids: list[int],
+        params: SamplingParams,
+        stop_ids: set[int],
+        chunk_tokens: int,
+        state: KVState | None = None,
+        prepare: Callable[[], KVState] | None = None,
+        on_finish: Callable[["GenerationRequest"], None] | None = None,
+        wasted_before: int = 0,
+    ):
+        self.model, self._decode = model, decode
+        self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
+        self.chunk_tokens = chunk_tokens
+        self.state, self._prepare, self._on_finish = state, prepare, on_finish
+        self.token_ids: list[int] = []
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.finished_at: float | None = None
+        self.cached_at_submit: int | None = None
+        self.computed_at_submit = 0
+        self.wasted_before = wasted_before  # tokens the session cropped while typing
+        self.dropped_at_submit = 0  # cached tokens the submit had to crop
+        self.finish_reason = "stop"
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._stream: queue.SimpleQueue = queue.SimpleQueue()
+        self._cancelled = False
+        self._generator = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
+
+    # -- caller side --------------------------------------------------------
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def stream(self) -> Iterator[int]:
+        """Token ids as they are generated; raises the request's error at the end."""
+        while True:
+            item = self._stream.get()
+            if item is None:
+                break
+            yield item
+        if self.error is not None:
+            raise self.error
+
+    def result(self, timeout: float | None = None) -> SubmitResult:
+        if not self.done.wait(timeout):
+            raise TimeoutError("generation did not finish in time")
+        if self.error is not None:
+            raise self.error
+        return SubmitResult(
+            token_ids=list(self.token_ids),
+            text=self._decode(self.token_ids),
+            ttft_ms=(self.first_token_at - self.started) * 1000.0,
+            total_ms=(self.finished_at - self.started) * 1000.0,
+            prompt_tokens=len(self.prompt_ids),
+            cached_tokens_at_submit=self.cached_at_submit or 0,
+            computed_tokens_at_submit=self.computed_at_submit,
+            wasted_tokens=self.wasted_before + self.dropped_at_submit,
+            finish_reason=self.finish_reason,
+        )
+
+    # -- worker side --------------------------------------------------------
+
+    def step(self) -> bool:
+        """One bounded unit of work; True while more remains."""
+        try:
+            if self._cancelled:
+                raise Cancelled("generation cancelled")
+            more = self._prefill_step() if self.first_token_at is None else self._decode_step()
+        except BaseException as exc:
+            self.error = exc
+            more = False
+        if not more:
+            self._finish()
+        return more
+
+    def _prefill_step(self) -> bool:
+        if self.state is None:
+            self.state = self._prepare()
+        kv, target = self.state, self.prompt_ids
+        n = common_prefix_len(kv.ids, target)
+        if self.cached_at_submit is None:
+            self.cached_at_submit = n
+        if n == len(target) and (len(kv.ids) > n or kv.last_logits is None):
+            n -= 1  # backstep: the logits after the last prompt token are not at hand
+        self.dropped_at_submit += kv.crop(n)
+        remaining = target[n:]
+        chunk = remaining[: self.chunk_tokens]
+        extend(self.model, kv, chunk, want_logits=len(chunk) == len(remaining))
+        self.computed_at_submit += len(chunk)
+        if len(chunk) < len(remaining):
+            return True
+        return self._emit(pick_token(kv.last_logits, self.params, self._generator))
+
+    def _decode_step(self) -> bool:
+        extend(self.model, self.state, [self.token_ids[-1]])
+        return self._emit(pick_token(self.state.last_logits, self.params, self._generator))
+
+    def _emit(self, token: int) -> bool:
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if token in self.stop_ids:
+            self.finish_reason = "stop"
+            return False
+        self.token_ids.append(token)
+        self._stream.put(token)
+        if len(self.token_ids) >= self.params.max_new_tokens:
+            self.finish_reason = "length"
+            return False
+        return True
+
+    def _finish(self) -> None:
+        self.finished_at = time.perf_counter()
+        if self.first_token_at is None:
+            self.first_token_at = self.finished_at
+        if isinstance(self.error, Cancelled):
+            self.finish_reason = "cancelled"
+        self._stream.put(None)
+        try:
+            if self._on_finish:
+                self._on_finish(self)
+        finally:
+            self.done.set()

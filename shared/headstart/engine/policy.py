@@ -1,0 +1,96 @@
+"""Confirmation policies: how much of what the user typed to commit now.
+
+A policy is asked, on the worker, each time it may act (a new snapshot, a
+debounce timer, the worker becoming free) what the cache should hold. It
+answers with token ids, or None for "leave the cache as it is", and when it
+wants to be asked again.
+
+- `paper` (APITS, Sec. III-C): commit complete words at whitespace/punctuation
+  boundaries after a debounce δ (consecutive boundaries confirm at once); the
+  end of the user turn is added only at submit, and since no logits are kept
+  the submit always recomputes the last token ("backstep").
+- `headstart` (default): whenever the worker gets to this session, commit
+  everything: the partial word, the end of the user turn and the opened
+  assistant turn, and keep the last logits. A user who pauses before Enter
+  then finds the whole prompt cached and the first token already computable.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from headstart.prompt import PromptBuilder
+
+PAPER_BOUNDARIES = frozenset(" \n\t.,;:!?")
+
+
+@dataclass(frozen=True)
+class CommitTarget:
+    """What the cache should hold now: `ids` (None = leave as is)."""
+
+    ids: list[int] | None
+    recheck_at: float | None = None  # monotonic time to ask the policy again
+
+
+class ConfirmationPolicy(ABC):
+    name: str = ""
+    # Whether the cache may end on the full prompt with its logits kept, so a
+    # caught-up submit needs no forward pass.
+    keeps_logits: bool = True
+
+    @abstractmethod
+    def target(self, prompt: PromptBuilder, text: str, now: float, last_change: float) -> CommitTarget:
+        """Called on the worker with the newest snapshot `text`, received at
+        `last_change` (monotonic seconds), at time `now`."""
+
+
+class HeadstartPolicy(ConfirmationPolicy):
+    name = "headstart"
+    keeps_logits = True
+
+    def target(self, prompt, text, now, last_change):
+        return CommitTarget(prompt.prompt_ids(text))
+
+
+class PaperPolicy(ConfirmationPolicy):
+    """Word-boundary commits with a debounce of `debounce_s` (default 300 ms)."""
+
+    name = "paper"
+    keeps_logits = False
+
+    def __init__(self, debounce_s: float = 0.3):
+        if debounce_s < 0:
+            raise ValueError("debounce must be >= 0")
+        self.debounce_s = debounce_s
+
+    @staticmethod
+    def committable(text: str) -> str:
+        """The text up to and including its last boundary character."""
+        for i in range(len(text) - 1, -1, -1):
+            if text[i] in PAPER_BOUNDARIES:
+                return text[: i + 1]
+        return ""
+
+    def target(self, prompt, text, now, last_change):
+        prefix = self.committable(text)
+        if not prefix:
+            return CommitTarget(None)
+        double_boundary = len(text) >= 2 and text[-1] in PAPER_BOUNDARIES and text[-2] in PAPER_BOUNDARIES
+        due = last_change + self.debounce_s
+        if double_boundary or now >= due:
+            return CommitTarget(prompt.partial_ids(prefix))
+        return CommitTarget(None, recheck_at=due)
+
+
+POLICIES: dict[str, type[ConfirmationPolicy]] = {
+    HeadstartPolicy.name: HeadstartPolicy,
+    PaperPolicy.name: PaperPolicy,
+}
+
+
+def make_policy(name: str, **kwargs) -> ConfirmationPolicy:
+    """Build a policy by name. Unknown name → ValueError listing the valid ones."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    return POLICIES[name](**kwargs)

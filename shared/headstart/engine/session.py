@@ -1,0 +1,244 @@
+"""A typing session: one user, one database, one evolving KV cache.
+
+The caller (gateway, replay, tests) sends full-text snapshots with `update`;
+the session asks its confirmation policy what to commit and brings its cache
+there on the forward worker, always from the newest snapshot (a job that is
+already queued picks up whatever text is newest when it runs; stale
+extensions are never queued). `submit` makes the cache exactly the final
+prompt and decodes. Exactness: the cache only ever holds a prefix of the
+tokens the policy asked for, found by the longest common prefix, so the
+generated tokens equal those of a cold prefill of the final prompt.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from headstart.engine.errors import InvalidInput, PromptTooLong, SessionClosed, StaleSequence, validate_text
+from headstart.engine.generation import GenerationRequest, SamplingParams
+from headstart.engine.kv import KVState, extend
+from headstart.engine.policy import ConfirmationPolicy
+from headstart.engine.worker import ForwardWorker, Job, Priority
+from headstart.prompt import PromptBuilder, common_prefix_len
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    max_text_chars: int = 4000
+    max_prompt_tokens: int = 8192
+    chunk_tokens: int = 256  # a submit waits at most one chunk of typing prefill
+
+
+@dataclass
+class SessionStats:
+    cached_tokens: int
+    prompt_tokens: int
+    computed_tokens: int
+    wasted_tokens: int
+    memory_bytes: int
+    seq: int
+
+
+class Session:
+    """Owns one KV cache. Public methods are thread-safe and never block on
+    model work, except `submit(...).result()` and `wait_idle()`."""
+
+    def __init__(
+        self,
+        session_id: str,
+        model,
+        worker: ForwardWorker,
+        prompt: PromptBuilder,
+        policy: ConfirmationPolicy,
+        base: KVState,
+        stop_ids: set[int],
+        limits: SessionLimits = SessionLimits(),
+        clock=time.monotonic,
+    ):
+        self.session_id, self.model, self.worker = session_id, model, worker
+        self.prompt, self.policy, self.limits, self.clock = prompt, policy, limits, clock
+        self.stop_ids = stop_ids
+        self._kv = base  # touched only on the worker thread
+        self._lock = threading.Lock()
+        self._text, self._seq, self._last_change = "", -1, clock()
+        self._dirty = False
+        self._job: Job | None = None
+        self._timer: threading.Timer | None = None
+        self._generation: GenerationRequest | None = None
+        self._closed = False
+        self.computed_tokens = 0
+        self.wasted_tokens = 0
+        self.last_used = clock()
+        self._prompt_tokens = len(prompt.prompt_ids(""))
+        # Called on the worker after each extension with (seq, cached, prompt
+        # tokens): the serving tier turns it into progress messages. Must not block.
+        self.on_progress: Callable[[int, int, int], None] | None = None
+
+    # -- caller side --------------------------------------------------------
+
+    def update(self, seq: int, text: str | bytes) -> bool:
+        """A snapshot of the full question text. Returns False when `seq` is
+        not newer than the last accepted one (a reordered message: ignored)."""
+        text = validate_text(text, self.limits.max_text_chars)
+        with self._lock:
+            self._check_open()
+            if seq <= self._seq:
+                return False
+            self._text, self._seq, self._last_change = text, seq, self.clock()
+            self.last_used = self._last_change
+            self._kick_locked()
+        return True
+
+    def submit(self, seq: int, text: str | bytes, params: SamplingParams = SamplingParams()) -> GenerationRequest:
+        """Make the cache the final prompt for `text` and start decoding."""
+        text = validate_text(text, self.limits.max_text_chars)
+        params.validate()
+        final_ids = self.prompt.prompt_ids(text)
+        if len(final_ids) + params.max_new_tokens > self.limits.max_prompt_tokens:
+            raise PromptTooLong(
+                f"prompt of {len(final_ids)} tokens + {params.max_new_tokens} new tokens exceeds "
+                f"the limit of {self.limits.max_prompt_tokens}"
+            )
+        with self._lock:
+            self._check_open()
+            if seq < self._seq:
+                raise StaleSequence(f"submit seq {seq} is older than snapshot {self._seq}")
+            if self._generation is not None and not self._generation.done.is_set():
+                raise InvalidInput("a generation is already running in this session")
+            self._text, self._seq, self._last_change = text, seq, self.clock()
+            self.last_used = self._last_change
+            self._cancel_timer_locked()
+            request = GenerationRequest(
+                self.model, self.prompt.decode, final_ids, params, self.stop_ids,
+                self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
+                wasted_before=self.wasted_tokens,
+            )
+            self._generation = request
+            self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}")
+        return request
+
+    def wait_idle(self, timeout: float | None = 30.0) -> None:
+        """Block until no background extension is queued or running (tests,
+        replays): the way to await background work without sleeping."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                job, gen = self._job, self._generation
+            if job is None and (gen is None or gen.done.is_set()):
+                return
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if job is not None:
+                job.done.wait(remaining)
+            elif gen is not None:
+                gen.done.wait(remaining)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"session {self.session_id} still busy after {timeout} s")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._cancel_timer_locked()
+            if self._job is not None:
+                self._job.cancel()
+            if self._generation is not None:
+                self._generation.cancel()
+
+    def is_idle(self) -> bool:
+        """No extension queued and no generation running: safe to evict."""
+        with self._lock:
+            return self._job is None and (self._generation is None or self._generation.done.is_set())
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> SessionStats:
+        kv = self._kv
+        return SessionStats(
+            cached_tokens=kv.num_tokens, prompt_tokens=self._prompt_tokens,
+            computed_tokens=self.computed_tokens, wasted_tokens=self.wasted_tokens,
+            memory_bytes=kv.nbytes(), seq=self._seq,
+        )
+
+    # -- internals ----------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(f"session {self.session_id} is closed")
+
+    def _kick_locked(self) -> None:
+        self._dirty = True
+        if self._job is None and (self._generation is None or self._generation.done.is_set()):
+            self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}")
+
+    def _cancel_timer_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if not self._closed:
+                self._kick_locked()
+
+    def _stream_step(self) -> bool:
+        """Worker: move the cache one chunk toward what the policy wants now."""
+        with self._lock:
+            if self._closed or (self._generation is not None and not self._generation.done.is_set()):
+                self._job = None
+                return False
+            text, last_change, seq, self._dirty = self._text, self._last_change, self._seq, False
+        target = self.policy.target(self.prompt, text, self.clock(), last_change)
+        more = False
+        if target.ids is not None and len(target.ids) <= self.limits.max_prompt_tokens:
+            more = self._advance(target.ids)
+            self._report_progress(text, seq)
+        with self._lock:
+            if target.recheck_at is not None and not self._closed:
+                self._cancel_timer_locked()
+                self._timer = threading.Timer(max(0.0, target.recheck_at - self.clock()), self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+            if more or self._dirty:
+                return True
+            self._job = None
+            return False
+
+    def progress(self) -> tuple[int, int, int]:
+        """(seq, tokens of the current full prompt already cached, its length)."""
+        with self._lock:
+            text, seq = self._text, self._seq
+        full = self.prompt.prompt_ids(text)
+        return seq, common_prefix_len(list(self._kv.ids), full), len(full)
+
+    def _report_progress(self, text: str, seq: int) -> None:
+        if self.on_progress is None:
+            return
+        full = self.prompt.prompt_ids(text)
+        try:
+            self.on_progress(seq, common_prefix_len(self._kv.ids, full), len(full))
+        except Exception:  # a broken listener must not stop the worker
+            pass
+
+    def _advance(self, target: list[int]) -> bool:
+        kv = self._kv
+        n = common_prefix_len(kv.ids, target)
+        if n < kv.num_tokens:
+            self.wasted_tokens += kv.crop(n)
+        remaining = target[n:]
+        chunk = remaining[: self.limits.chunk_tokens]
+        last = len(chunk) == len(remaining)
+        extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits)
+        self.computed_tokens += len(chunk)
+        return not last
+
+    def _on_generation_finished(self, request: GenerationRequest) -> None:
+        self.computed_tokens += request.computed_at_submit + max(0, len(request.token_ids) - 1)
+        self.wasted_tokens += request.dropped_at_submit
+        with self._lock:
+            if self._dirty and not self._closed and self._job is None:
+                self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}")

@@ -1,0 +1,5 @@
+"""Model loading: local directories, hub ids and `random:<preset>` models."""
+
+from headstart.models.loader import DTYPES, LoadedModel, ModelLoadError, load_model, load_tokenizer
+
+__all__ = ["DTYPES", "LoadedModel", "ModelLoadError", "load_model", "load_tokenizer"]

@@ -1,0 +1,119 @@
+"""The text-to-SQL prompt: chat template, schema, question → token ids.
+
+`PromptBuilder.prompt_ids(question)` is *the* definition of the prompt: the
+cold path, the prefix path and every anticipatory session tokenize through it,
+which is what makes "same tokens as a cold run" a well-defined promise.
+
+Special tokens are recognised only in the chat template, never in what the
+user typed: a user typing `<|im_end|>` gets those characters, not a turn end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headstart.schema.model import Schema
+from headstart.schema.render import render_create_tables
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a text-to-SQL assistant. Given a SQLite database schema and a question, "
+    "answer with one SQL query that answers the question. "
+    "Write only the query, in a ```sql code block."
+)
+
+_SENTINEL = "\uE000HEADSTART_QUESTION\uE000"  # private-use chars: never in a template
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token id lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class PromptParts:
+    """The rendered template split around the question.
+
+    `head_special` ends with a special token; `head_text + question + tail_text`
+    is one run of ordinary text (tokenized together, as a plain tokenizer
+    would); `tail_special` starts with a special token.
+    """
+
+    head_special: list[int]
+    head_text: str
+    tail_text: str
+    tail_special: list[int]
+
+
+class PromptBuilder:
+    """Builds token ids of the prompt for one (tokenizer, schema, system prompt)."""
+
+    def __init__(self, tokenizer, schema: Schema, system_prompt: str = DEFAULT_SYSTEM_PROMPT):
+        self.tokenizer = tokenizer
+        self.schema = schema
+        self.schema_text = render_create_tables(schema)
+        user = f"Database schema:\n{self.schema_text}\n\nQuestion: {_SENTINEL}"
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        head, tail = rendered.split(_SENTINEL)
+        self.parts = self._split(head, tail)
+        self.base_ids = self._stable_base()
+
+    # -- tokenization -------------------------------------------------------
+
+    def _encode_template(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+
+    def _encode_plain(self, text: str) -> list[int]:
+        """Encode text with special-token strings treated as ordinary characters."""
+        if not text:
+            return []
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def _split(self, head: str, tail: str) -> PromptParts:
+        specials = sorted(self.tokenizer.all_special_tokens + list(self.tokenizer.added_tokens_encoder), key=len, reverse=True)
+        cut_head = max((head.rfind(s) + len(s) for s in specials if s in head), default=0)
+        cut_tail = min((tail.find(s) for s in specials if s in tail), default=len(tail))
+        return PromptParts(
+            head_special=self._encode_template(head[:cut_head]),
+            head_text=head[cut_head:],
+            tail_text=tail[:cut_tail],
+            tail_special=self._encode_template(tail[cut_tail:]),
+        )
+
+    def prompt_ids(self, question: str) -> list[int]:
+        """Token ids of the full prompt for `question` (assistant turn opened)."""
+        p = self.parts
+        return p.head_special + self._encode_plain(p.head_text + question + p.tail_text) + p.tail_special
+
+    def partial_ids(self, question: str) -> list[int]:
+        """Token ids of the prompt up to the end of `question`, without the suffix.
+
+        The paper's policy commits only typed text; the end of the user turn is
+        added at submit.
+        """
+        p = self.parts
+        return p.head_special + self._encode_plain(p.head_text + question)
+
+    def _stable_base(self) -> list[int]:
+        """P0: the tokens every prompt starts with, whatever the question.
+
+        The last template token before the question can merge with what the
+        user types (a trailing space joins the first word), so P0 is the common
+        prefix over a few probe questions rather than the template's tokens.
+        """
+        probes = ["What", "how", " a", "1", "?", "\n", "é"]
+        ids = self.prompt_ids(probes[0])
+        n = len(ids)
+        for q in probes[1:]:
+            n = common_prefix_len(ids[:n], self.prompt_ids(q))
+        return ids[:n]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

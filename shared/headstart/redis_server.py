@@ -1,0 +1,174 @@
+"""Run a local Redis (or Valkey) server: for the tests and for `headstart serve`.
+
+`local_redis()` starts `redis-server` (or `valkey-server`) bound to 127.0.0.1
+on a free port, without persistence, in a scratch directory; waits until it
+answers PING; yields a `LocalRedis` (its `url` is `redis://127.0.0.1:PORT/0`)
+and stops it on exit. The binary is taken from $HEADSTART_REDIS_SERVER, else
+the first of `redis-server`, `valkey-server` on PATH.
+
+    with local_redis() as server:
+        store = open_store(server.url)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+BINARIES = ("redis-server", "valkey-server")
+ENV_BINARY = "HEADSTART_REDIS_SERVER"
+HOST = "127.0.0.1"
+
+
+class RedisServerError(RuntimeError):
+    """No server binary, or the server did not start."""
+
+
+def find_redis_binary() -> str:
+    """Path of the server binary ($HEADSTART_REDIS_SERVER, redis-server, valkey-server).
+
+    Raises:
+        RedisServerError: none found (the message says how to get one).
+    """
+    env = os.environ.get(ENV_BINARY)
+    if env:
+        if shutil.which(env) is None:
+            raise RedisServerError(f"${ENV_BINARY}={env!r} is not an executable")
+        return env
+    for name in BINARIES:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise RedisServerError(
+        f"none of {list(BINARIES)} is on PATH: install redis-server (apt-get install redis-server) "
+        f"or valkey, or set ${ENV_BINARY} to a server binary"
+    )
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def ping(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """True when a Redis server at host:port answers PING (raw RESP, no client needed)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class LocalRedis:
+    """One local server process; `stop()` and `start()` may be called again (same port)."""
+
+    def __init__(self, binary: str, port: int, dir: Path) -> None:
+        self.binary = binary
+        self.host = HOST
+        self.port = port
+        self.dir = dir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "redis.log"
+
+    @property
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Start the server and wait until it answers PING.
+
+        Raises:
+            RedisServerError: it exited or did not answer within `timeout_s`.
+        """
+        if self.is_running:
+            return
+        args = [
+            self.binary, "--port", str(self.port), "--bind", self.host,
+            "--save", "", "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+        deadline = time.monotonic() + timeout_s
+        while not ping(self.host, self.port):
+            if self.process.poll() is not None:
+                raise RedisServerError(f"{self.binary} exited with {self.process.returncode}: {self._log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RedisServerError(f"{self.binary} did not answer PING in {timeout_s}s: {self._log_tail()}")
+            time.sleep(0.02)  # polling an external process, not synchronising threads
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Terminate the server (kill after `timeout_s`); no-op when not running."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def _log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return "(no log)"
+
+
+@contextmanager
+def local_redis(
+    port: int | None = None,
+    dir: str | Path | None = None,
+    *,
+    binary: str | None = None,
+    startup_timeout_s: float = 10.0,
+) -> Iterator[LocalRedis]:
+    """A running local server for the duration of the block (see module docstring).
+
+    Args:
+        port: fixed port; by default a free one (retried when another process
+            grabs it first).
+        dir: working directory (logs); a temporary one, removed after, by default.
+        binary: server binary; default `find_redis_binary()`.
+    """
+    binary = binary or find_redis_binary()
+    with tempfile.TemporaryDirectory(prefix="headstart-redis-") as tmp:
+        workdir = Path(dir) if dir is not None else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        server = _start(binary, port, workdir, startup_timeout_s)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def _start(binary: str, port: int | None, workdir: Path, timeout_s: float) -> LocalRedis:
+    attempts = 1 if port is not None else 3
+    for attempt in range(attempts):
+        server = LocalRedis(binary, port if port is not None else free_port(), workdir)
+        try:
+            server.start(timeout_s)
+            return server
+        except RedisServerError:
+            if attempt == attempts - 1:
+                raise
+    raise RedisServerError("unreachable")  # the loop returns or raises

@@ -1,0 +1,34 @@
+"""Replay a typing trace against a session in real time (or faster)."""
+
+from __future__ import annotations
+
+import time
+
+from headstart.engine.generation import SamplingParams, SubmitResult
+from headstart.engine.session import Session
+from headstart.trace import Trace
+
+
+def _sleep_until(start: float, t: float, speed: float) -> None:
+    delay = start + t / speed - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def replay_trace(session: Session, trace: Trace, params: SamplingParams = SamplingParams(),
+                 speed: float = 1.0) -> SubmitResult:
+    """Send each snapshot at its time, then submit; returns the submit's result
+    with the session's compute accounting in `extra`."""
+    if speed <= 0:
+        raise ValueError("speed must be > 0")
+    start = time.perf_counter()
+    seq = 0
+    for event in trace.events:
+        _sleep_until(start, event.t, speed)
+        seq += 1
+        session.update(seq, event.text)
+    _sleep_until(start, trace.submit_t, speed)
+    result = session.submit(seq + 1, trace.final_text, params).result()
+    stats = session.stats()
+    result.extra.update(computed_tokens_total=stats.computed_tokens, memory_bytes=stats.memory_bytes)
+    return result

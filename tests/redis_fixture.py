@@ -1,0 +1,51 @@
+"""A real Redis server for tests: `redis_url` (session) and `redis_restartable` (per test).
+
+With env HEADSTART_TEST_REDIS_URL set, that server is used as is for
+`redis_url` (tests write only under fresh, uuid-named scopes there).
+Otherwise `redis-server` (or `valkey-server`, or $HEADSTART_REDIS_SERVER) is
+started on a free 127.0.0.1 port with `--save "" --appendonly no` in a
+temporary folder, through `headstart.redis_server.local_redis`, and stopped at
+the end of the session.
+
+`redis_restartable` starts a second, private server for one test, which the
+test may `stop()` and `start()` again on the same port (fallback tests).
+
+Tests are skipped only when no server binary can be found; any other failure
+to start fails them, with the server's log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from headstart.redis_server import LocalRedis, RedisServerError, find_redis_binary, local_redis
+
+URL_ENV = "HEADSTART_TEST_REDIS_URL"
+
+
+def _binary_or_skip() -> str:
+    try:
+        return find_redis_binary()
+    except RedisServerError as exc:
+        pytest.skip(f"no Redis server binary: {exc}")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """`redis://127.0.0.1:PORT/0` of a server running for the whole session."""
+    env = os.environ.get(URL_ENV)
+    if env:
+        yield env
+        return
+    with local_redis(binary=_binary_or_skip()) as server:
+        yield server.url
+
+
+@pytest.fixture
+def redis_restartable(tmp_path) -> Iterator[LocalRedis]:
+    """A private server for one test; `stop()` / `start()` it at will."""
+    with local_redis(dir=tmp_path, binary=_binary_or_skip()) as server:
+        yield server

@@ -1,0 +1,117 @@
+"""The product's promise: anticipatory sessions generate exactly the tokens
+of a cold prefill of the final prompt, for every policy, every kind of edit
+and every typing speed (float64, random:tiny)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from headstart.engine.generation import SamplingParams
+from tests.typing_traces import KINDS, QUESTIONS
+
+MAX_NEW = 12
+PARAMS = SamplingParams(max_new_tokens=MAX_NEW)
+
+
+def replay(runtime, policy: str, snapshots: list[str], pace: str, rng: random.Random):
+    """Send snapshots; `pace` decides when the worker gets to catch up:
+    fast = never waits (the worker sees only some snapshots), slow = waits
+    after each, mixed = waits at random points."""
+    session = runtime.open_session("world_1", policy)
+    try:
+        for seq, text in enumerate(snapshots, 1):
+            session.update(seq, text)
+            if pace == "slow" or (pace == "mixed" and rng.random() < 0.3):
+                session.wait_idle()
+        return session.submit(len(snapshots) + 1, snapshots[-1], PARAMS).result()
+    finally:
+        runtime.close_session(session.session_id)
+
+
+@pytest.fixture(scope="module")
+def cold(tiny_runtime):
+    memo = {}
+
+    def run(text: str) -> list[int]:
+        if text not in memo:
+            memo[text] = tiny_runtime.complete("world_1", text, "cold", MAX_NEW).token_ids
+        return memo[text]
+
+    return run
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("policy", ["headstart", "paper"])
+@pytest.mark.parametrize("pace", ["fast", "slow", "mixed"])
+def test_session_matches_cold(tiny_runtime, cold, kind, policy, pace):
+    rng = random.Random(f"{kind}-{policy}-{pace}")
+    question = QUESTIONS[rng.randrange(len(QUESTIONS))]
+    snapshots = KINDS[kind](question, rng)
+    result = replay(tiny_runtime, policy, snapshots, pace, rng)
+    expected = cold(snapshots[-1])
+    assert len(expected) == MAX_NEW  # random weights: no early stop, the whole run is compared
+    assert result.token_ids == expected
+
+
+@pytest.mark.parametrize("mode", ["cold", "prefix"])
+def test_stateless_modes_match_cold(tiny_runtime, cold, mode):
+    for question in QUESTIONS:
+        assert tiny_runtime.complete("world_1", question, mode, MAX_NEW).token_ids == cold(question)
+
+
+def test_random_model_is_context_sensitive(cold):
+    """Guards the guard: if a random model ignored its prompt, the exactness
+    tests above could not fail."""
+    outputs = {tuple(cold(q)) for q in QUESTIONS}
+    assert len(outputs) == len(QUESTIONS)
+
+
+def test_caught_up_submit_needs_no_forward(tiny_runtime):
+    question = QUESTIONS[0]
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        for seq, text in enumerate([question[:10], question], 1):
+            session.update(seq, text)
+        session.wait_idle()
+        result = session.submit(3, question, PARAMS).result()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    assert result.computed_tokens_at_submit == 0
+    assert result.cached_tokens_at_submit == result.prompt_tokens
+
+
+def test_paper_policy_leaves_the_turn_end_to_submit(tiny_runtime):
+    question = "How many cities are there ?"  # ends on a boundary pair: committed at once
+    session = tiny_runtime.open_session("world_1", "paper")
+    try:
+        session.update(1, question + " ")
+        session.wait_idle()
+        result = session.submit(2, question + " ", PARAMS).result()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    # the paper commits typed words only: the end of the user turn and the
+    # assistant turn are computed at submit (they also yield the logits, so the
+    # paper's separate backstep is merged into this flush)
+    suffix = len(tiny_runtime.prompt_for("world_1").parts.tail_special)
+    assert result.computed_tokens_at_submit == suffix
+    assert result.cached_tokens_at_submit == result.prompt_tokens - suffix
+
+
+def test_backstep_when_cache_holds_prompt_without_logits(tiny_runtime, cold):
+    """A cache that covers the whole prompt but kept no logits recomputes the
+    last token (the paper's backstep) and still matches a cold run."""
+    from headstart.engine.kv import prefill
+
+    prompt = tiny_runtime.prompt_for("world_1")
+    ids = prompt.prompt_ids(QUESTIONS[1])
+    state = tiny_runtime.worker.run_sync(lambda: prefill(tiny_runtime.model, ids))
+    state.last_logits = None
+    from headstart.engine.generation import GenerationRequest
+
+    request = GenerationRequest(tiny_runtime.model, prompt.decode, ids, PARAMS, tiny_runtime.stop_ids, 64, state=state)
+    tiny_runtime.worker.enqueue(request.step, 1)
+    result = request.result()
+    assert result.computed_tokens_at_submit == 1
+    assert result.token_ids == cold(QUESTIONS[1])
