@@ -71,7 +71,7 @@ def test_schema_hash_is_stable_sha256():
         {"tables": (_schema().tables[0],)},
         {"tables": (dataclasses.replace(_schema().tables[0], primary_key=()), _schema().tables[1])},
         {"tables": (_schema().tables[0], dataclasses.replace(_schema().tables[1], foreign_keys=()))},
-        {"tables": (dataclasses.replace(_schema().tables[0], columns=(Column("id", "int", False), Column("name", "text"))),
+        {"tables": (dataclasses.replace(_schema().tables[0], columns=(Column("id", "int"), Column("name", "text"))),
                     _schema().tables[1])},
     ],
     ids=["db", "table order", "table dropped", "primary key", "foreign key", "not null"],
@@ -99,6 +99,11 @@ def test_codec_round_trip(dtype):
     assert torch.equal(back.keys_pre_rope, block.keys_pre_rope) and torch.equal(back.values, block.values)
 
 
+def test_encoding_is_deterministic():
+    block = make_block(fresh_scope(), "singer", 4)
+    assert len({encode_block(block) for _ in range(10)}) == 1
+
+
 def test_layout_is_plain_safetensors(tmp_path):
     block = make_block(fresh_scope(), "singer", 4)
     data = encode_block(block)
@@ -110,8 +115,8 @@ def test_layout_is_plain_safetensors(tmp_path):
     path.write_bytes(data)
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
-        assert meta["format"] == FORMAT and meta["version"] == "1"
-        assert json.loads(meta["block"])["table"] == "singer"
+        assert list(meta) == [FORMAT]
+        assert json.loads(meta[FORMAT])["table"] == "singer" and json.loads(meta[FORMAT])["version"] == 1
         assert torch.equal(f.get_tensor("token_ids"), torch.arange(4))
     assert read_metadata(data) == meta
 
@@ -119,11 +124,11 @@ def test_layout_is_plain_safetensors(tmp_path):
 def _reencode(block: TableBlock, meta_patch: dict | None = None, drop: str | None = None, fmt: str = FORMAT) -> bytes:
     from safetensors.torch import save
 
-    meta = json.loads(read_metadata(encode_block(block))["block"]) | (meta_patch or {})
+    meta = json.loads(read_metadata(encode_block(block))[FORMAT]) | (meta_patch or {})
     tensors = {"keys_pre_rope": block.keys_pre_rope, "values": block.values,
                "token_ids": torch.tensor(block.token_ids, dtype=torch.int64)}
     tensors.pop(drop, None)
-    return save(tensors, metadata={"format": fmt, "version": "1", "block": json.dumps(meta)})
+    return save(tensors, metadata={fmt: json.dumps(meta)})
 
 
 @pytest.mark.parametrize(
@@ -133,13 +138,15 @@ def _reencode(block: TableBlock, meta_patch: dict | None = None, drop: str | Non
         (lambda b: encode_block(b)[:40], "does not fit"),
         (lambda b: struct.pack("<Q", 4) + b"nope", "unreadable safetensors header"),
         (lambda b: encode_block(b)[:-8], "unreadable block"),
-        (lambda b: _reencode(b, fmt="other"), "format 'other'"),
+        (lambda b: _reencode(b, fmt="other"), r"not a table block: metadata keys \['other'\]"),
+        (lambda b: _reencode(b, {"version": 2}), "version 2, expected 1"),
         (lambda b: _reencode(b, drop="values"), r"lacks tensors \['values'\]"),
         (lambda b: _reencode(b, {"num_tokens": 9}), "num_tokens 9"),
         (lambda b: _reencode(b, {"dtype": "float16"}), "inconsistent block"),
         (lambda b: _reencode(b, {"group": "x"}), "mistypes"),
     ],
-    ids=["empty", "truncated header", "bad json", "truncated data", "format", "missing tensor", "count", "dtype", "type"],
+    ids=["empty", "truncated header", "bad json", "truncated data", "format", "version", "missing tensor", "count",
+         "dtype", "type"],
 )
 def test_decode_rejects(make, match):
     with pytest.raises(BlockCodecError, match=match):
@@ -153,7 +160,8 @@ def test_decode_rejects(make, match):
         ({"keys_pre_rope": torch.zeros(2, 3, 4), "values": torch.zeros(2, 3, 4)}, "must be"),
         ({"dtype": "bfloat16"}, "dtype"),
         ({"token_ids": (1, 2)}, "2 token ids for 3"),
-        ({"token_ids": (), "keys_pre_rope": torch.zeros(2, 1, 0, 4), "values": torch.zeros(2, 1, 0, 4)}, "at least one"),
+        ({"token_ids": (), "keys_pre_rope": torch.zeros(2, 1, 0, 4), "values": torch.zeros(2, 1, 0, 4)},
+         "at least one"),
         ({"position_offset": -1}, ">= 0"),
         ({"group_tables": ("other",)}, "not among"),
     ],

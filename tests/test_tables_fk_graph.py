@@ -10,7 +10,7 @@ from headstart.tables.fk_graph import FkGraph, FkGraphError
 
 def T(name: str, *fks: tuple[str, str] | ForeignKey) -> Table:
     """Table `name` with an `id` column and one FK per (column, ref_table) pair."""
-    keys = tuple(fk if isinstance(fk, ForeignKey) else ForeignKey((fk[0],), fk[1], ("id",)) for fk in fks)
+    keys = tuple(f if isinstance(f, ForeignKey) else ForeignKey((f[0],), f[1], ("id",)) for f in fks)
     cols = (Column("id", "int"),) + tuple(Column(c, "int") for fk in keys for c in fk.columns)
     return Table(name, cols, ("id",), keys)
 
@@ -22,7 +22,8 @@ def S(*tables: Table) -> Schema:
 # name, schema, groups (topological order each), dropped (src, dst), self refs (src, dst), dangling tables
 CASES = [
     ("chain", S(T("a"), T("b", ("a_id", "a")), T("c", ("b_id", "b"))), [("a", "b", "c")], [], [], []),
-    ("chain declared backwards", S(T("c", ("b_id", "b")), T("b", ("a_id", "a")), T("a")), [("a", "b", "c")], [], [], []),
+    ("chain declared backwards", S(T("c", ("b_id", "b")), T("b", ("a_id", "a")), T("a")),
+     [("a", "b", "c")], [], [], []),
     ("no keys", S(T("x"), T("y"), T("z")), [("x",), ("y",), ("z",)], [], [], []),
     ("diamond, ties by schema order", S(T("d", ("b_id", "b"), ("c_id", "c")), T("c", ("a_id", "a")),
                                         T("b", ("a_id", "a")), T("a")), [("a", "c", "b", "d")], [], [], []),
@@ -39,19 +40,24 @@ CASES = [
      [("a", "b", "c")], [("c", "a")], [], []),
     ("3-cycle from another start", S(T("b", ("a_id", "a")), T("c", ("b_id", "b")), T("a", ("c_id", "c"))),
      [("b", "c", "a")], [("a", "b")], [], []),
-    ("two cycles sharing a table", S(T("a", ("b_id", "b"), ("c_id", "c")), T("b", ("a_id", "a")), T("c", ("a_id", "a"))),
+    ("two cycles sharing a table",
+     S(T("a", ("b_id", "b"), ("c_id", "c")), T("b", ("a_id", "a")), T("c", ("a_id", "a"))),
      [("a", "b", "c")], [("b", "a"), ("c", "a")], [], []),
-    ("cycle with a tail", S(T("root"), T("p", ("root_id", "root"), ("q_id", "q")), T("q", ("p_id", "p")), T("leaf", ("q_id", "q"))),
+    ("cycle with a tail",
+     S(T("root"), T("p", ("root_id", "root"), ("q_id", "q")), T("q", ("p_id", "p")), T("leaf", ("q_id", "q"))),
      [("root", "p", "q", "leaf")], [("q", "p")], [], []),
     ("dangling reference", S(T("t", ("gone_id", "missing")), T("u")), [("t",), ("u",)], [], [], ["t"]),
     ("names differ in case", S(T("Orders"), T("items", ("order_id", "orders"))), [("Orders", "items")], [], [], []),
-    ("components ordered by first table", S(T("z", ("y_id", "y")), T("lonely"), T("y"), T("w", ("lonely_id", "lonely"))),
+    ("components ordered by first table",
+     S(T("z", ("y_id", "y")), T("lonely"), T("y"), T("w", ("lonely_id", "lonely"))),
      [("y", "z"), ("lonely", "w")], [], [], []),
     ("empty schema", S(), [], [], [], []),
 ]
 
 
-@pytest.mark.parametrize(("name", "schema", "groups", "dropped", "self_refs", "dangling"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("name", "schema", "groups", "dropped", "self_refs", "dangling"), CASES, ids=[c[0] for c in CASES]
+)
 def test_graph(name, schema, groups, dropped, self_refs, dangling):
     g = FkGraph.from_schema(schema)
     assert [grp.tables for grp in g.groups] == groups
@@ -65,7 +71,8 @@ def test_graph(name, schema, groups, dropped, self_refs, dangling):
 
 def test_edges_point_from_referenced_to_referencing_and_keep_their_keys():
     composite = ForeignKey(("order_id", "line"), "orders", ("id", "line"))
-    g = FkGraph.from_schema(S(T("orders"), T("items", composite), T("flight", ("o", "airport"), ("d", "airport")), T("airport")))
+    flight = T("flight", ("o", "airport"), ("d", "airport"))
+    g = FkGraph.from_schema(S(T("orders"), T("items", composite), flight, T("airport")))
     assert [(e.src, e.dst, e.foreign_keys) for e in g.edges] == [
         ("orders", "items", (composite,)),
         ("airport", "flight", (ForeignKey(("o",), "airport", ("id",)), ForeignKey(("d",), "airport", ("id",)))),
@@ -73,14 +80,18 @@ def test_edges_point_from_referenced_to_referencing_and_keep_their_keys():
 
 
 def test_every_kept_edge_goes_forward_in_the_order():
-    g = FkGraph.from_schema(S(T("a", ("c_id", "c")), T("b", ("a_id", "a")), T("c", ("b_id", "b")), T("d", ("a_id", "a"))))
+    g = FkGraph.from_schema(
+        S(T("a", ("c_id", "c")), T("b", ("a_id", "a")), T("c", ("b_id", "b")), T("d", ("a_id", "a")))
+    )
     pos = {t: i for i, t in enumerate(g.order)}
     kept = [e for e in g.edges if e not in g.dropped_edges]
     assert [(e.src, e.dst) for e in kept] == [("a", "b"), ("b", "c"), ("a", "d")]
     assert all(pos[e.src] < pos[e.dst] for e in kept)
 
 
-@pytest.mark.parametrize(("table", "group", "parents"), [("a", 0, ()), ("B", 0, ("a",)), ("c", 0, ("b",)), ("x", 1, ())])
+@pytest.mark.parametrize(
+    ("table", "group", "parents"), [("a", 0, ()), ("B", 0, ("a",)), ("c", 0, ("b",)), ("x", 1, ())]
+)
 def test_group_of_and_parents(table, group, parents):
     g = FkGraph.from_schema(S(T("a"), T("b", ("a_id", "a")), T("c", ("b_id", "b"), ("c_id", "c")), T("x")))
     assert g.group_of(table).index == group

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,10 +52,10 @@ def find_redis_binary() -> str:
     )
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+def free_port(host: str = HOST) -> int:
+    """A TCP port free on `host` right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -72,11 +72,14 @@ def ping(host: str, port: int, timeout_s: float = 0.5) -> bool:
 class LocalRedis:
     """One local server process; `stop()` and `start()` may be called again (same port)."""
 
-    def __init__(self, binary: str, port: int, dir: Path) -> None:
+    def __init__(
+        self, binary: str, port: int, dir: Path, *, host: str = HOST, extra_args: Sequence[str] = ()
+    ) -> None:
         self.binary = binary
-        self.host = HOST
+        self.host = host
         self.port = port
         self.dir = dir
+        self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -102,17 +105,30 @@ class LocalRedis:
         args = [
             self.binary, "--port", str(self.port), "--bind", self.host,
             "--save", "", "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
+            *self.extra_args,
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
         deadline = time.monotonic() + timeout_s
-        while not ping(self.host, self.port):
+        # NOTE: another server may already hold the port and answer PING, so
+        # only a server reporting our process id counts as started.
+        while not (ping(self.host, self.port) and self._answering_pid() == self.process.pid):
             if self.process.poll() is not None:
                 raise RedisServerError(f"{self.binary} exited with {self.process.returncode}: {self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise RedisServerError(f"{self.binary} did not answer PING in {timeout_s}s: {self._log_tail()}")
             time.sleep(0.02)  # polling an external process, not synchronising threads
+
+    def _answering_pid(self) -> int | None:
+        """process_id of the server answering on our port (None when unreadable)."""
+        import redis  # the client is a dependency of headstart; imported late, used only here
+
+        try:
+            with redis.Redis(host=self.host, port=self.port, socket_timeout=0.5) as client:
+                return int(client.info("server")["process_id"])
+        except (redis.RedisError, KeyError, ValueError):
+            return None
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Terminate the server (kill after `timeout_s`); no-op when not running."""
@@ -140,6 +156,8 @@ def local_redis(
     dir: str | Path | None = None,
     *,
     binary: str | None = None,
+    host: str = HOST,
+    extra_args: Sequence[str] = (),
     startup_timeout_s: float = 10.0,
 ) -> Iterator[LocalRedis]:
     """A running local server for the duration of the block (see module docstring).
@@ -149,22 +167,30 @@ def local_redis(
             grabs it first).
         dir: working directory (logs); a temporary one, removed after, by default.
         binary: server binary; default `find_redis_binary()`.
+        host: address to bind and to put in `url` (127.0.0.1).
+        extra_args: more server options, e.g. `["--maxmemory", "4gb",
+            "--maxmemory-policy", "allkeys-lru"]` (an evicted block is a miss;
+            `RedisStore.clean_orphans` tidies the index).
     """
     binary = binary or find_redis_binary()
     with tempfile.TemporaryDirectory(prefix="headstart-redis-") as tmp:
         workdir = Path(dir) if dir is not None else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        server = _start(binary, port, workdir, startup_timeout_s)
+        server = _start(binary, port, workdir, host, extra_args, startup_timeout_s)
         try:
             yield server
         finally:
             server.stop()
 
 
-def _start(binary: str, port: int | None, workdir: Path, timeout_s: float) -> LocalRedis:
+def _start(
+    binary: str, port: int | None, workdir: Path, host: str, extra_args: Sequence[str], timeout_s: float
+) -> LocalRedis:
+    """Start on `port`, or on a free port (3 tries: another process may take it first)."""
     attempts = 1 if port is not None else 3
     for attempt in range(attempts):
-        server = LocalRedis(binary, port if port is not None else free_port(), workdir)
+        chosen = port if port is not None else free_port(host)
+        server = LocalRedis(binary, chosen, workdir, host=host, extra_args=extra_args)
         try:
             server.start(timeout_s)
             return server

@@ -1,12 +1,16 @@
 """The model-backed modes: every call the evaluation makes into the engine, in one place.
 
-The engine API used (headstart.engine.runtime):
-- `EngineRuntime.from_settings(model=..., [dtype=...], [device=...])`
-- `runtime.complete(db, question, mode=M, max_new_tokens=N)` for M in
+The engine API used (headstart.engine.runtime.EngineRuntime):
+- `EngineRuntime.from_settings(model=M, [dtype=...], [device=...], [threads=...])`
+- `runtime.complete(db, question, mode=MODE, max_new_tokens=N)` for MODE in
   cold | prefix | tables-pfk | tables-independent
-- `runtime.replay_typed(db, question, policy="headstart", wpm=W, seed=S, max_new_tokens=N)`
-  for the session mode (the question typed by a seeded synthetic typist)
-Each returns an object with `.text`, `.ttft_ms` and `.token_ids`.
+- `runtime.replay_typed(db, question, policy="headstart", wpm=W, seed=S,
+  max_new_tokens=N, [speed=X])` for the session mode (the question typed by
+  a seeded synthetic typist into a fresh session, then submitted)
+- `runtime.shutdown()` at the end.
+Each call returns a result with `.text`, `.ttft_ms` and `.token_ids` (and,
+when present, `.prompt_tokens`, `.cached_tokens_at_submit`,
+`.computed_tokens_at_submit`, copied into the report row).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from headstart.eval.generators import GeneratorSettings
 from headstart.eval.records import EvalQuestion, Generation
 
 COMPLETE_MODES = ("cold", "prefix", "tables-pfk", "tables-independent")
+_RESULT_DETAILS = ("prompt_tokens", "cached_tokens_at_submit", "computed_tokens_at_submit", "total_ms", "finish_reason")
 
 
 def load_runtime(settings: GeneratorSettings) -> Any:
@@ -29,7 +34,7 @@ def load_runtime(settings: GeneratorSettings) -> Any:
         raise EngineUnavailableError(
             f"model modes need headstart.engine.runtime.EngineRuntime, which failed to import: {exc}"
         ) from exc
-    options = {"dtype": settings.dtype, "device": settings.device}
+    options = {"dtype": settings.dtype, "device": settings.device, "threads": settings.threads}
     return EngineRuntime.from_settings(model=settings.model, **{k: v for k, v in options.items() if v is not None})
 
 
@@ -57,30 +62,43 @@ class EngineGenerator:
         self.settings = settings
 
     def warmup(self, question: EvalQuestion) -> None:
-        self._call(question)
+        """One untimed call; a mode the engine rejects fails here, before the run, not per question."""
+        try:
+            self._call(question)
+        except Exception as exc:  # noqa: BLE001 - the engine's own error types are not ours to list
+            raise EngineUnavailableError(
+                f"the engine failed mode {self.mode!r} on its warm-up question: {type(exc).__name__}: {exc}",
+                code="engine_rejected",
+            ) from exc
 
     def generate(self, question: EvalQuestion) -> Generation:
         result = self._call(question)
         extra: dict[str, Any] = {"num_tokens": len(result.token_ids)}
+        extra.update({k: getattr(result, k) for k in _RESULT_DETAILS if hasattr(result, k)})
         if self.mode == "session":
             extra["typist_seed"] = question_seed(self.settings.seed, question.question_id)
         return Generation(text=result.text, ttft_ms=result.ttft_ms, extra=extra)
 
     def close(self) -> None:
-        closer = getattr(self.runtime, "close", None)
-        if callable(closer):
-            closer()
+        self.runtime.shutdown()
+
+    def _db(self, question: EvalQuestion) -> str:
+        if self.settings.db_by_path and question.db_path is not None:
+            return str(question.db_path)
+        return question.db_id
 
     def _call(self, question: EvalQuestion) -> Any:
         if self.mode == "session":
+            timing = {} if self.settings.speed is None else {"speed": self.settings.speed}
             return self.runtime.replay_typed(
-                question.db_id,
+                self._db(question),
                 question_text(question),
                 policy="headstart",
                 wpm=self.settings.wpm,
                 seed=question_seed(self.settings.seed, question.question_id),
                 max_new_tokens=self.settings.max_new_tokens,
+                **timing,
             )
         return self.runtime.complete(
-            question.db_id, question_text(question), mode=self.mode, max_new_tokens=self.settings.max_new_tokens
+            self._db(question), question_text(question), mode=self.mode, max_new_tokens=self.settings.max_new_tokens
         )

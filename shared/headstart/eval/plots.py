@@ -37,6 +37,7 @@ def plot_runs(runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> Path:
     for x, t in zip(xs, ttft):
         if t is None:
             ttft_ax.text(x, 0, "n/a", ha="center", va="bottom")
+    ttft_ax.set_ylim(bottom=0)
     ttft_ax.set_ylabel("TTFT p50 (ms) with 95% CI")
     ttft_ax.set_xticks(list(xs), labels, rotation=20)
     fig.tight_layout()

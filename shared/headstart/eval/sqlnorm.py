@@ -1,9 +1,10 @@
-"""Parse SQLite-flavoured SQL with sqlglot and rewrite it: normalise, or port to PostgreSQL.
+"""Parse SQLite-flavoured SQL with sqlglot and normalise it (for exact match and porting).
 
 Spider's SQL is written for SQLite, where `"France"` is a string literal when no
 column of that name is in scope (SQLite's double-quote fallback), identifiers
 are case-insensitive, and LIKE ignores ASCII case. `parse_sqlite` resolves the
-first with the database's names, so the tree means what SQLite would run.
+first with the database's names, so the tree means what SQLite would run;
+`executors.pg_dialect` ports such a tree to PostgreSQL.
 """
 
 from __future__ import annotations
@@ -71,25 +72,6 @@ def normalize_sql(sql: str, known_names: frozenset[str] | None = None) -> str:
         ident.set("this", name)
         ident.set("quoted", not _SIMPLE_NAME.match(name))
     return tree.sql(dialect="sqlite", normalize_functions="lower")
-
-
-def to_postgres(sql: str, known_names: frozenset[str]) -> str:
-    """`sql` (SQLite) rewritten for a database migrated by `executors.pg_migrate`.
-
-    Identifiers are lower-cased (the migration creates lower-case names), double-
-    quoted strings become literals, LIKE becomes ILIKE (SQLite's LIKE ignores
-    ASCII case). Returns `sql` unchanged when sqlglot cannot parse it, so the
-    database reports the error.
-    """
-    try:
-        tree = parse_sqlite(sql, known_names)
-    except SqlglotError:
-        return sql
-    for ident in tree.find_all(exp.Identifier):
-        ident.set("this", ident.this.lower())
-    for like in list(tree.find_all(exp.Like)):
-        like.replace(exp.ILike(this=like.this, expression=like.expression))
-    return tree.sql(dialect="postgres")
 
 
 def _aliases(tree: exp.Expression) -> set[str]:

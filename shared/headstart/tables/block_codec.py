@@ -8,9 +8,7 @@ safetensors implementation):
                  {"keys_pre_rope": {"dtype", "shape", "data_offsets"},
                   "values":        {...},
                   "token_ids":     {...},
-                  "__metadata__":  {"format": "headstart.table_block",
-                                    "version": "1",
-                                    "block": "<JSON string, see below>"}}
+                  "__metadata__":  {"headstart.table_block": "<JSON, below>"}}
     [rest]     raw little-endian tensor data at the given offsets
 
 Tensors:
@@ -19,11 +17,15 @@ Tensors:
     values         [layers, kv_heads, tokens, head_dim], the block's dtype
     token_ids      [tokens], int64
 
-`block` (a JSON object, as a string since safetensors metadata is str->str):
-    model_id, dtype, db_id, schema_hash, table, group, group_tables,
-    position_offset, num_tokens, extra
+The one metadata entry, `headstart.table_block`, is a JSON object (sorted
+keys; safetensors metadata is str -> str):
+    version (1), model_id, dtype, db_id, schema_hash, table, group,
+    group_tables, position_offset, num_tokens, extra (str -> str)
+NOTE: one entry, not several: safetensors writes metadata from a hash map in
+an unspecified order, and a single entry keeps the bytes of a block
+deterministic (the same block always encodes to the same bytes).
 
-Decoding checks the format tag and version, the tensors' presence and the
+Decoding checks the entry and its version, the tensors' presence and the
 consistency of every field; any mismatch raises `BlockCodecError`.
 """
 
@@ -40,7 +42,7 @@ from safetensors.torch import save as st_save
 from headstart.tables.block import BlockError, TableBlock
 
 FORMAT = "headstart.table_block"
-VERSION = "1"
+VERSION = 1
 _TENSORS = ("keys_pre_rope", "values", "token_ids")
 _MAX_HEADER = 1 << 24  # a header beyond 16 MiB is corrupt, not a table
 
@@ -52,6 +54,7 @@ class BlockCodecError(ValueError):
 def encode_block(block: TableBlock) -> bytes:
     """Serialize `block` (tensors are copied to CPU first when they are elsewhere)."""
     meta = {
+        "version": VERSION,
         "model_id": block.model_id,
         "dtype": block.dtype,
         "db_id": block.db_id,
@@ -68,8 +71,7 @@ def encode_block(block: TableBlock) -> bytes:
         "values": block.values.detach().to("cpu").contiguous(),
         "token_ids": torch.tensor(block.token_ids, dtype=torch.int64),
     }
-    metadata = {"format": FORMAT, "version": VERSION, "block": json.dumps(meta, sort_keys=True)}
-    return st_save(tensors, metadata=metadata)
+    return st_save(tensors, metadata={FORMAT: json.dumps(meta, sort_keys=True)})
 
 
 def read_metadata(data: bytes) -> dict[str, str]:
@@ -96,16 +98,16 @@ def decode_block(data: bytes) -> TableBlock:
         BlockCodecError: the bytes are not a block of this format and version.
     """
     metadata = read_metadata(data)
-    if metadata.get("format") != FORMAT or metadata.get("version") != VERSION:
-        raise BlockCodecError(
-            f"format {metadata.get('format')!r} version {metadata.get('version')!r}, "
-            f"expected {FORMAT!r} version {VERSION!r}"
-        )
+    if FORMAT not in metadata:
+        raise BlockCodecError(f"not a table block: metadata keys {sorted(metadata)}, expected {FORMAT!r}")
     try:
-        meta = json.loads(metadata["block"])
+        meta = json.loads(metadata[FORMAT])
         tensors = st_load(bytes(data))
-    except (KeyError, json.JSONDecodeError, SafetensorError) as exc:
+    except (json.JSONDecodeError, SafetensorError) as exc:
         raise BlockCodecError(f"unreadable block: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("version") != VERSION:
+        version = meta.get("version") if isinstance(meta, dict) else None
+        raise BlockCodecError(f"block format version {version!r}, expected {VERSION}")
     missing = [name for name in _TENSORS if name not in tensors]
     if missing:
         raise BlockCodecError(f"block lacks tensors {missing}")

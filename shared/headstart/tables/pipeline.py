@@ -14,16 +14,20 @@ loader thread alone provides the overlap.
 
 Exceptions propagate to the caller: a failed `load` surfaces when its batch
 is due (after the previous batch's result was produced), a failed `compute`
-at once; either way the loader thread is stopped and joined before raising.
+at once; either way the loader thread is joined before raising, and every
+batch loaded but not computed goes to `discard` (to unpin its blocks).
 Stores used by `load` should already turn their own failures into misses
 (`store.fallback`), so a Redis outage slows a batch instead of failing it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
+
+log = logging.getLogger(__name__)
 
 B = TypeVar("B")
 L = TypeVar("L")
@@ -35,40 +39,76 @@ def iter_pipeline(
     load: Callable[[B], L],
     compute: Callable[[B, L], R],
     *,
+    discard: Callable[[B, L], None] | None = None,
     thread_name: str = "table-prefetch",
 ) -> Iterator[R]:
     """Yield `compute(batch, load(batch))` for each batch, loading one batch ahead.
 
-    Closing the iterator early stops prefetching (the in-flight load finishes,
-    nothing new starts).
+    Args:
+        discard: called with a batch that was loaded but will never be
+            computed (an error, or the caller stopped iterating), so its
+            blocks can be unpinned. A `load` that raises gets no `discard`:
+            it must release what it pinned before raising.
+
+    When iteration stops early (an exception, or the iterator is closed) the
+    load in flight is waited for, handed to `discard`, and nothing new starts.
     """
     it = iter(batches)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
-    pending: Future[L] | None = None
+    ahead: tuple[B, Future[L]] | None = None
     try:
         batch = next(it, _END)
         if batch is _END:
             return
-        pending = executor.submit(load, batch)
-        while batch is not _END:
-            loaded = pending.result()  # re-raises the loader's exception
-            following = next(it, _END)
-            pending = executor.submit(load, following) if following is not _END else None
-            yield compute(batch, loaded)
-            batch = following
+        ahead = (batch, executor.submit(load, batch))
+        while ahead is not None:
+            batch, future = ahead
+            ahead = None
+            loaded = future.result()  # re-raises the loader's exception
+            try:
+                following = next(it, _END)
+                if following is not _END:
+                    ahead = (following, executor.submit(load, following))
+                result = compute(batch, loaded)
+            except BaseException:
+                _discard(discard, batch, loaded)
+                raise
+            yield result
     finally:
-        if pending is not None:
-            pending.cancel()
-        executor.shutdown(wait=True, cancel_futures=True)
+        if ahead is not None:
+            _finish_unused(ahead, discard)
+        executor.shutdown(wait=True)
+
+
+def _finish_unused(ahead: tuple[B, Future[L]], discard: Callable[[B, L], None] | None) -> None:
+    """Wait for a prefetch nobody will compute and discard what it loaded."""
+    batch, future = ahead
+    try:
+        loaded = future.result()
+    except Exception as exc:  # noqa: BLE001 - already stopping; this load's failure changes nothing
+        log.info("prefetch of an unused batch failed: %r", exc)
+        return
+    _discard(discard, batch, loaded)
+
+
+def _discard(discard: Callable[[B, L], None] | None, batch: B, loaded: L) -> None:
+    if discard is None:
+        return
+    try:
+        discard(batch, loaded)
+    except Exception:  # noqa: BLE001 - do not mask the reason the pipeline stopped
+        log.exception("discarding a loaded batch failed")
 
 
 def run_pipeline(
     batches: Iterable[B],
     load: Callable[[B], L],
     compute: Callable[[B, L], R],
+    *,
+    discard: Callable[[B, L], None] | None = None,
 ) -> list[R]:
     """All results of `iter_pipeline`, in batch order."""
-    return list(iter_pipeline(batches, load, compute))
+    return list(iter_pipeline(batches, load, compute, discard=discard))
 
 
 class _End:

@@ -77,7 +77,9 @@ class TableTrie:
 
     `insert` every table of a scope once (precompute or load time), then call
     `match` for each incoming prompt. Inserting after a match rebuilds the
-    automaton lazily at the next match.
+    automaton lazily at the next match. Concurrent `match` calls are safe once
+    built; `insert` must not run concurrently with anything (build a new trie
+    and swap it in instead).
     """
 
     def __init__(self) -> None:

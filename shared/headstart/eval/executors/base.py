@@ -10,6 +10,7 @@ failure is an `ExecOutcome` with an error code, never an exception.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,11 @@ from typing import Protocol
 
 from headstart.eval.errors import ConfigError
 from headstart.eval.extract import split_statements
-from headstart.eval.records import EXEC_EMPTY_SQL, EXEC_MULTIPLE_STATEMENTS, ExecOutcome
+from headstart.eval.records import EXEC_DENIED, EXEC_EMPTY_SQL, EXEC_MULTIPLE_STATEMENTS, ExecOutcome
+
+QUERY_KEYWORDS = ("select", "with", "values")
+# The first word, after any comments and opening parentheses.
+_LEADING_WORD = re.compile(r"^(?:\s|--[^\n]*\n|/\*.*?\*/|\()*([A-Za-z]+)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,11 @@ class Executor(Protocol):
 
 
 def precheck(sql: str) -> ExecOutcome | None:
-    """Reject empty SQL and several statements before any database sees them."""
+    """Reject, before any database sees them: empty SQL, several statements, non-queries.
+
+    This is the first of the containment layers, not the only one: each
+    executor also opens its database so that a write cannot land.
+    """
     started = time.perf_counter()
     statements = split_statements(sql)
     if not statements:
@@ -62,6 +71,13 @@ def precheck(sql: str) -> ExecOutcome | None:
         return ExecOutcome(
             None, _ms_since(started), EXEC_MULTIPLE_STATEMENTS,
             f"{len(statements)} statements; only one query is executed",
+        )
+    keyword = _LEADING_WORD.match(statements[0])
+    if keyword is None or keyword.group(1).lower() not in QUERY_KEYWORDS:
+        word = keyword.group(1) if keyword else statements[0][:20]
+        return ExecOutcome(
+            None, _ms_since(started), EXEC_DENIED,
+            f"only queries ({', '.join(QUERY_KEYWORDS).upper()}) are executed, not {word!r}",
         )
     return None
 

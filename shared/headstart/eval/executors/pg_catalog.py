@@ -50,3 +50,20 @@ def row_counts(conn: psycopg.Connection, schema: str) -> dict[str, int]:
         counts[table] = conn.execute(query).fetchone()[0]
     conn.commit()
     return counts
+
+
+def column_types(conn: psycopg.Connection, schema: str) -> dict[str, dict[str, str]]:
+    """{table: {column: type}} of `schema`, types as PostgreSQL spells them (format_type)."""
+    rows = conn.execute(
+        """SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+           FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY c.relname, a.attnum""",
+        (schema,),
+    ).fetchall()
+    conn.commit()
+    out: dict[str, dict[str, str]] = {}
+    for table, column, pg_type in rows:
+        out.setdefault(table, {})[column] = pg_type
+    return out

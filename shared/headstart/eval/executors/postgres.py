@@ -24,7 +24,10 @@ from headstart.eval.errors import ExecutorError
 from headstart.eval.executors.base import ExecLimits, precheck
 from headstart.eval.executors.pg_migrate import MigrationReport, migrate_sqlite
 from headstart.eval.records import EXEC_DENIED, EXEC_ROW_LIMIT, EXEC_SQL_ERROR, EXEC_TIMEOUT, ExecOutcome, ResultSet
-from headstart.eval.sqlnorm import database_names, to_postgres
+from headstart.eval.executors.pg_catalog import column_types
+from headstart.eval.executors.pg_compat import sqlglot_schema
+from headstart.eval.executors.pg_dialect import to_postgres
+from headstart.eval.sqlnorm import database_names
 
 READER_ROLE = "headstart_eval_reader"
 _DENIED = (pgerrors.ReadOnlySqlTransaction, pgerrors.InsufficientPrivilege)
@@ -46,6 +49,7 @@ class PostgresExecutor:
         self._reader.read_only = True
         self.migrations: dict[str, MigrationReport] = {}
         self._names: dict[str, frozenset[str]] = {}
+        self._types: dict[str, dict[str, dict[str, str]]] = {}
         self.notes: list[str] = []
         self._role = self._create_reader_role()
 
@@ -57,7 +61,7 @@ class PostgresExecutor:
         if rejected is not None:
             return rejected
         schema = self._ensure(db_id, db_path)
-        ported = to_postgres(sql, self.known_names(db_id, db_path))
+        ported = to_postgres(sql, self.known_names(db_id, db_path), self._types[db_id])
         started = time.perf_counter()
         conn = self._reader
         try:
@@ -93,6 +97,7 @@ class PostgresExecutor:
             report = migrate_sqlite(self._admin, db_path, schema)
             self.migrations[db_id] = report
             self.notes += [f"{schema}: {note}" for note in report.notes]
+            self._types[db_id] = sqlglot_schema(column_types(self._admin, schema))
             if self._role:
                 ident = pgsql.Identifier(schema)
                 with self._admin.transaction():

@@ -1,0 +1,144 @@
+"""`headstart bench ttft`: the APITS paper's Table III, side by side in one run.
+
+Same questions, same seeded synthetic typist, real time, one process:
+- cold: no cache, the whole prompt is prefilled at Enter;
+- prefix: P0 warm (what vLLM prefix caching / SGLang's radix cache give), the
+  question prefilled at Enter;
+- paper: an anticipatory session with the paper's policy (word boundaries,
+  300 ms debounce, backstep at submit);
+- headstart: an anticipatory session with our policy.
+cold and prefix do no work while the user types, so their typing time is not
+replayed (the engine is idle then either way); the sessions are replayed in
+real time. Also measured: one decode step on a warm cache, the floor.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from bench.common import markdown_table, spider_questions, summarize_ms, write_json
+from headstart.engine.kv import extend, prefill
+from headstart.engine.runtime import EngineRuntime
+from headstart.replay_modes import replay_in_mode
+from headstart.typist import Typist
+
+MODES = ("cold", "prefix", "paper", "headstart")
+
+
+def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> float:
+    """Median ms of one decode step on a warm cache of the db's prompt."""
+    prompt = runtime.prompt_for(db)
+    ids = prompt.prompt_ids("How many rows are there?")
+
+    def run() -> list[float]:
+        state = prefill(runtime.model, ids)
+        times, token = [], 0
+        for _ in range(steps):
+            start = time.perf_counter()
+            extend(runtime.model, state, [token])
+            token = int(state.last_logits.argmax())
+            times.append((time.perf_counter() - start) * 1000.0)
+        return times
+
+    return statistics.median(runtime.worker.run_sync(run))
+
+
+def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
+                   seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path) -> dict:
+    runtime = EngineRuntime.from_settings(model=model, dtype=dtype, device=device, threads=threads,
+                                          p0_cache_on_disk=False)
+    try:
+        for db in dbs:  # resolve schemas and warm P0 before any clock starts
+            runtime.base_state(runtime.prompt_for(db))
+        runtime.complete(dbs[0], "warm up", "prefix", 2)
+        decode_ms = measure_decode_step(runtime, dbs[0])
+        rows = []
+        picked = spider_questions(dbs, questions, seed)
+        for i, q in enumerate(picked):
+            trace = Typist(wpm=wpm, typo_rate=typo_rate, pause_s=pause, seed=seed + i).trace(q["question"])
+            outputs = {}
+            for mode in MODES:
+                session_mode = mode in ("paper", "headstart")
+                result = replay_in_mode(runtime, q["db_id"], trace, "session" if session_mode else mode,
+                                        policy=mode if session_mode else "headstart",
+                                        max_new_tokens=max_new_tokens, wait_typing=False)
+                outputs[mode] = result.token_ids
+                rows.append({
+                    "question": i, "db_id": q["db_id"], "text": q["question"], "mode": mode,
+                    "ttft_ms": result.ttft_ms, "prompt_tokens": result.prompt_tokens,
+                    "cached_tokens_at_submit": result.cached_tokens_at_submit,
+                    "computed_tokens_at_submit": result.computed_tokens_at_submit,
+                    "wasted_tokens": result.wasted_tokens,
+                    "typing_s": trace.submit_t, "keystrokes": len(trace.events),
+                })
+                print(f"  q{i} {q['db_id']:8s} {mode:9s} ttft {result.ttft_ms:8.1f} ms  computed@submit "
+                      f"{result.computed_tokens_at_submit:4d}  wasted {result.wasted_tokens:4d}", flush=True)
+            for row in rows[-len(MODES):]:
+                row["identical_to_cold"] = outputs[row["mode"]] == outputs["cold"]
+    finally:
+        runtime.shutdown()
+    report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
+                                           pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
+                                           max_new_tokens=max_new_tokens))
+    _write(report, out)
+    return report
+
+
+def _report(rows: list[dict], decode_ms: float, config: dict) -> dict:
+    modes = {}
+    for mode in MODES:
+        mine = [r for r in rows if r["mode"] == mode]
+        modes[mode] = {
+            **summarize_ms([r["ttft_ms"] for r in mine]),
+            "computed_tokens_at_submit_mean": statistics.fmean(r["computed_tokens_at_submit"] for r in mine),
+            "wasted_tokens_mean": statistics.fmean(r["wasted_tokens"] for r in mine),
+            "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
+        }
+    cold, prefix = modes["cold"]["p50_ms"], modes["prefix"]["p50_ms"]
+    for stats in modes.values():
+        stats["p50_vs_cold"] = stats["p50_ms"] / cold
+        stats["p50_vs_prefix"] = stats["p50_ms"] / prefix
+        stats["p50_vs_decode_step"] = stats["p50_ms"] / decode_ms
+    return {"config": config, "decode_step_ms": decode_ms,
+            "outputs_identical": all(r["identical_to_cold"] for r in rows), "modes": modes, "rows": rows}
+
+
+def _write(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "ttft.json", report)
+    header = ["mode", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix", "p50/decode step",
+              "computed@submit", "wasted tokens"]
+    rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
+             f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
+             f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}"]
+            for m, s in report["modes"].items()]
+    c = report["config"]
+    table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads), dbs {' '.join(c['dbs'])}, "
+             f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
+             f"seed {c['seed']}\n\n" + markdown_table(header, rows) +
+             f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms; "
+             f"outputs identical to cold in every mode: {report['outputs_identical']}\n")
+    (out / "ttft.md").write_text(table)
+    print("\n" + table)
+    _plot(report, out / "ttft.png")
+
+
+def _plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    data = [[max(r["ttft_ms"], 0.01) for r in report["rows"] if r["mode"] == m] for m in MODES]
+    ax.boxplot(data, tick_labels=list(MODES), showmeans=True)
+    ax.axhline(report["decode_step_ms"], color="grey", linestyle="--", label="one decode step")
+    ax.set_yscale("log")
+    ax.set_ylabel("TTFT (ms, log scale)")
+    ax.set_title(f"TTFT per mode, pause {report['config']['pause']} s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

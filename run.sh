@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# headstart's one set-up script. Creates/updates .venv by itself, then runs:
+#   ./run.sh demo            the main job on the embedded default
+#   ./run.sh test [args]     the whole test suite (what CI runs)
+#   ./run.sh <command> ...   any `headstart` command (serve, replay, bench, eval, ...)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+      rm -rf "$VENV"
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "python3-venv is missing: installing it with apt-get" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        "$PYTHON" -m venv "$VENV"
+      else
+        echo "error: '$PYTHON -m venv' failed; install python3-venv (Debian: apt-get install python3-venv)" >&2
+        exit 1
+      fi
+    fi
+  fi
+  # Reinstall only when the dependency list changed.
+  local want have=""
+  want=$(cat pyproject.toml | sha256sum | cut -c1-64)
+  [ -f "$VENV/.installed" ] && have=$(cat "$VENV/.installed")
+  if [ "$want" != "$have" ]; then
+    echo "installing dependencies into $VENV (first run takes a few minutes)" >&2
+    # torch first and pinned: an unpinned torch pulls the CUDA build (GBs).
+    # GPU users: install the CUDA wheel of torch==2.13.0 into .venv first (README).
+    "$VENV/bin/pip" install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+    "$VENV/bin/pip" install -q -e ".[dev]"
+    echo "$want" > "$VENV/.installed"
+  fi
+}
+
+cmd=${1:-demo}
+[ $# -gt 0 ] && shift
+ensure_venv
+export PYTHONUNBUFFERED=1
+case "$cmd" in
+  demo) exec "$VENV/bin/headstart" demo "$@" ;;
+  test) exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  *)    exec "$VENV/bin/headstart" "$cmd" "$@" ;;
+esac

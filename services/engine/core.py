@@ -1,0 +1,106 @@
+"""A replica's sessions and their admission control, independent of Ray.
+
+`ReplicaCore` wraps one `EngineRuntime` (one model, one forward worker with a
+priority queue) and counts the session streams attached to it. The Serve
+deployment and the tests both drive it; nothing here knows about Ray.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from headstart.config import EngineSettings
+from headstart.engine.errors import InvalidInput, ResourceExhausted
+from headstart.engine.runtime import EngineRuntime
+from headstart.engine.session import Session
+
+POLICIES = ("headstart", "paper")
+
+
+@dataclass(frozen=True)
+class AttachResult:
+    session: Session
+    rebuilt: bool  # the replica did not hold the session: it was built from the snapshot
+
+
+@dataclass(frozen=True)
+class CoreInfo:
+    holds_session: bool
+    num_sessions: int
+    num_attached: int
+    num_queued: int
+    seq: int = 0
+    cached_tokens: int = 0
+
+
+class ReplicaCore:
+    """Sessions of one replica. Admission: at most `max_attached` session
+    streams at once (past it RESOURCE_EXHAUSTED), and the worker's bounded
+    queue (`max_queued_jobs`, also RESOURCE_EXHAUSTED). Detached sessions stay
+    cached until the runtime's LRU evicts them or the gateway closes them."""
+
+    def __init__(self, settings: EngineSettings, max_attached: int | None = None, runtime: EngineRuntime | None = None):
+        self.runtime = runtime or EngineRuntime(settings)
+        self.max_attached = max_attached or settings.max_sessions
+        self._attached: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def can_attach(self, session_id: str) -> bool:
+        with self._lock:
+            return session_id in self._attached or len(self._attached) < self.max_attached
+
+    def attach(self, session_id: str, db: str, policy: str = "headstart") -> AttachResult:
+        """Take a stream slot and return the session, building it when absent.
+
+        Raises:
+            InvalidInput: empty id or unknown policy.
+            ResourceExhausted: `max_attached` streams are attached already, or
+                the worker queue is full.
+            SchemaError: unknown database.
+        """
+        if not session_id:
+            raise InvalidInput("session_id is required")
+        if policy not in POLICIES:
+            raise InvalidInput(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+        with self._lock:
+            if session_id not in self._attached and len(self._attached) >= self.max_attached:
+                raise ResourceExhausted(f"replica full: {self.max_attached} sessions attached")
+            self._attached[session_id] = self._attached.get(session_id, 0) + 1
+        try:
+            sessions = self.runtime.sessions
+            if sessions.contains(session_id):
+                session = sessions.get(session_id)
+                if not session.closed:
+                    return AttachResult(session, rebuilt=False)
+            if not self.runtime.worker.can_enqueue():
+                raise ResourceExhausted(f"forward queue full ({self.runtime.worker.max_queued} jobs)")
+            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id), rebuilt=True)
+        except BaseException:
+            self.detach(session_id)
+            raise
+
+    def detach(self, session_id: str) -> None:
+        """Give back the stream slot taken by `attach` (the session stays cached)."""
+        with self._lock:
+            count = self._attached.get(session_id, 0) - 1
+            if count > 0:
+                self._attached[session_id] = count
+            else:
+                self._attached.pop(session_id, None)
+
+    def close(self, session_id: str) -> None:
+        self.runtime.close_session(session_id)
+
+    def info(self, session_id: str = "") -> CoreInfo:
+        sessions = self.runtime.sessions
+        holds = bool(session_id) and sessions.contains(session_id)
+        seq = cached = 0
+        if holds:
+            seq, cached, _ = sessions.get(session_id).progress()
+        with self._lock:
+            attached = len(self._attached)
+        return CoreInfo(holds, len(sessions), attached, self.runtime.worker.num_queued, max(seq, 0), cached)
+
+    def shutdown(self) -> None:
+        self.runtime.shutdown()

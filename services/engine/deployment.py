@@ -1,0 +1,112 @@
+"""The engine as a Ray Serve deployment, reached through Serve's gRPC proxy.
+
+Each replica owns a `ReplicaCore` (model, forward worker, sessions). Calls
+carry `session_id` metadata; `ConsistentHashRouter` maps it to a replica, so
+every call of a session lands where its cache is. When that replica dies the
+ring moves the session to another one, which rebuilds it from the gateway's
+next attach (correct, only slower).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+
+from headstart.config import EngineSettings
+from headstart.engine.generation import SamplingParams
+from headstart.v1 import engine_pb2
+from services.engine import events
+from services.engine.core import ReplicaCore
+from services.engine.generate import generation_events
+from services.engine.stream import SessionStream, sampling_params
+
+APP_NAME = "headstart-engine"
+ROUTER_CLASS = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
+# Functions the Serve gRPC proxy registers: our API plus standard health checking
+# (Check/Watch are answered by a replica, so SERVING means a replica is up).
+SERVICER_FUNCTIONS = [
+    "headstart.v1.engine_pb2_grpc.add_EngineServicer_to_server",
+    "grpc_health.v1.health_pb2_grpc.add_HealthServicer_to_server",
+]
+# Streams beyond admission that Serve may still queue (Describe, Close, Complete).
+ONGOING_HEADROOM = 64
+
+
+@serve.deployment(name="Engine", graceful_shutdown_timeout_s=5, health_check_period_s=5)
+class EngineDeployment:
+    """One engine replica. Method names are the RPC names of `headstart.v1.Engine`."""
+
+    def __init__(self, settings: dict[str, Any], max_attached: int | None = None):
+        self.core = ReplicaCore(EngineSettings(**settings), max_attached)
+        self.replica = serve.get_replica_context().replica_id.to_full_id_str()
+
+    async def Session(self, request_stream):  # noqa: N802 (gRPC method name)
+        async for event in SessionStream(self.core, self.replica).run(request_stream):
+            yield event
+
+    async def Complete(self, request: engine_pb2.EngineCompleteRequest):  # noqa: N802
+        try:
+            params: SamplingParams = sampling_params(request.params)
+            gen = await asyncio.to_thread(
+                self.core.runtime.start_complete, request.db, request.question, request.mode or "prefix", params)
+        except Exception as exc:
+            yield events.from_exception(exc)
+            return
+        decode = self.core.runtime.prompt_for(request.db).decode
+        async for event in generation_events(gen, decode, self.replica, 0):
+            yield event
+
+    async def Describe(self, request: engine_pb2.EngineSessionRef) -> engine_pb2.EngineSessionInfo:  # noqa: N802
+        return self._info(request.session_id)
+
+    async def CloseSession(self, request: engine_pb2.EngineSessionRef) -> engine_pb2.EngineSessionInfo:  # noqa: N802
+        self.core.close(request.session_id)
+        return self._info(request.session_id)
+
+    async def Check(self, request):  # noqa: N802 (grpc.health.v1)
+        from grpc_health.v1 import health_pb2
+
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    async def Watch(self, request):  # noqa: N802 (grpc.health.v1)
+        yield await self.Check(request)
+
+    def check_health(self) -> None:
+        """Serve's replica health check: the forward worker thread must be alive."""
+        if not self.core.runtime.worker._thread.is_alive():
+            raise RuntimeError("forward worker thread died")
+
+    def _info(self, session_id: str) -> engine_pb2.EngineSessionInfo:
+        info = self.core.info(session_id)
+        return engine_pb2.EngineSessionInfo(
+            replica=self.replica, holds_session=info.holds_session, num_sessions=info.num_sessions,
+            num_attached=info.num_attached, num_queued=info.num_queued, seq=info.seq,
+            cached_tokens=info.cached_tokens,
+        )
+
+    def __del__(self):
+        try:
+            self.core.shutdown()
+        except Exception:
+            pass
+
+
+def engine_app(settings: EngineSettings, num_replicas: int = 2, max_attached: int | None = None,
+               num_cpus: float = 0.0, num_gpus: float = 0.0):
+    """The bound Serve application: `num_replicas` sticky replicas of the engine."""
+    max_attached = max_attached or settings.max_sessions
+    deployment = EngineDeployment.options(
+        num_replicas=num_replicas,
+        max_ongoing_requests=max_attached + ONGOING_HEADROOM,
+        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
+        request_router_config=RequestRouterConfig(
+            request_router_class=ROUTER_CLASS,
+            # NOTE: no fallback to another replica under backpressure: that would
+            # silently move a session (and rebuild its cache) on every busy moment.
+            request_router_kwargs={"num_fallback_replicas": 0},
+        ),
+    )
+    return deployment.bind(settings.model_dump(), max_attached)

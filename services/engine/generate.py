@@ -1,0 +1,58 @@
+"""Stream a `GenerationRequest` as EngineEvents without blocking the event loop.
+
+The request's token iterator blocks, so a daemon thread drains it and posts
+events to an asyncio queue with `call_soon_threadsafe` (never blocking the
+forward worker). Cancelling the consumer cancels the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from typing import Callable
+
+from headstart.engine.generation import GenerationRequest
+from headstart.v1 import engine_pb2
+from services.engine import events
+from services.engine.detok import TextDeltas
+
+_END = object()
+
+
+def _pump(request: GenerationRequest, decode: Callable[[list[int]], str], replica: str, seq: int,
+          post: Callable[[object], None]) -> None:
+    deltas = TextDeltas(decode)
+    try:
+        for token_id in request.stream():
+            text = deltas.push(token_id)
+            post(events.tokens(text, [token_id]))
+        tail = deltas.flush()
+        if tail:
+            post(events.tokens(tail, []))
+        post(events.result(request.result(), replica, seq))
+    except BaseException as exc:  # the request's error (Cancelled, PromptTooLong, ...)
+        post(events.from_exception(exc, seq))
+    finally:
+        post(_END)
+
+
+async def generation_events(request: GenerationRequest, decode: Callable[[list[int]], str],
+                            replica: str, seq: int) -> AsyncIterator[engine_pb2.EngineEvent]:
+    """Tokens events as generated, then one Result (or one Error)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def post(item: object) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is gone (replica shutting down): nobody to tell
+            pass
+
+    threading.Thread(target=_pump, args=(request, decode, replica, seq, post), daemon=True,
+                     name="headstart-gen-pump").start()
+    try:
+        while (item := await queue.get()) is not _END:
+            yield item
+    finally:
+        request.cancel()  # no-op when finished; stops the work when the consumer went away

@@ -1,0 +1,91 @@
+"""Start a local Ray + Serve with the engine app behind Serve's gRPC proxy.
+
+Used by `headstart serve` and by the integration tests (one start per test
+session). Ray's temp files go under a short folder (Ray's unix socket paths
+must stay under ~107 characters), auth is off (local, loopback).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from headstart.config import EngineSettings
+from services.engine.deployment import APP_NAME, SERVICER_FUNCTIONS, engine_app
+
+
+@dataclass(frozen=True)
+class EngineStack:
+    grpc_target: str  # host:port of Serve's gRPC proxy
+    app_name: str = APP_NAME
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start_ray(temp_dir: Path, num_cpus: int | None = None) -> None:
+    """ray.init on this machine with a private temp dir and no dashboard."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    if len(str(temp_dir)) > 60:
+        raise ValueError(f"Ray temp dir {temp_dir} is too long for unix socket paths (keep it under 60 chars)")
+    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
+             ignore_reinit_error=True, log_to_driver=False)
+
+
+def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int | None = None,
+                 max_attached: int | None = None, num_cpus: float = 0.0, num_gpus: float = 0.0,
+                 host: str = "127.0.0.1") -> EngineStack:
+    """Start Serve (gRPC proxy on `grpc_port`, HTTP proxy on a free loopback
+    port) and deploy the engine app; blocks until the replicas are ready."""
+    from ray import serve
+    from ray.serve.config import gRPCOptions
+
+    grpc_port = grpc_port or free_port(host)
+    serve.start(
+        http_options={"host": "127.0.0.1", "port": free_port()},
+        grpc_options=gRPCOptions(port=grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS),
+    )
+    app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus)
+    serve.run(app, name=APP_NAME, route_prefix=None, blocking=False)
+    stack = EngineStack(f"{host}:{grpc_port}")
+    wait_ready(stack)
+    return stack
+
+
+def wait_ready(stack: EngineStack, timeout_s: float = 60.0) -> None:
+    """Poll the proxy until it routes to the app (its route table lags `serve.run`)."""
+    import grpc
+
+    from headstart.v1 import engine_pb2, engine_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(stack.grpc_target) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        while True:
+            try:
+                stub.Describe(engine_pb2.EngineSessionRef(), metadata=[("application", stack.app_name)], timeout=5)
+                return
+            except grpc.RpcError as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"engine app not reachable at {stack.grpc_target}: {exc}") from exc
+                time.sleep(0.25)
+
+
+def stop_engine() -> None:
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,71 @@
+"""Error codes of the serving API and their gRPC / HTTP statuses.
+
+Every edge speaks the same codes: a WebSocket `{"type":"error","code":...}`,
+an in-stream `Error` message of the gRPC API, a gRPC status on unary calls,
+an HTTP status on REST. `ApiError` is what the Python client raises.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+# code -> (gRPC status, HTTP status)
+CODES: dict[str, tuple[grpc.StatusCode, int]] = {
+    "INVALID_ARGUMENT": (grpc.StatusCode.INVALID_ARGUMENT, 400),
+    "TEXT_TOO_LONG": (grpc.StatusCode.INVALID_ARGUMENT, 413),
+    "PROMPT_TOO_LONG": (grpc.StatusCode.INVALID_ARGUMENT, 413),
+    "MESSAGE_TOO_LARGE": (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
+    "STALE_SEQUENCE": (grpc.StatusCode.FAILED_PRECONDITION, 409),
+    "SESSION_CLOSED": (grpc.StatusCode.FAILED_PRECONDITION, 410),
+    "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, 404),
+    "RESOURCE_EXHAUSTED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
+    "RATE_LIMITED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
+    "CANCELLED": (grpc.StatusCode.CANCELLED, 499),
+    "UNAUTHENTICATED": (grpc.StatusCode.UNAUTHENTICATED, 401),
+    "UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, 503),
+    "INTERNAL": (grpc.StatusCode.INTERNAL, 500),
+}
+# NOTE: a gRPC status carries only the coarse status; the exact code rides in
+# this trailing-metadata key so a client can tell TEXT_TOO_LONG from INVALID_ARGUMENT.
+CODE_METADATA_KEY = "headstart-error-code"
+
+
+class ApiError(Exception):
+    """An error a headstart server sent back, with its stable `code`."""
+
+    def __init__(self, code: str, message: str, seq: int = 0):
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.seq = code, message, seq
+
+
+def grpc_status(code: str) -> grpc.StatusCode:
+    return CODES.get(code, CODES["INTERNAL"])[0]
+
+
+def http_status(code: str) -> int:
+    return CODES.get(code, CODES["INTERNAL"])[1]
+
+
+def code_of(exc: BaseException) -> str:
+    """The API code of an exception (engine errors carry one; others are INTERNAL)."""
+    from headstart.engine.errors import HeadstartError
+    from headstart.schema import SchemaError
+
+    if isinstance(exc, ApiError):
+        return exc.code
+    if isinstance(exc, HeadstartError):
+        return exc.code
+    if isinstance(exc, SchemaError):
+        return "NOT_FOUND"
+    return "INTERNAL"
+
+
+def from_rpc_error(exc: grpc.RpcError) -> ApiError:
+    """Turn a failed call into an ApiError, reading the exact code from trailing metadata."""
+    trailing = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
+    code = trailing.get(CODE_METADATA_KEY)
+    if code is None:
+        status = exc.code() if hasattr(exc, "code") else None
+        code = next((c for c, (s, _) in CODES.items() if s == status), "INTERNAL")
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return ApiError(code, details or "")

@@ -1,0 +1,75 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Progress(_message.Message):
+    __slots__ = ("seq", "cached_tokens", "prompt_tokens")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    cached_tokens: int
+    prompt_tokens: int
+    def __init__(self, seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class Tokens(_message.Message):
+    __slots__ = ("text", "token_ids")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ("sql", "text", "token_ids", "ttft_ms", "total_ms", "prompt_tokens", "cached_tokens_at_submit", "computed_tokens_at_submit", "wasted_tokens", "finish_reason", "replica", "seq")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_AT_SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_TOKENS_AT_SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    WASTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    text: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    ttft_ms: float
+    total_ms: float
+    prompt_tokens: int
+    cached_tokens_at_submit: int
+    computed_tokens_at_submit: int
+    wasted_tokens: int
+    finish_reason: str
+    replica: str
+    seq: int
+    def __init__(self, sql: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., ttft_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens_at_submit: _Optional[int] = ..., computed_tokens_at_submit: _Optional[int] = ..., wasted_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., replica: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("code", "message", "seq")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    seq: int
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_new_tokens", "temperature", "top_p", "seed")
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,74 @@
+"""The `headstart` commands, run as a user runs them (subprocess, random:tiny)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from headstart.typist import Typist
+
+HEADSTART = [sys.executable, "-m", "headstart.cli"]
+
+
+def run(args, tmp_path):
+    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
+    return subprocess.run(HEADSTART + args, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_replay_writes_result_json(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(Typist(wpm=3000, typo_rate=0.1, seed=1).trace("How many singers are there?").to_jsonl())
+    outputs = {}
+    for mode in ("cold", "prefix", "session"):
+        out = tmp_path / f"{mode}.json"
+        proc = run(["replay", "--model", "random:tiny", "--dtype", "float64", "--db", "concert_singer",
+                    "--trace", str(trace), "--mode", mode, "--max-new-tokens", "6", "--json", str(out)], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "TTFT" in proc.stdout
+        outputs[mode] = json.loads(out.read_text())
+    for key in ("token_ids", "text", "ttft_ms", "cached_tokens_at_submit", "computed_tokens_at_submit",
+                "wasted_tokens"):
+        assert key in outputs["session"]
+    assert outputs["session"]["token_ids"] == outputs["cold"]["token_ids"] == outputs["prefix"]["token_ids"]
+    assert outputs["cold"]["cached_tokens_at_submit"] == 0
+
+
+def test_replay_bad_inputs_give_clear_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"t": 0, "text": "a"}\n')
+    cases = [
+        (["--trace", str(bad)], "no submit"),
+        (["--trace", str(tmp_path / "missing.jsonl")], "cannot read trace"),
+        (["--trace", str(bad), "--db", "no_such_db"], "no submit"),
+    ]
+    good = tmp_path / "good.jsonl"
+    good.write_text(Typist(wpm=3000).trace("hi").to_jsonl())
+    cases += [
+        (["--trace", str(good), "--db", "no_such_db"], "cannot resolve database"),
+        (["--trace", str(good), "--model", "random:huge"], "unknown model preset"),
+        (["--trace", str(good), "--mode", "warp"], "unknown mode"),
+        (["--trace", str(good), "--dtype", "int3"], "unknown dtype"),
+    ]
+    for args, message in cases:
+        proc = run(["replay", "--model", "random:tiny", *args] if "--model" not in args else ["replay", *args], tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_bench_ttft_plumbing(tmp_path):
+    """The benchmark's files and fields (timings are not asserted: benchmarks are not tests)."""
+    out = tmp_path / "ttft"
+    proc = run(["bench", "ttft", "--model", "random:tiny", "--db", "world_1", "car_1", "--questions", "2",
+                "--wpm", "3000", "--max-new-tokens", "4", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "ttft.json").read_text())
+    assert set(report["modes"]) == {"cold", "prefix", "paper", "headstart"}
+    for stats in report["modes"].values():
+        assert {"mean_ms", "p50_ms", "p90_ms", "p99_ms", "computed_tokens_at_submit_mean",
+                "wasted_tokens_mean"} <= set(stats)
+    assert report["decode_step_ms"] > 0 and len(report["rows"]) == 8
+    assert report["config"]["dbs"] == ["world_1", "car_1"]
+    assert (out / "ttft.md").read_text().count("\n|") >= 5 and (out / "ttft.png").stat().st_size > 1000

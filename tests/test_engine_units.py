@@ -1,0 +1,202 @@
+"""Unit tests of the engine's parts: policies, common-prefix crop, P0 keys and
+store, worker priorities, typed errors, session bounds."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from headstart.engine.errors import (
+    InvalidInput, PromptTooLong, ResourceExhausted, SessionClosed, StaleSequence, TextTooLong, validate_text,
+)
+from headstart.engine.generation import SamplingParams
+from headstart.engine.kv import KVState, extend, prefill
+from headstart.engine.p0_store import P0Store, p0_key
+from headstart.engine.policy import HeadstartPolicy, PaperPolicy, make_policy
+from headstart.engine.worker import ForwardWorker, Priority
+from headstart.prompt import common_prefix_len
+
+
+@pytest.mark.parametrize(("a", "b", "n"), [
+    ([], [], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2), ([1, 2], [1, 2, 3], 2),
+    ([1, 2, 3], [1, 9, 3], 1), ([5], [6], 0),
+])
+def test_common_prefix_len(a, b, n):
+    assert common_prefix_len(a, b) == n
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", ""), ("show", ""), ("show ", "show "), ("show the nam", "show the "),
+    ("how many?", "how many?"), ("a,b", "a,"), ("x\ny", "x\n"), ("tab\there", "tab\t"),
+])
+def test_paper_committable(text, expected):
+    assert PaperPolicy.committable(text) == expected
+
+
+@pytest.mark.parametrize(("text", "now", "commits", "recheck"), [
+    ("show the nam", 0.1, True, None),    # debounce elapsed (last change at 0.0 - 0.3)
+    ("show the nam", 0.0, False, 0.3),    # within δ: wait, recheck when it expires
+    ("the end. ", 0.0, True, None),       # two boundaries in a row: at once
+    ("word", 5.0, False, None),           # nothing committable yet
+])
+def test_paper_policy_target(tiny_runtime, text, now, commits, recheck):
+    prompt = tiny_runtime.prompt_for("world_1")
+    last_change = 0.0 if now == 0.0 or text == "word" else -0.3
+    target = PaperPolicy(0.3).target(prompt, text, now, last_change)
+    assert (target.ids is not None) == commits
+    assert target.recheck_at == (pytest.approx(recheck) if recheck is not None else None)
+    if commits:
+        assert target.ids == prompt.partial_ids(PaperPolicy.committable(text))
+
+
+def test_headstart_policy_commits_whole_prompt(tiny_runtime):
+    prompt = tiny_runtime.prompt_for("world_1")
+    target = HeadstartPolicy().target(prompt, "how many ci", 0.0, 0.0)
+    assert target.ids == prompt.prompt_ids("how many ci") and target.recheck_at is None
+
+
+def test_unknown_policy_lists_valid():
+    with pytest.raises(ValueError, match="headstart, paper"):
+        make_policy("greedy")
+
+
+def test_prompt_base_is_prefix_of_every_prompt(tiny_runtime):
+    prompt = tiny_runtime.prompt_for("car_1")
+    for q in ["", "What", " leading space", "\nnewline", "<|im_end|>", "ünïcödé", "1234"]:
+        assert prompt.prompt_ids(q)[: len(prompt.base_ids)] == prompt.base_ids
+
+
+def test_typed_special_tokens_stay_text(tiny_runtime):
+    prompt = tiny_runtime.prompt_for("world_1")
+    im_end = tiny_runtime.loaded.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = prompt.prompt_ids("<|im_end|>")
+    assert ids.count(im_end) == prompt.prompt_ids("x").count(im_end)  # only the template's
+
+
+def test_crop_then_extend_equals_prefill(tiny_runtime):
+    model = tiny_runtime.model
+    ids = tiny_runtime.prompt_for("world_1").prompt_ids("How many cities?")
+    state = prefill(model, ids[:-3] + [11, 12, 13, 14])
+    assert state.crop(len(ids) - 3) == 4 and state.last_logits is None
+    extend(model, state, ids[-3:])
+    reference = prefill(model, ids)
+    assert state.ids == reference.ids
+    torch.testing.assert_close(state.last_logits, reference.last_logits, rtol=0, atol=1e-10)
+    for a, b in zip(state.cache.layers, reference.cache.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=0, atol=1e-10)
+
+
+def test_crop_to_zero_and_copy_is_deep(tiny_runtime):
+    state = prefill(tiny_runtime.model, [1, 2, 3])
+    clone = state.copy()
+    state.crop(0)
+    assert (state.cache, state.ids, clone.ids, clone.num_tokens) == (None, [], [1, 2, 3], 3)
+    assert clone.cache.layers[0].keys.shape[-2] == 3
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    (("m", "float32", [1, 2]), ("m", "float32", [1, 2]), True),
+    (("m", "float32", [1, 2]), ("m", "bfloat16", [1, 2]), False),
+    (("m", "float32", [1, 2]), ("n", "float32", [1, 2]), False),
+    (("m", "float32", [1, 2]), ("m", "float32", [1, 2, 3]), False),
+    (("m", "float32", [12]), ("m", "float32", [1, 2]), False),
+])
+def test_p0_key(a, b, same):
+    assert (p0_key(*a) == p0_key(*b)) == same
+    assert len(p0_key(*a)) == 64
+
+
+def test_p0_store_disk_round_trip(tmp_path, tiny_runtime):
+    state = prefill(tiny_runtime.model, [5, 6, 7, 8])
+    P0Store(tmp_path).put("k" * 64, state)
+    fresh = P0Store(tmp_path)  # a new process: memory empty, disk warm
+    loaded = fresh.get("k" * 64, torch.device("cpu"))
+    assert (loaded.ids, fresh.hits_disk, fresh.hits_memory) == ([5, 6, 7, 8], 1, 0)
+    torch.testing.assert_close(loaded.cache.layers[1].values, state.cache.layers[1].values, rtol=0, atol=0)
+    (tmp_path / f"p0-{'x' * 64}.safetensors").write_bytes(b"garbage")
+    assert fresh.get("x" * 64, torch.device("cpu")) is None  # corrupt file = a miss, removed
+    assert not (tmp_path / f"p0-{'x' * 64}.safetensors").exists()
+
+
+def test_second_runtime_opens_without_prefill(tmp_path):
+    from headstart.engine.runtime import EngineRuntime
+
+    first = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_dir=tmp_path)
+    first.open_session("world_1")
+    first.shutdown()
+    second = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_dir=tmp_path)
+    steps_before = second.worker.steps_run
+    second.open_session("world_1")
+    assert (second.p0_store.hits_disk, second.worker.steps_run) == (1, steps_before)
+    second.shutdown()
+
+
+def test_worker_runs_by_priority():
+    worker = ForwardWorker()
+    gate, order = threading.Event(), []
+    worker.enqueue(lambda: gate.wait() and False, Priority.STREAM, "blocker")
+    for name, prio in [("stream", Priority.STREAM), ("pool", Priority.POOL), ("submit", Priority.SUBMIT),
+                       ("flash", Priority.FLASH)]:
+        worker.enqueue(lambda n=name: order.append(n) and False, prio, name)
+    gate.set()
+    worker.run_sync(lambda: None, Priority.STREAM)
+    worker.shutdown()
+    assert order == ["flash", "submit", "pool", "stream"]
+
+
+def test_worker_queue_bound():
+    worker = ForwardWorker(max_queued=1)
+    gate, started = threading.Event(), threading.Event()
+    worker.enqueue(lambda: started.set() or (gate.wait() and False), Priority.STREAM)
+    started.wait(10)  # the blocker runs: the queue is empty again
+    worker.enqueue(lambda: False, Priority.STREAM)  # waits in the queue
+    with pytest.raises(ResourceExhausted):
+        worker.enqueue(lambda: False, Priority.STREAM)
+    gate.set()
+    worker.shutdown()
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    (b"\xff\xfe", InvalidInput), ("\ud800", InvalidInput), ("x" * 11, TextTooLong), (42, InvalidInput),
+])
+def test_validate_text_errors(text, error):
+    with pytest.raises(error):
+        validate_text(text, max_chars=10)
+
+
+def test_bad_input_leaves_session_usable(tiny_runtime):
+    session = tiny_runtime.open_session("world_1")
+    try:
+        session.update(5, "How many")
+        assert session.update(4, "stale snapshot") is False  # reordered: ignored
+        for bad in (b"\xff", "x" * 10_000):
+            with pytest.raises(InvalidInput):
+                session.update(6, bad)
+        with pytest.raises(StaleSequence):
+            session.submit(3, "How many")
+        with pytest.raises(PromptTooLong):
+            session.submit(6, "ǅ" * 3900, SamplingParams(max_new_tokens=64))  # 7800 tokens
+        result = session.submit(7, "How many cities?", SamplingParams(max_new_tokens=4)).result()
+        assert result.token_ids == tiny_runtime.complete("world_1", "How many cities?", "cold", 4).token_ids
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    with pytest.raises(SessionClosed):
+        session.update(9, "after close")
+
+
+def test_session_table_evicts_idle_lru(tmp_path):
+    from headstart.engine.runtime import EngineRuntime
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", p0_cache_dir=tmp_path, max_sessions=2)
+    try:
+        a, b = runtime.open_session("world_1"), runtime.open_session("world_1")
+        a.update(1, "x")
+        a.wait_idle()
+        c = runtime.open_session("world_1")  # b was used least recently
+        assert (runtime.sessions.contains(a.session_id), runtime.sessions.contains(b.session_id)) == (True, False)
+        assert b.closed and len(runtime.sessions) == 2 and runtime.sessions.evicted == 1
+        assert c.stats().memory_bytes == c.stats().cached_tokens * runtime.loaded.kv_bytes_per_token()
+    finally:
+        runtime.shutdown()
