@@ -56,7 +56,7 @@ def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int
         grpc_options=gRPCOptions(port=grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS),
     )
     app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus)
-    serve.run(app, name=APP_NAME, route_prefix=None, blocking=False)
+    serve.run(app, name=APP_NAME, route_prefix="/" + APP_NAME, blocking=False)
     stack = EngineStack(f"{host}:{grpc_port}")
     wait_ready(stack)
     return stack

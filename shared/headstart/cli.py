@@ -127,6 +127,17 @@ def bench_ttft(
                    max_new_tokens=max_new_tokens, out=out)
 
 
+def _mount_eval() -> None:
+    """`headstart eval` and `headstart eval-compare` (issue: evaluation harness)."""
+    from headstart.eval.cli import compare_cli, eval_cli
+
+    app.command("eval", help="Execution accuracy of a serving mode on Spider/BIRD (SQLite or PostgreSQL).")(eval_cli)
+    app.command("eval-compare", help="Paired comparison (flips, McNemar) of several eval runs.")(compare_cli)
+
+
+_mount_eval()
+
+
 def _split(values: list[str]) -> list[str]:
     """Accept `--db a b` style lists as well as repeated options."""
     return [v for item in values for v in item.replace(",", " ").split()]

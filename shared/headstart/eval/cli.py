@@ -16,6 +16,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
 
+import typer
+
 from headstart.eval.compare import get_rule
 from headstart.eval.compare_runs import compare_runs
 from headstart.eval.dataset import load_dataset
@@ -42,6 +44,7 @@ def eval_command(
     executor: str = "sqlite",
     rules: str = "spider",
     postgres_dsn: str | None = None,
+    pg_schema_prefix: str = "",
     dtype: str | None = None,
     device: str | None = None,
     threads: int | None = None,
@@ -75,7 +78,7 @@ def eval_command(
     started = time.perf_counter()
     with ExitStack() as stack:
         dsn = _postgres_dsn(stack, postgres_dsn) if executor == "postgres" else None
-        runner = build_executor(executor, limits, dsn)
+        runner = build_executor(executor, limits, dsn, pg_schema_prefix)
         stack.callback(runner.close)
         generator = build_generator(mode, settings)
         stack.callback(generator.close)
@@ -87,8 +90,8 @@ def eval_command(
         summary["gold_sanity_passed"] = summary["n"] > 0 and summary["num_correct"] == summary["n"]
     config = {
         "mode": mode, "dataset": dataset, "model": model or None, "db_dir": str(data.db_dir) if data.db_dir else None,
-        "dbs": dbs, "limit": limit, "executor": executor, "rules": rules,
-        "postgres": "local (temporary)" if executor == "postgres" and not (postgres_dsn or os.environ.get(POSTGRES_DSN_ENV)) else None,
+        "dbs": dbs, "limit": limit, "executor": executor, "rules": rules, "pg_schema_prefix": pg_schema_prefix,
+        "postgres": _postgres_label(executor, postgres_dsn),
         "dtype": dtype, "device": device, "max_new_tokens": max_new_tokens, "wpm": wpm, "seed": seed, "speed": speed,
         "timeout_s": timeout_s, "row_limit": row_limit, "elapsed_s": round(time.perf_counter() - started, 3),
         "executor_notes": notes,
@@ -100,6 +103,13 @@ def eval_command(
 def compare_command(runs: list[Path], out: Path) -> dict[str, Any]:
     """Pair the eval.json of `runs` (the first is the baseline); write compare.{json,md,png} under `out`."""
     return compare_runs([Path(r) for r in runs], Path(out))
+
+
+def _postgres_label(executor: str, given: str | None) -> str | None:
+    """How the report names the PostgreSQL used (never the DSN itself: it may hold a password)."""
+    if executor != "postgres":
+        return None
+    return "configured DSN" if given or os.environ.get(POSTGRES_DSN_ENV) else "local (temporary)"
 
 
 def _postgres_dsn(stack: ExitStack, given: str | None) -> str:
@@ -126,37 +136,41 @@ def _progress_printer(total: int):
 
 # -- typer wrappers (options and printing only) --------------------------------
 
+MODEL_HELP = "model dir, hub id, or random:<preset> (not needed for --mode gold)"
+
+
 def eval_cli(
-    model: str = "",
-    dataset: str = "spider-dev",
-    mode: str = "gold",
-    out: Path = Path("out/eval"),
-    db_dir: Optional[Path] = None,
-    dbs: Optional[list[str]] = None,
-    limit: Optional[int] = None,
-    executor: str = "sqlite",
-    rules: str = "spider",
-    postgres_dsn: Optional[str] = None,
-    dtype: Optional[str] = None,
-    device: Optional[str] = None,
-    threads: Optional[int] = None,
-    max_new_tokens: int = 256,
-    wpm: float = 40.0,
-    seed: int = 0,
-    speed: Optional[float] = None,
-    timeout_s: float = 30.0,
-    row_limit: int = 100_000,
+    model: str = typer.Option("", help=MODEL_HELP),
+    dataset: str = typer.Option("spider-dev", help="spider-dev | bird-dev | FILE.json ({question, query, db_id} list)"),
+    mode: str = typer.Option("gold", help=f"serving path: {' | '.join(MODES)}"),
+    out: Path = typer.Option(Path("out/eval"), help="folder for eval.json, eval.md, eval.png"),
+    db_dir: Optional[Path] = typer.Option(None, help="SQLite files as DIR/<db_id>/<db_id>.sqlite (+ DIR/tables.json)"),
+    dbs: Optional[list[str]] = typer.Option(None, help="only these db ids (repeat or comma-separate)"),
+    limit: Optional[int] = typer.Option(None, help="first N questions (after --dbs), skipped ones included"),
+    executor: str = typer.Option("sqlite", help="sqlite | postgres"),
+    rules: str = typer.Option("spider", help="spider (multiset, ORDER BY-aware, columns permutable) | bird (set)"),
+    postgres_dsn: Optional[str] = typer.Option(
+        None, help=f"PostgreSQL for --executor postgres (default env {POSTGRES_DSN_ENV}, else a temporary local one)"),
+    pg_schema_prefix: str = typer.Option("", help="PostgreSQL schema of a db: <prefix><db_id>"),
+    dtype: Optional[str] = typer.Option(None, help="engine dtype (float32 | bfloat16 | float16 | float64)"),
+    device: Optional[str] = typer.Option(None, help="engine device (cpu | cuda | cuda:N)"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
+    max_new_tokens: int = typer.Option(256, help="longest answer generated"),
+    wpm: float = typer.Option(40.0, help="session mode: typing speed of the synthetic typist"),
+    seed: int = typer.Option(0, help="session mode: typist seed (per question: sha256(seed, question id))"),
+    speed: Optional[float] = typer.Option(None, help="session mode: replay speed (default real time)"),
+    timeout_s: float = typer.Option(30.0, help="per-query timeout, gold and predicted"),
+    row_limit: int = typer.Option(100_000, help="most rows a query may return"),
 ) -> None:
     """Evaluate a serving mode on spider-dev | bird-dev | FILE.json: accuracy, exact match, TTFT."""
-    import typer
-
     from headstart.eval.errors import EvalError
     from headstart.eval.report import HEADLINE_HEADER, HEADLINE_RULE, headline_row
 
     try:
         summary = eval_command(
             model=model, dataset=dataset, mode=mode, out=out, db_dir=db_dir, dbs=dbs, limit=limit,
-            executor=executor, rules=rules, postgres_dsn=postgres_dsn, dtype=dtype, device=device,
+            executor=executor, rules=rules, postgres_dsn=postgres_dsn, pg_schema_prefix=pg_schema_prefix,
+            dtype=dtype, device=device,
             threads=threads, max_new_tokens=max_new_tokens, wpm=wpm, seed=seed, speed=speed,
             timeout_s=timeout_s, row_limit=row_limit, progress=True,
         )
@@ -171,10 +185,11 @@ def eval_cli(
         raise typer.Exit(1)
 
 
-def compare_cli(runs: list[Path], out: Path = Path("out/eval-compare")) -> None:
+def compare_cli(
+    runs: list[Path] = typer.Argument(..., help="run folders (or eval.json files); the first is the baseline"),
+    out: Path = typer.Option(Path("out/eval-compare"), help="folder for compare.json, compare.md, compare.png"),
+) -> None:
     """Pair several eval runs (first = baseline): flips right→wrong / wrong→right and McNemar's test."""
-    import typer
-
     from headstart.eval.errors import EvalError
 
     try:

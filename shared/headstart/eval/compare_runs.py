@@ -70,7 +70,8 @@ def compare_markdown(labels: list[str], summaries: list[dict[str, Any]], pairs: 
 
 def _labels(runs: list[dict[str, Any]], paths: list[Path]) -> list[str]:
     modes = [str(run["config"].get("mode", "run")) for run in runs]
-    return [m if modes.count(m) == 1 else f"{m} ({p.name if p.is_dir() else p.parent.name})" for m, p in zip(modes, paths)]
+    folders = [p.name if p.is_dir() else p.parent.name for p in paths]
+    return [m if modes.count(m) == 1 else f"{m} ({folder})" for m, folder in zip(modes, folders)]
 
 
 def _correct_by_index(run: dict[str, Any]) -> dict[int, bool]:

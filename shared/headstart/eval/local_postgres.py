@@ -133,7 +133,8 @@ class LocalPostgres:
             env={**os.environ, "LC_ALL": "C"}, **user_args,
         )
         if check and done.returncode != 0:
-            raise LocalPostgresError(f"{args[0]} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+            output = done.stderr.strip() or done.stdout.strip()
+            raise LocalPostgresError(f"{args[0]} failed ({done.returncode}): {output}")
         return done
 
     def _log_tail(self) -> str:

@@ -23,7 +23,8 @@ def plot_runs(runs: Sequence[tuple[str, dict[str, Any]]], path: Path) -> Path:
     xs = range(len(runs))
     fig, (acc_ax, ttft_ax) = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(runs) + 4), 4))
     width = 0.38
-    for offset, key, name in ((-width / 2, "execution_accuracy", "execution"), (width / 2, "exact_match", "exact match")):
+    bars = ((-width / 2, "execution_accuracy", "execution"), (width / 2, "exact_match", "exact match"))
+    for offset, key, name in bars:
         values = [100 * (s.get(key) or 0.0) for _, s in runs]
         errors = _errors([s.get(key) for _, s in runs], [s.get(f"{key}_ci95") for _, s in runs], scale=100)
         acc_ax.bar([x + offset for x in xs], values, width, yerr=errors, capsize=4, label=name)

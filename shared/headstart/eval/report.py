@@ -18,7 +18,9 @@ from headstart.eval.records import QuestionResult
 EVAL_JSON = "eval.json"
 
 
-def write_run(out_dir: Path, config: dict[str, Any], summary: dict[str, Any], rows: Sequence[QuestionResult]) -> dict[str, Path]:
+def write_run(
+    out_dir: Path, config: dict[str, Any], summary: dict[str, Any], rows: Sequence[QuestionResult]
+) -> dict[str, Path]:
     """Write eval.json, eval.md and eval.png under `out_dir`; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {**summary, "config": config, "questions": [r.to_json() for r in rows]}
@@ -67,7 +69,9 @@ def run_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-HEADLINE_HEADER = "| mode | n | skipped | execution acc. [95% CI] | exact match [95% CI] | TTFT p50 ms [95% CI] | TTFT p90 ms |"
+HEADLINE_HEADER = (
+    "| mode | n | skipped | execution acc. [95% CI] | exact match [95% CI] | TTFT p50 ms [95% CI] | TTFT p90 ms |"
+)
 HEADLINE_RULE = "|---|---:|---:|---|---|---|---:|"
 
 

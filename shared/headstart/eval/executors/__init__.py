@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 from headstart.eval.errors import ConfigError
 from headstart.eval.executors.base import ExecLimits, Executor
 
 EXECUTOR_NAMES = ("sqlite", "postgres")
 
 
-def build_executor(name: str, limits: ExecLimits, postgres_dsn: str | None = None) -> Executor:
+def build_executor(
+    name: str, limits: ExecLimits, postgres_dsn: str | None = None, pg_schema_prefix: str = ""
+) -> Executor:
     """The executor called `name`; ConfigError listing the valid names otherwise.
 
-    `postgres` needs `postgres_dsn` (the CLI starts a local server when none is given).
+    `postgres` needs `postgres_dsn` (the CLI starts a local server when none is given);
+    each database goes into schema `<pg_schema_prefix><db_id>`.
     """
     if name == "sqlite":
         from headstart.eval.executors.sqlite import SqliteExecutor
@@ -24,7 +25,7 @@ def build_executor(name: str, limits: ExecLimits, postgres_dsn: str | None = Non
             raise ConfigError("the postgres executor needs a DSN (--postgres-dsn or HEADSTART_POSTGRES_DSN)")
         from headstart.eval.executors.postgres import PostgresExecutor
 
-        return PostgresExecutor(postgres_dsn, limits)
+        return PostgresExecutor(postgres_dsn, limits, schema_prefix=pg_schema_prefix)
     raise ConfigError(f"unknown executor {name!r}; valid: {', '.join(EXECUTOR_NAMES)}")
 
 

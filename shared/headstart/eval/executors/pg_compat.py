@@ -139,7 +139,7 @@ def _aggregate_bare_columns(select: exp.Select) -> None:
         for column in list(place.find_all(exp.Column)):
             if column.sql() in grouped or (not column.table and column.name in aliases):
                 continue
-            if _inside(column, exp.AggFunc, select) or _inside(column, exp.Select, select) or _inside(column, exp.Window, select):
+            if any(_inside(column, kind, select) for kind in (exp.AggFunc, exp.Select, exp.Window)):
                 continue
             column.replace(exp.Min(this=column.copy()))
 

@@ -8,7 +8,9 @@ so each key is tried in a savepoint and a failure is reported, never hidden:
   for new rows, existing rows unchecked);
 - a foreign key to columns without a unique constraint first gets that UNIQUE
   constraint when the data allows it (PostgreSQL requires one), else is skipped;
-- a column whose values do not fit its declared type falls back (pg_types).
+- a column whose values do not fit its declared type falls back (pg_types);
+- a TEXT key column referencing an INTEGER key takes the INTEGER type when
+  every value is a canonical integer, so the foreign key can exist.
 The schema is stamped with the file's sha256; a later call with the same file
 reuses it.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psycopg
@@ -61,10 +63,17 @@ def migrate_sqlite(conn: psycopg.Connection, sqlite_path: Path, schema: str, *, 
     table or its rows (key problems are reported, not raised).
     """
     digest = hashlib.sha256(Path(sqlite_path).read_bytes()).hexdigest()
-    if not force and _stamp(conn, schema) == _STAMP + digest:
+    exists, stamp = _stamp(conn, schema)
+    if exists and not (stamp or "").startswith(_STAMP):
+        # NOTE: never drop a schema someone else made: the DSN may point at a real server.
+        raise MigrationError(
+            f"schema {schema!r} exists and was not made by headstart's migration; "
+            "use another database or a schema prefix (--pg-schema-prefix)"
+        )
+    if not force and stamp == _STAMP + digest:
         return MigrationReport(schema, digest, row_counts(conn, schema), foreign_keys(conn, schema), reused=True)
     tables, fks = _read_sqlite(sqlite_path)
-    notes: list[str] = []
+    notes = _align_key_types(tables, fks)
     ident = pgsql.Identifier(schema)
     try:
         with conn.transaction():
@@ -83,26 +92,33 @@ def migrate_sqlite(conn: psycopg.Connection, sqlite_path: Path, schema: str, *, 
     counts = row_counts(conn, schema)
     for table in tables.values():
         if counts.get(table.name) != len(table.rows):
-            raise MigrationError(f"{schema}.{table.name}: {counts.get(table.name)} rows in PostgreSQL, {len(table.rows)} in SQLite")
+            raise MigrationError(
+                f"{schema}.{table.name}: {counts.get(table.name)} rows in PostgreSQL, {len(table.rows)} in SQLite"
+            )
     return MigrationReport(schema, digest, counts, foreign_keys(conn, schema), notes)
 
 
-def _stamp(conn: psycopg.Connection, schema: str) -> str | None:
+def _stamp(conn: psycopg.Connection, schema: str) -> tuple[bool, str | None]:
+    """(whether `schema` exists, its comment)."""
     row = conn.execute(
         "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s", (schema,)
     ).fetchone()
     conn.commit()
-    return row[0] if row else None
+    return (row is not None, row[0] if row else None)
 
 
-def _read_sqlite(path: Path) -> tuple[dict[str, _Table], dict[str, list[tuple[tuple[str, ...], str, tuple[str, ...] | None]]]]:
+# A declared foreign key: (columns, referenced table, referenced columns or None for "its primary key").
+_DeclaredKey = tuple[tuple[str, ...], str, tuple[str, ...] | None]
+
+
+def _read_sqlite(path: Path) -> tuple[dict[str, _Table], dict[str, list[_DeclaredKey]]]:
     conn = connect_read_only(path)
     conn.set_authorizer(None)  # our own catalog reads (PRAGMA) are trusted
     try:
         names = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
         tables: dict[str, _Table] = {}
-        fks: dict[str, list] = {}
+        fks: dict[str, list[_DeclaredKey]] = {}
         for name in names:
             quoted = '"' + name.replace('"', '""') + '"'
             info = conn.execute(f"PRAGMA table_info({quoted})").fetchall()
@@ -118,8 +134,7 @@ def _read_sqlite(path: Path) -> tuple[dict[str, _Table], dict[str, list[tuple[tu
             for fk in conn.execute(f"PRAGMA foreign_key_list({quoted})"):
                 grouped[fk[0]].append(fk)
             fks[name.lower()] = [
-                (tuple(f[3].lower() for f in g), g[0][2].lower(), None if g[0][4] is None else tuple(f[4].lower() for f in g))
-                for _, g in sorted(grouped.items())
+                (tuple(f[3].lower() for f in g), g[0][2].lower(), _referenced(g)) for _, g in sorted(grouped.items())
             ]
         return tables, fks
     except sqlite3.Error as exc:
@@ -128,10 +143,52 @@ def _read_sqlite(path: Path) -> tuple[dict[str, _Table], dict[str, list[tuple[tu
         conn.close()
 
 
+def _align_key_types(tables: dict[str, _Table], fks: dict[str, list[_DeclaredKey]]) -> list[str]:
+    """Retype a TEXT foreign-key column to its referenced INTEGER key when every value is a canonical integer.
+
+    Spider declares some keys TEXT on one side and INTEGER on the other
+    (car_makers.Country → countries.CountryId); SQLite compares them
+    numerically, PostgreSQL refuses the foreign key. Keeping the key wins over
+    keeping the declared TEXT when the values are '1', '2', ... (nothing is
+    lost), and the change is reported.
+    """
+    notes = []
+    for owner, declared in fks.items():
+        for columns, ref_table, ref_columns in declared:
+            ref = tables.get(ref_table)
+            if ref is None:
+                continue
+            ref_columns = ref_columns or ref.primary_key
+            for column, ref_column in zip(columns, ref_columns):
+                table = tables[owner]
+                if column not in table.columns or ref_column not in ref.columns:
+                    continue
+                i, j = table.columns.index(column), ref.columns.index(ref_column)
+                mine, theirs = table.types[i], ref.types[j]
+                values = [row[i] for row in table.rows if row[i] is not None]
+                if mine.kind == "text" and theirs.kind == "integer" and all(_canonical_int(v) for v in values):
+                    types = table.types[:i] + (theirs,) + table.types[i + 1:]
+                    tables[owner] = replace(table, types=types)
+                    notes.append(f"{owner}.{column}: declared {mine.pg_type}, stored as {theirs.pg_type} like "
+                                 f"{ref_table}.{ref_column} so the foreign key can be declared (values are integers)")
+    return notes
+
+
+def _canonical_int(value: object) -> bool:
+    return isinstance(value, str) and value.lstrip("-").isdigit() and str(int(value)) == value
+
+
+def _referenced(rows: list[tuple]) -> tuple[str, ...] | None:
+    """The referenced columns of one PRAGMA foreign_key_list group; None means the target's primary key."""
+    return None if rows[0][4] is None else tuple(r[4].lower() for r in rows)
+
+
 def _create_and_load(conn: psycopg.Connection, schema: str, table: _Table) -> list[str]:
     target = pgsql.Identifier(schema, table.name)
     column_defs = [
-        pgsql.SQL("{} {}{}").format(pgsql.Identifier(col), pgsql.SQL(ctype.pg_type), pgsql.SQL(" NOT NULL" if nn else ""))
+        pgsql.SQL("{} {}{}").format(
+            pgsql.Identifier(col), pgsql.SQL(ctype.pg_type), pgsql.SQL(" NOT NULL" if nn else "")
+        )
         for col, ctype, nn in zip(table.columns, table.types, table.not_null)
     ]
     conn.execute(pgsql.SQL("CREATE TABLE {} ({})").format(target, pgsql.SQL(", ").join(column_defs)))

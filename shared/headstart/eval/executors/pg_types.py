@@ -53,6 +53,8 @@ def convert(value: Any, kind: str) -> Any:
         return _BOOL_VALUES[value.lower() if isinstance(value, str) else value]
     if kind == "timestamp":
         return dt.datetime.fromisoformat(value)
+    if kind == "integer" and isinstance(value, str):
+        return int(value)  # a TEXT key retyped to its INTEGER target (pg_migrate)
     if kind == "numeric":
         return Decimal(str(value))
     if kind == "text":
@@ -94,8 +96,10 @@ def _fit(kind: str, decl: str, values: list[Any]) -> ColumnType | None:
     if kind == "float" and all(isinstance(v, (int, float)) for v in values):
         return ColumnType("double precision", "float")
     if kind == "numeric" and all(isinstance(v, (int, float)) for v in values):
-        if length and length.group(2) and all(_fits_numeric(v, int(length.group(1)), int(length.group(2))) for v in values):
-            return ColumnType(f"numeric({length.group(1)},{length.group(2)})", "numeric")
+        if length and length.group(2):
+            precision, scale = int(length.group(1)), int(length.group(2))
+            if all(_fits_numeric(v, precision, scale) for v in values):
+                return ColumnType(f"numeric({precision},{scale})", "numeric")
         return ColumnType("numeric", "numeric")
     if kind == "boolean" and all(_is_bool(v) for v in values):
         return ColumnType("boolean", "boolean")

@@ -99,11 +99,10 @@ class PostgresExecutor:
             self.notes += [f"{schema}: {note}" for note in report.notes]
             self._types[db_id] = sqlglot_schema(column_types(self._admin, schema))
             if self._role:
-                ident = pgsql.Identifier(schema)
+                ident, role = pgsql.Identifier(schema), pgsql.Identifier(self._role)
                 with self._admin.transaction():
-                    self._admin.execute(pgsql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ident, pgsql.Identifier(self._role)))
-                    self._admin.execute(pgsql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
-                        ident, pgsql.Identifier(self._role)))
+                    self._admin.execute(pgsql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(ident, role))
+                    self._admin.execute(pgsql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(ident, role))
         return schema
 
     def _create_reader_role(self) -> str | None:

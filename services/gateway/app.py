@@ -1,0 +1,106 @@
+"""The gateway process: FastAPI (page, REST, WebSocket, /metrics) and the public
+gRPC server on one event loop.
+
+`GatewayServer(settings).start()` runs it on a background thread (tests, the
+`serve` launcher) and returns once both ports are bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from headstart.client.errors import ApiError
+from services.gateway.grpc_server import start_grpc_server
+from services.gateway.rest import build_router, error_response
+from services.gateway.service import GatewayService
+from services.gateway.settings import GatewaySettings
+from services.gateway.ws import session_socket
+
+STATIC_DIR = Path(__file__).parent / "static"
+# NOTE: uvicorn closes a WebSocket whose frame exceeds ws_max_size with 1009 and no
+# explanation; we let frames up to this size through so the app can answer
+# MESSAGE_TOO_LARGE with a proper error message for anything above max_message_bytes.
+WS_FRAME_CEILING = 1 << 20
+
+
+def create_app(settings: GatewaySettings, service: GatewayService | None = None) -> FastAPI:
+    service = service or GatewayService(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        server, port = await start_grpc_server(service, settings.grpc_host, settings.grpc_port)
+        app.state.grpc_port = port
+        try:
+            yield
+        finally:
+            await server.stop(grace=1.0)
+            await service.stop()
+
+    app = FastAPI(title="headstart gateway", lifespan=lifespan)
+    app.state.service = service
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return error_response(exc)
+
+    app.include_router(build_router(service))
+
+    @app.websocket("/v1/sessions/ws")
+    async def ws_endpoint(ws: WebSocket):
+        await session_socket(ws, service)
+
+    @app.get("/")
+    async def index():
+        return FileResponse(STATIC_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+class GatewayServer:
+    """Runs the gateway on its own thread and event loop."""
+
+    def __init__(self, settings: GatewaySettings):
+        self.settings = settings
+        self.app = create_app(settings)
+        self._sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((settings.host, settings.port))
+        self.http_port = self._sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", ws_max_size=WS_FRAME_CEILING, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, name="headstart-gateway", daemon=True)
+
+    @property
+    def grpc_port(self) -> int:
+        return self.app.state.grpc_port
+
+    @property
+    def service(self) -> GatewayService:
+        return self.app.state.service
+
+    def start(self, timeout_s: float = 30.0) -> "GatewayServer":
+        self._thread.start()
+        end = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > end:
+                raise RuntimeError("the gateway did not start (see its log)")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        self._server.run(sockets=[self._sock])

@@ -1,0 +1,178 @@
+"""One session's stream to the engine, through Serve's gRPC proxy, with reconnect.
+
+Every call carries `session_id` metadata, so Serve's ConsistentHashRouter
+sends it to the replica holding the session. When the stream breaks (the
+replica died, was drained, or the ring moved), the link reopens it and sends
+`attach` with the newest snapshot: the replica it reaches rebuilds the
+session. A submit still waiting for its result is sent again, and the tokens
+already forwarded to the client are skipped (decoding is deterministic for a
+given prompt, seed and parameters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import grpc
+
+from headstart.client.errors import ApiError
+from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PendingSubmit:
+    seq: int
+    text: str
+    params: types_pb2.SamplingParams
+    forwarded_tokens: int = 0
+
+
+class EngineLink:
+    """Owns the `Engine.Session` call of one gateway session."""
+
+    def __init__(self, stub: engine_pb2_grpc.EngineStub, app_name: str, engine_session_id: str, db: str,
+                 policy: str, latest: Callable[[], tuple[int, str]],
+                 on_event: Callable[[engine_pb2.EngineEvent], None],
+                 on_ack_rtt: Callable[[float], None] = lambda s: None, reconnect_timeout_s: float = 60.0):
+        self.stub, self.db, self.policy = stub, db, policy
+        self.metadata = (("application", app_name), ("session_id", engine_session_id))
+        self.engine_session_id = engine_session_id
+        self._latest, self._on_event, self._on_ack_rtt = latest, on_event, on_ack_rtt
+        self.reconnect_timeout_s = reconnect_timeout_s
+        self.replica = ""
+        self.num_reconnects = 0
+        self._call = None
+        self._reader: asyncio.Task | None = None
+        self._closed = False
+        self._pending: PendingSubmit | None = None
+        self._skip_tokens = 0
+        self._sent_at: dict[int, float] = {}
+
+    async def start(self) -> None:
+        """Open the stream and attach; raises ApiError (e.g. RESOURCE_EXHAUSTED, NOT_FOUND)."""
+        await self._open()
+        self._reader = asyncio.create_task(self._read_loop())
+
+    async def send_snapshot(self, seq: int, text: str) -> None:
+        if len(self._sent_at) > 1024:
+            self._sent_at.clear()
+        self._sent_at[seq] = time.perf_counter()
+        await self._write(engine_pb2.EngineRequest(snapshot=engine_pb2.Snapshot(seq=seq, text=text)))
+
+    async def send_submit(self, seq: int, text: str, params: types_pb2.SamplingParams) -> None:
+        self._pending = PendingSubmit(seq, text, params)
+        self._skip_tokens = 0
+        await self._write(self._submit_request(self._pending))
+
+    async def cancel_generation(self) -> None:
+        self._pending = None
+        await self._write(engine_pb2.EngineRequest(cancel=engine_pb2.CancelGeneration()))
+
+    async def close(self) -> None:
+        """Cancel the call (the replica cancels any generation and detaches)."""
+        self._closed = True
+        if self._call is not None:
+            self._call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+
+    # -- internals ----------------------------------------------------------
+
+    async def _open(self) -> None:
+        seq, text = self._latest()
+        call = self.stub.Session(metadata=self.metadata)
+        attach = engine_pb2.Attach(session_id=self.engine_session_id, db=self.db, policy=self.policy, seq=seq, text=text)
+        await call.write(engine_pb2.EngineRequest(attach=attach))
+        first = await call.read()
+        if first is grpc.aio.EOF:
+            raise ApiError("UNAVAILABLE", "the engine closed the stream at attach")
+        if first.WhichOneof("kind") == "error":
+            call.cancel()
+            raise ApiError(first.error.code, first.error.message)
+        self.replica = first.attached.replica
+        self._call = call
+        if self._pending is not None:  # a submit the broken stream never answered
+            self._skip_tokens = self._pending.forwarded_tokens
+            await call.write(self._submit_request(self._pending))
+
+    async def _read_loop(self) -> None:
+        while not self._closed:
+            try:
+                event = await self._call.read()
+                if event is grpc.aio.EOF:
+                    raise ConnectionError("engine stream ended")
+                self._dispatch(event)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except (grpc.aio.AioRpcError, ConnectionError) as exc:
+                if self._closed:
+                    return
+                log.info("engine stream of %s broke (%s); reconnecting", self.engine_session_id, exc)
+            if not await self._reconnect():
+                return
+
+    async def _reconnect(self) -> bool:
+        deadline = time.monotonic() + self.reconnect_timeout_s
+        delay = 0.05
+        while not self._closed:
+            try:
+                await self._open()
+                self.num_reconnects += 1
+                return True
+            except ApiError as exc:
+                if exc.code != "UNAVAILABLE":
+                    self._on_event(_error(exc.code, exc.message))
+                    return False
+            except grpc.aio.AioRpcError as exc:
+                log.debug("reconnect of %s failed: %s", self.engine_session_id, exc.code())
+            if time.monotonic() > deadline:
+                self._on_event(_error("UNAVAILABLE", f"engine unreachable for {self.reconnect_timeout_s:g} s"))
+                return False
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 2)
+        return False
+
+    def _dispatch(self, event: engine_pb2.EngineEvent) -> None:
+        kind = event.WhichOneof("kind")
+        if kind == "ack":
+            sent = self._sent_at.pop(event.ack.seq, None)
+            if sent is not None:
+                self._on_ack_rtt(time.perf_counter() - sent)
+            return
+        if kind == "attached":
+            self.replica = event.attached.replica
+            return
+        if kind == "tokens" and self._pending is not None:
+            n = len(event.tokens.token_ids)
+            if self._skip_tokens > 0 and n:
+                self._skip_tokens -= n
+                return
+            self._pending.forwarded_tokens += n
+        elif kind == "result" or (kind == "error" and self._pending is not None and event.error.seq == self._pending.seq):
+            self._pending = None
+        self._on_event(event)
+
+    async def _write(self, request: engine_pb2.EngineRequest) -> None:
+        call = self._call
+        if call is None or self._closed:
+            return
+        try:
+            await call.write(request)
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError, RuntimeError) as exc:
+            # The read loop sees the break and reattaches with the newest snapshot.
+            log.debug("write to engine failed: %r", exc)
+
+    @staticmethod
+    def _submit_request(p: PendingSubmit) -> engine_pb2.EngineRequest:
+        return engine_pb2.EngineRequest(submit=engine_pb2.EngineSubmit(seq=p.seq, text=p.text, params=p.params))
+
+
+def _error(code: str, message: str) -> engine_pb2.EngineEvent:
+    return engine_pb2.EngineEvent(error=types_pb2.Error(code=code, message=message))

@@ -1,0 +1,173 @@
+"""The public gRPC server (`headstart.v1.Headstart`), with health and reflection.
+
+Authentication: metadata `authorization: Bearer <token>`. Unary failures are
+gRPC statuses with the exact code in trailing metadata `headstart-error-code`;
+inside a Type stream a failure is an `Error` message and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status
+from headstart.v1 import engine_pb2, headstart_pb2, headstart_pb2_grpc, types_pb2
+from services.gateway.limits import RateLimiter
+from services.gateway.service import GatewayService
+
+EDGE = "grpc"
+SERVICE_NAME = headstart_pb2.DESCRIPTOR.services_by_name["Headstart"].full_name
+_INPUT_DONE = object()
+
+
+def to_type_response(event: engine_pb2.EngineEvent) -> headstart_pb2.TypeResponse | None:
+    kind = event.WhichOneof("kind")
+    if kind in ("progress", "tokens", "result", "error"):
+        return headstart_pb2.TypeResponse(**{kind: getattr(event, kind)})
+    return None
+
+
+def _error_event(exc: ApiError) -> engine_pb2.EngineEvent:
+    return engine_pb2.EngineEvent(error=types_pb2.Error(code=exc.code, message=exc.message, seq=exc.seq))
+
+
+class _Pending:
+    """The seq of the submit a Type stream still owes a result for (0: none)."""
+
+    seq: int = 0
+
+
+class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
+    def __init__(self, service: GatewayService):
+        self.service = service
+
+    async def _abort(self, context: grpc.aio.ServicerContext, exc: ApiError):
+        self.service.metrics.errors.labels(EDGE, exc.code).inc()
+        await context.abort(grpc_status(exc.code), exc.message, trailing_metadata=((CODE_METADATA_KEY, exc.code),))
+
+    def _tenant(self, context: grpc.aio.ServicerContext) -> str:
+        return self.service.auth.tenant(dict(context.invocation_metadata()).get("authorization"))
+
+    async def Type(self, request_iterator, context):  # noqa: N802
+        try:
+            tenant = self._tenant(context)
+            first = await anext(aiter(request_iterator), None)
+            if first is None or first.WhichOneof("kind") != "open":
+                raise ApiError("INVALID_ARGUMENT", "the first message of Type must be open")
+            sid = first.open.session_id
+            session = self.service.get(tenant, sid) if sid else await self.service.open(tenant, first.open.db, True)
+        except ApiError as exc:
+            await self._abort(context, exc)
+            return
+        if sid:
+            session.events = asyncio.Queue()
+        yield headstart_pb2.TypeResponse(ready=headstart_pb2.Ready(session_id=session.session_id, db=session.db))
+        pending = _Pending()
+        reader = asyncio.create_task(self._read(request_iterator, session, pending))
+        input_done = False
+        try:
+            # Runs until the client half-closes and no submit awaits its result.
+            while not (input_done and not pending.seq):
+                event = await session.events.get()
+                if event is _INPUT_DONE:
+                    input_done = True
+                    continue
+                kind = event.WhichOneof("kind")
+                if kind == "result" or (kind == "error" and (event.error.seq == pending.seq or event.error.code == "UNAVAILABLE")):
+                    pending.seq = 0
+                response = to_type_response(event)
+                if response is not None:
+                    yield response
+        finally:
+            reader.cancel()
+            if session.ephemeral:
+                try:
+                    await self.service.close(session.tenant, session.session_id)
+                except ApiError:
+                    pass
+            elif session.link is not None:
+                await session.link.cancel_generation()
+
+    async def _read(self, request_iterator, session, pending: "_Pending") -> None:
+        limiter = RateLimiter(self.service.settings.rate_per_s, self.service.settings.rate_burst)
+        try:
+            async for request in request_iterator:
+                kind = request.WhichOneof("kind")
+                self.service.metrics.messages.labels(EDGE, kind or "other").inc()
+                try:
+                    limiter.take()
+                    if kind == "input":
+                        await self.service.input(session, request.input.seq, request.input.text)
+                    elif kind == "submit":
+                        s = request.submit
+                        pending.seq = s.seq  # before the write: the result may come back at once
+                        await self.service.submit(session, s.seq, s.text, s.params.max_new_tokens or None)
+                    else:
+                        raise ApiError("INVALID_ARGUMENT", f"unexpected {kind!r} after open")
+                except ApiError as exc:
+                    if kind == "submit":
+                        pending.seq = 0
+                    self.service.metrics.errors.labels(EDGE, exc.code).inc()
+                    session.deliver(_error_event(exc))
+        finally:
+            session.events.put_nowait(_INPUT_DONE)
+
+    async def Complete(self, request, context):  # noqa: N802
+        try:
+            self._tenant(context)
+            params = request.params
+            async for event in self.service.complete(request.db, request.question, params.max_new_tokens or None,
+                                                     request.mode or "prefix"):
+                kind = event.WhichOneof("kind")
+                if kind == "error":
+                    raise ApiError(event.error.code, event.error.message)
+                if kind in ("tokens", "result"):
+                    yield headstart_pb2.CompleteResponse(**{kind: getattr(event, kind)})
+        except ApiError as exc:
+            await self._abort(context, exc)
+
+    async def OpenSession(self, request, context):  # noqa: N802
+        try:
+            session = await self.service.open(self._tenant(context), request.db, ephemeral=False)
+        except ApiError as exc:
+            await self._abort(context, exc)
+        return headstart_pb2.OpenSessionResponse(session_id=session.session_id, db=session.db)
+
+    async def CloseSession(self, request, context):  # noqa: N802
+        try:
+            await self.service.close(self._tenant(context), request.session_id)
+        except ApiError as exc:
+            await self._abort(context, exc)
+        return headstart_pb2.CloseSessionResponse()
+
+    async def ListDatabases(self, request, context):  # noqa: N802
+        try:
+            self._tenant(context)
+        except ApiError as exc:
+            await self._abort(context, exc)
+        return headstart_pb2.ListDatabasesResponse(databases=[
+            headstart_pb2.Database(id=d.id, num_tables=d.num_tables, can_execute=d.can_execute)
+            for d in self.service.list_databases()
+        ])
+
+
+async def start_grpc_server(service: GatewayService, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """Start the public server on the running loop; returns it and its bound port."""
+    limit = service.settings.max_message_bytes
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
+    headstart_pb2_grpc.add_HeadstartServicer_to_server(HeadstartServicer(service), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind the gRPC server to {host}:{port}")
+    await server.start()
+    await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server, bound

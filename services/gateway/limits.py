@@ -1,0 +1,47 @@
+"""Edge limits: message size, text length, messages per second per connection."""
+
+from __future__ import annotations
+
+import time
+
+from headstart.client.errors import ApiError
+
+
+class RateLimiter:
+    """A token bucket: `rate` messages per second sustained, `burst` at once."""
+
+    def __init__(self, rate: float, burst: int, clock=time.monotonic):
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def can_take(self) -> bool:
+        now = self.clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        return self._tokens >= 1.0
+
+    def take(self) -> None:
+        """Spend one message or raise ApiError(RATE_LIMITED)."""
+        if not self.can_take():
+            raise ApiError("RATE_LIMITED", f"more than {self.rate:g} messages/s on this connection")
+        self._tokens -= 1.0
+
+
+def check_size(num_bytes: int, limit: int) -> None:
+    if num_bytes > limit:
+        raise ApiError("MESSAGE_TOO_LARGE", f"message of {num_bytes} bytes; the limit is {limit}")
+
+
+def check_text(text: object, limit: int) -> str:
+    if not isinstance(text, str):
+        raise ApiError("INVALID_ARGUMENT", "text must be a string")
+    if len(text) > limit:
+        raise ApiError("TEXT_TOO_LONG", f"text has {len(text)} characters; the limit is {limit}")
+    return text
+
+
+def check_seq(seq: object) -> int:
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < 2**62:
+        raise ApiError("INVALID_ARGUMENT", "seq must be a positive integer")
+    return seq

@@ -1,0 +1,25 @@
+"""Prometheus metrics of one gateway (its own registry: no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+RTT_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
+TTFT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+class GatewayMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.messages = Counter("headstart_gateway_messages", "client messages", ["edge", "type"], registry=self.registry)
+        self.errors = Counter("headstart_gateway_errors", "errors sent to clients", ["edge", "code"], registry=self.registry)
+        self.snapshot_rtt = Histogram(
+            "headstart_gateway_snapshot_rtt_seconds", "gateway→replica→gateway time of one snapshot (ack)",
+            buckets=RTT_BUCKETS, registry=self.registry)
+        self.ttft = Histogram("headstart_gateway_ttft_ms", "engine TTFT of submits",
+                              buckets=TTFT_BUCKETS, registry=self.registry)
+        self.sessions = Gauge("headstart_gateway_sessions", "open sessions", registry=self.registry)
+        self.reconnects = Counter("headstart_gateway_engine_reconnects", "engine streams reopened", registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,85 @@
+"""REST routes: health, metrics, databases, sessions, one-shot completions, Run.
+
+Errors are JSON `{"code": ..., "message": ...}` with the code's HTTP status.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from headstart.client.errors import ApiError, http_status
+from services.gateway.limits import check_size
+from services.gateway.service import GatewayService
+
+EDGE = "rest"
+
+
+def error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=http_status(exc.code))
+
+
+def build_router(service: GatewayService) -> APIRouter:
+    router = APIRouter()
+
+    async def body(request: Request) -> dict:
+        raw = await request.body()
+        check_size(len(raw), service.settings.max_message_bytes)
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise ApiError("INVALID_ARGUMENT", f"malformed JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ApiError("INVALID_ARGUMENT", "the body must be a JSON object")
+        return data
+
+    def tenant(request: Request) -> str:
+        return service.auth.tenant(request.headers.get("authorization"))
+
+    @router.get("/healthz")
+    async def healthz():
+        return {"status": "ok", "auth": service.auth.enabled, "sessions": service.sessions.count()}
+
+    @router.get("/metrics")
+    async def metrics():
+        return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @router.get("/v1/databases")
+    async def databases(request: Request):
+        tenant(request)
+        return {"databases": [d.__dict__ for d in service.list_databases()]}
+
+    @router.post("/v1/sessions")
+    async def open_session(request: Request):
+        session = await service.open(tenant(request), (await body(request)).get("db"), ephemeral=False)
+        return {"session_id": session.session_id, "db": session.db}
+
+    @router.delete("/v1/sessions/{session_id}")
+    async def close_session(session_id: str, request: Request):
+        await service.close(tenant(request), session_id)
+        return {"closed": session_id}
+
+    @router.post("/v1/complete")
+    async def complete(request: Request):
+        tenant(request)
+        data = await body(request)
+        result = None
+        async for event in service.complete(data.get("db"), data.get("question"), data.get("max_new_tokens"),
+                                            data.get("mode", "prefix")):
+            if event.WhichOneof("kind") == "error":
+                raise ApiError(event.error.code, event.error.message)
+            if event.WhichOneof("kind") == "result":
+                result = event.result
+        r = result
+        return {"sql": r.sql, "text": r.text, "token_ids": list(r.token_ids), "ttft_ms": r.ttft_ms,
+                "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens, "finish_reason": r.finish_reason}
+
+    @router.post("/v1/execute")
+    async def execute(request: Request):
+        tenant(request)
+        data = await body(request)
+        return await service.execute(str(data.get("db", "")), data.get("sql"))
+
+    return router

@@ -1,0 +1,34 @@
+"""Gateway configuration: one pydantic object built at the edge (CLI, env, tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    """Every field can be set from the environment with the `HEADSTART_GATEWAY_` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADSTART_GATEWAY_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="HTTP/WebSocket bind address")
+    port: int = Field(8080, ge=0, description="HTTP/WebSocket port (0: any free port)")
+    grpc_host: str = Field("127.0.0.1", description="public gRPC bind address")
+    grpc_port: int = Field(50051, ge=0, description="public gRPC port (0: any free port)")
+    engine_target: str = Field("127.0.0.1:9000", description="host:port of Serve's gRPC proxy")
+    engine_app: str = Field("headstart-engine", description="Serve application name of the engine")
+    tokens: dict[str, str] = Field(default_factory=dict, description="bearer token -> tenant; empty: no auth")
+    policy: str = Field("headstart", description="confirmation policy of typing sessions")
+    max_message_bytes: int = Field(16_384, ge=256, description="largest client message (WS frame / gRPC message)")
+    max_text_chars: int = Field(4000, ge=1, description="longest question text")
+    rate_per_s: float = Field(60.0, gt=0, description="messages per second per connection (sustained)")
+    rate_burst: int = Field(120, ge=1, description="messages a connection may send at once")
+    default_max_new_tokens: int = Field(128, ge=1)
+    max_new_tokens_limit: int = Field(512, ge=1)
+    max_sessions_per_tenant: int = Field(256, ge=1)
+    reconnect_timeout_s: float = Field(60.0, gt=0, description="how long a broken engine stream is retried")
+    execute_row_limit: int = Field(20, ge=1, description="rows returned by the page's read-only Run")
+    execute_timeout_s: float = Field(5.0, gt=0)
+    spider_dir: Path | None = Field(None, description="Spider data dir (default ../shared/data/spider)")

@@ -1,0 +1,127 @@
+"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in docs/serving.md).
+
+Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
+"text":...,"max_new_tokens":k}, {"type":"cancel"}. Server → client: ready,
+progress, token, done, error (each with a "type"). A bad message gets an
+error reply and the connection stays open; the session closes with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import WebSocket, WebSocketDisconnect
+
+from headstart.client.errors import ApiError
+from headstart.v1 import engine_pb2
+from services.gateway.limits import RateLimiter, check_size
+from services.gateway.service import GatewayService
+
+EDGE = "ws"
+# NOTE: an application close code (4000-4999) tells the page why it was dropped.
+CLOSE_CODES = {"UNAUTHENTICATED": 4401, "NOT_FOUND": 4404, "RESOURCE_EXHAUSTED": 4429}
+
+
+def event_json(event: engine_pb2.EngineEvent) -> dict | None:
+    """An engine event as a WebSocket message (None: nothing to send)."""
+    kind = event.WhichOneof("kind")
+    if kind == "progress":
+        p = event.progress
+        return {"type": "progress", "seq": p.seq, "cached_tokens": p.cached_tokens, "prompt_tokens": p.prompt_tokens}
+    if kind == "tokens":
+        return {"type": "token", "text": event.tokens.text} if event.tokens.text else None
+    if kind == "result":
+        r = event.result
+        return {"type": "done", "seq": r.seq, "sql": r.sql, "text": r.text, "token_ids": list(r.token_ids),
+                "ttft_ms": r.ttft_ms, "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens,
+                "cached_tokens_at_submit": r.cached_tokens_at_submit,
+                "computed_tokens_at_submit": r.computed_tokens_at_submit, "finish_reason": r.finish_reason}
+    if kind == "error":
+        return error_json(event.error.code, event.error.message, event.error.seq)
+    return None
+
+
+def error_json(code: str, message: str, seq: int = 0) -> dict:
+    out = {"type": "error", "code": code, "message": message}
+    if seq:
+        out["seq"] = seq
+    return out
+
+
+async def session_socket(ws: WebSocket, service: GatewayService) -> None:
+    """Serve one WebSocket connection from accept to close."""
+    await ws.accept()
+    try:
+        tenant = service.auth.tenant(ws.headers.get("authorization"), ws.query_params.get("token"))
+        sid, db = ws.query_params.get("session"), ws.query_params.get("db", "")
+        session = service.get(tenant, sid) if sid else await service.open(tenant, db, ephemeral=True)
+    except ApiError as exc:
+        service.metrics.errors.labels(EDGE, exc.code).inc()
+        await ws.send_json(error_json(exc.code, exc.message))
+        await ws.close(CLOSE_CODES.get(exc.code, 1011))
+        return
+    if sid:
+        session.events = asyncio.Queue()  # a new listener: drop what nobody read
+    await ws.send_json({"type": "ready", "session": session.session_id, "db": session.db})
+    sender = asyncio.create_task(_send_events(ws, session))
+    try:
+        await _receive(ws, service, session)
+    finally:
+        sender.cancel()
+        if session.ephemeral:
+            try:
+                await service.close(session.tenant, session.session_id)
+            except ApiError:
+                pass
+        elif session.link is not None:
+            await session.link.cancel_generation()  # the client left: its answer is not needed
+
+
+async def _send_events(ws: WebSocket, session) -> None:
+    while True:
+        message = event_json(await session.events.get())
+        if message is not None:
+            await ws.send_json(message)
+
+
+async def _receive(ws: WebSocket, service: GatewayService, session) -> None:
+    limiter = RateLimiter(service.settings.rate_per_s, service.settings.rate_burst)
+    while True:
+        try:
+            raw = await ws.receive()
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        if raw["type"] == "websocket.disconnect":
+            return
+        data = raw.get("text") if raw.get("text") is not None else raw.get("bytes") or b""
+        try:
+            check_size(len(data.encode() if isinstance(data, str) else data), service.settings.max_message_bytes)
+            limiter.take()
+            await _dispatch(service, session, _parse(data))
+        except ApiError as exc:
+            service.metrics.errors.labels(EDGE, exc.code).inc()
+            await ws.send_json(error_json(exc.code, exc.message, exc.seq))
+
+
+def _parse(data: str | bytes) -> dict:
+    try:
+        message = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError("INVALID_ARGUMENT", f"malformed JSON: {exc}") from exc
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ApiError("INVALID_ARGUMENT", 'a message is a JSON object with a "type"')
+    return message
+
+
+async def _dispatch(service: GatewayService, session, message: dict) -> None:
+    kind = message["type"]
+    service.metrics.messages.labels(EDGE, kind if kind in ("input", "submit", "cancel") else "other").inc()
+    if kind == "input":
+        await service.input(session, message.get("seq"), message.get("text"))
+    elif kind == "submit":
+        await service.submit(session, message.get("seq"), message.get("text"), message.get("max_new_tokens"))
+    elif kind == "cancel":
+        await session.link.cancel_generation()
+    else:
+        raise ApiError("INVALID_ARGUMENT", f"unknown message type {kind!r}; valid: input, submit, cancel")

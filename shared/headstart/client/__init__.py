@@ -1,0 +1,19 @@
+"""Python client of the public gRPC API (`headstart.v1.Headstart`).
+
+    from headstart.client import HeadstartClient
+
+    with HeadstartClient("localhost:50051", token="...") as client:
+        with client.typing("world_1") as s:
+            for text in ("How", "How many", "How many countries?"):
+                s.input(text)
+            result = s.submit("How many countries?")
+        print(result.sql, result.ttft_ms)
+
+`AsyncHeadstartClient` is the same API with `async`/`await`.
+"""
+
+from headstart.client.aio import AsyncHeadstartClient, AsyncTypingSession
+from headstart.client.errors import ApiError
+from headstart.client.sync import HeadstartClient, TypingSession
+
+__all__ = ["ApiError", "AsyncHeadstartClient", "AsyncTypingSession", "HeadstartClient", "TypingSession"]

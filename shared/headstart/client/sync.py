@@ -1,0 +1,170 @@
+"""Blocking client: unary calls and a typing session over the `Type` stream."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import grpc
+
+from headstart.client.errors import ApiError, from_rpc_error
+from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
+
+_STOP = object()
+_END = object()
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+def submit_request(seq: int, text: str, max_new_tokens: int | None) -> headstart_pb2.TypeRequest:
+    params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
+    return headstart_pb2.TypeRequest(submit=headstart_pb2.Submit(seq=seq, text=text, params=params))
+
+
+class HeadstartClient:
+    """A connection to a gateway's public gRPC port."""
+
+    def __init__(self, target: str, token: str | None = None, timeout_s: float = 120.0):
+        self.channel = grpc.insecure_channel(target)
+        self.stub = headstart_pb2_grpc.HeadstartStub(self.channel)
+        self.metadata = auth_metadata(token)
+        self.timeout_s = timeout_s
+
+    def list_databases(self) -> list[headstart_pb2.Database]:
+        return list(self._unary(self.stub.ListDatabases, headstart_pb2.ListDatabasesRequest()).databases)
+
+    def open_session(self, db: str) -> str:
+        """A session that lives until `close_session` (attach with `typing(session_id=...)`)."""
+        return self._unary(self.stub.OpenSession, headstart_pb2.OpenSessionRequest(db=db)).session_id
+
+    def close_session(self, session_id: str) -> None:
+        self._unary(self.stub.CloseSession, headstart_pb2.CloseSessionRequest(session_id=session_id))
+
+    def complete(self, db: str, question: str, max_new_tokens: int | None = None, mode: str = "prefix",
+                 on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
+        """One completion with no typing; `on_text` sees the text as it streams."""
+        params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
+        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode)
+        try:
+            for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
+                if response.WhichOneof("kind") == "tokens" and on_text:
+                    on_text(response.tokens.text)
+                elif response.WhichOneof("kind") == "result":
+                    return response.result
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        raise ApiError("INTERNAL", "the stream ended without a result")
+
+    def typing(self, db: str = "", session_id: str = "") -> "TypingSession":
+        """Open a `Type` stream: on a new session for `db`, or on an open session."""
+        return TypingSession(self.stub, self.metadata, db, session_id, self.timeout_s)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "HeadstartClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _unary(self, method, request):
+        try:
+            return method(request, metadata=self.metadata, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+
+class TypingSession:
+    """One `Type` stream. `input` sends a snapshot (seq assigned here), `submit`
+    blocks until the result; progress is kept in `progress` as it arrives."""
+
+    def __init__(self, stub, metadata, db: str, session_id: str, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.seq = 0
+        self.progress: types_pb2.Progress | None = None
+        self.errors: list[ApiError] = []
+        self._requests: queue.Queue = queue.Queue()
+        self._events: queue.Queue = queue.Queue()
+        self._requests.put(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(session_id=session_id, db=db)))
+        self._call = stub.Type(iter(self._requests.get, _STOP), metadata=metadata)
+        try:
+            ready = next(self._call).ready
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        self.session_id, self.db = ready.session_id, ready.db
+        threading.Thread(target=self._read, daemon=True, name="headstart-type-reader").start()
+
+    def input(self, text: str) -> int:
+        self.seq += 1
+        self._requests.put(headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=self.seq, text=text)))
+        return self.seq
+
+    def submit(self, text: str, max_new_tokens: int | None = None,
+               on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
+        """Send the final text and wait for its Result; raises ApiError for its error."""
+        self.seq += 1
+        seq = self.seq
+        self._requests.put(submit_request(seq, text, max_new_tokens))
+        while True:
+            response = self.next_event(self.timeout_s)
+            kind = response.WhichOneof("kind")
+            if kind == "tokens" and on_text:
+                on_text(response.tokens.text)
+            elif kind == "result":
+                return response.result
+            elif kind == "error" and response.error.seq in (seq, 0):
+                raise ApiError(response.error.code, response.error.message, response.error.seq)
+
+    def wait_caught_up(self, timeout_s: float = 30.0) -> types_pb2.Progress:
+        """Block until a progress message says the cache holds the whole prompt of the last input."""
+        end = time.monotonic() + timeout_s
+        while not (self.progress and self.progress.seq == self.seq
+                   and self.progress.cached_tokens == self.progress.prompt_tokens):
+            self.next_event(max(0.0, end - time.monotonic()))
+        return self.progress
+
+    def next_event(self, timeout_s: float | None = None) -> headstart_pb2.TypeResponse:
+        """The next message (progress is also recorded); raises ApiError when the stream failed."""
+        try:
+            item = self._events.get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no message from the server in {timeout_s} s") from None
+        if item is _END:
+            self._events.put(_END)
+            raise ApiError("UNAVAILABLE", "the Type stream ended")
+        if isinstance(item, ApiError):
+            self._events.put(_END)
+            raise item
+        if item.WhichOneof("kind") == "progress":
+            self.progress = item.progress
+        elif item.WhichOneof("kind") == "error":
+            self.errors.append(ApiError(item.error.code, item.error.message, item.error.seq))
+        return item
+
+    def close(self) -> None:
+        """Half-close; the server ends the stream (and an ephemeral session)."""
+        self._requests.put(_STOP)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    def __enter__(self) -> "TypingSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._events.put(response)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                self._events.put(from_rpc_error(exc))
+        finally:
+            self._events.put(_END)

@@ -1,0 +1,80 @@
+"""A real serving stack for integration tests, started once per test session.
+
+`serve_stack`: a local Ray (private temp dir, auth off), Ray Serve with the
+engine app (2 replicas, CPU, random:tiny in float64, at most 4 attached
+sessions per replica) behind Serve's gRPC proxy, and a gateway (HTTP +
+WebSocket + public gRPC on free ports) with two tenants. `make_gateway`
+starts extra gateways on the same engine with other edge limits.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
+MAX_ATTACHED = 4
+NUM_REPLICAS = 2
+
+
+@dataclass
+class ServeStack:
+    engine_target: str
+    app_name: str
+    http_url: str
+    ws_url: str
+    grpc_target: str
+    gateway: object
+
+
+def _gateway(engine, **overrides):
+    from services.gateway.app import GatewayServer
+    from services.gateway.settings import GatewaySettings
+
+    settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_target=engine.grpc_target,
+                               engine_app=engine.app_name, tokens=TOKENS, reconnect_timeout_s=90, **overrides)
+    server = GatewayServer(settings).start()
+    return server, ServeStack(engine.grpc_target, engine.app_name, f"http://127.0.0.1:{server.http_port}",
+                              f"ws://127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}", server)
+
+
+@pytest.fixture(scope="session")
+def serve_engine(tmp_path_factory):
+    pytest.importorskip("ray")
+    from headstart.config import EngineSettings
+    from services.engine.ray_stack import start_engine, start_ray, stop_engine
+
+    ray_dir = Path(tempfile.mkdtemp(prefix="hsr", dir="/tmp"))  # short: Ray's socket paths
+    start_ray(ray_dir, num_cpus=2)
+    settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
+                              p0_cache_dir=tmp_path_factory.mktemp("serve-p0"))
+    try:
+        yield start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED)
+    finally:
+        stop_engine()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def serve_stack(serve_engine):
+    server, stack = _gateway(serve_engine)
+    yield stack
+    server.stop()
+
+
+@pytest.fixture
+def make_gateway(serve_engine):
+    servers = []
+
+    def make(**overrides) -> ServeStack:
+        server, stack = _gateway(serve_engine, **overrides)
+        servers.append(server)
+        return stack
+
+    yield make
+    for server in servers:
+        server.stop()

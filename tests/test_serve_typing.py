@@ -1,0 +1,152 @@
+"""Integration: typing through the real gateway and a real Ray Serve engine
+(2 replicas, random:tiny float64) gives exactly the tokens of a cold run."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from headstart.client import HeadstartClient
+from headstart.v1 import engine_pb2, engine_pb2_grpc
+from tests.serve_helpers import MAX_NEW, recv, ws_connect, ws_type_and_submit
+from tests.typing_traces import KINDS, QUESTIONS, typed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cold(tiny_runtime):
+    memo: dict[str, list[int]] = {}
+
+    def run(text: str) -> list[int]:
+        if text not in memo:
+            memo[text] = tiny_runtime.complete("world_1", text, "cold", MAX_NEW).token_ids
+        return memo[text]
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["typos", "mid_edit", "unicode", "paste", "special_tokens"])
+def test_grpc_typing_matches_cold(serve_stack, cold, kind):
+    rng = random.Random(kind)
+    snapshots = KINDS[kind](QUESTIONS[rng.randrange(len(QUESTIONS))], rng)
+    with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
+        with client.typing("world_1") as session:
+            for text in snapshots:
+                session.input(text)
+            session.wait_caught_up()
+            result = session.submit(snapshots[-1], MAX_NEW)
+    assert list(result.token_ids) == cold(snapshots[-1])
+    assert result.computed_tokens_at_submit <= result.prompt_tokens - result.cached_tokens_at_submit + 1
+    assert result.cached_tokens_at_submit > 0
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 0.01])
+def test_ws_typing_matches_cold(serve_stack, cold, pause_s):
+    snapshots = typed(QUESTIONS[0])
+    with ws_connect(serve_stack) as ws:
+        ready = recv(ws)
+        assert ready["type"] == "ready" and ready["db"] == "world_1" and len(ready["session"]) == 32
+        done, seen = ws_type_and_submit(ws, snapshots, pause_s=pause_s)
+    assert done["type"] == "done", done
+    assert done["token_ids"] == cold(snapshots[-1])
+    assert "".join(m["text"] for m in seen if m["type"] == "token") == done["text"]
+    progress = [m for m in seen if m["type"] == "progress"]
+    assert progress and all(m["prompt_tokens"] >= m["cached_tokens"] > 0 for m in progress)
+    assert set(done) >= {"sql", "ttft_ms", "total_ms", "cached_tokens_at_submit", "computed_tokens_at_submit"}
+
+
+def test_typed_prompt_is_nearly_free_at_submit(serve_stack, cold):
+    """After a pause the cache holds the question: the submit computes only the
+    few tokens of the text the policy held back plus the prompt's tail."""
+    question = QUESTIONS[2]
+    with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
+        with client.typing("world_1") as session:
+            session.input(question)
+            progress = session.wait_caught_up()
+            result = session.submit(question, MAX_NEW)
+    assert progress.cached_tokens == progress.prompt_tokens
+    assert result.prompt_tokens == progress.prompt_tokens
+    assert result.computed_tokens_at_submit <= 1  # the backstep token at most
+    assert list(result.token_ids) == cold(question)
+
+
+@pytest.mark.parametrize("mode", ["cold", "prefix"])
+def test_complete_matches_cold(serve_stack, cold, mode):
+    with HeadstartClient(serve_stack.grpc_target, token="tok-bob") as client:
+        streamed: list[str] = []
+        result = client.complete("world_1", QUESTIONS[1], MAX_NEW, mode, on_text=streamed.append)
+    assert list(result.token_ids) == cold(QUESTIONS[1])
+    assert "".join(streamed) == result.text
+    assert result.finish_reason == "length"
+
+
+def test_stickiness_through_serve_router(serve_engine):
+    """Every call of a session reaches one replica; different sessions spread."""
+    md = lambda sid: (("application", serve_engine.app_name), ("session_id", sid))  # noqa: E731
+    with grpc.insecure_channel(serve_engine.grpc_target) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+
+        def requests():
+            yield engine_pb2.EngineRequest(attach=engine_pb2.Attach(session_id="sticky-1", db="world_1"))
+            for seq in range(1, 21):
+                yield engine_pb2.EngineRequest(snapshot=engine_pb2.Snapshot(seq=seq, text="How many"[: seq % 8 + 1]))
+
+        events = list(stub.Session(requests(), metadata=md("sticky-1"), timeout=60))
+        acks = [e.ack for e in events if e.WhichOneof("kind") == "ack"]
+        attached = [e.attached for e in events if e.WhichOneof("kind") == "attached"]
+        infos = [stub.Describe(engine_pb2.EngineSessionRef(session_id="sticky-1"), metadata=md("sticky-1"))
+                 for _ in range(10)]
+        spread = {stub.Describe(engine_pb2.EngineSessionRef(), metadata=md(f"spread-{i}")).replica for i in range(16)}
+        stub.CloseSession(engine_pb2.EngineSessionRef(session_id="sticky-1"), metadata=md("sticky-1"))
+    assert [a.seq for a in acks] == list(range(1, 21))
+    replicas = {a.replica for a in acks} | {a.replica for a in attached} | {i.replica for i in infos}
+    assert len(replicas) == 1
+    assert all(i.holds_session for i in infos)
+    assert len(spread) == 2
+
+
+def test_health_reflection_and_metrics(serve_stack, serve_engine):
+    assert httpx.get(f"{serve_stack.http_url}/healthz").json()["status"] == "ok"
+    for target in (serve_stack.grpc_target, serve_engine.grpc_target):
+        with grpc.insecure_channel(target) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(serve_stack.grpc_target) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        reply = next(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+        names = {s.name for s in reply.list_services_response.service}
+    assert {"headstart.v1.Headstart", "grpc.health.v1.Health"} <= names
+    metrics = httpx.get(f"{serve_stack.http_url}/metrics").text
+    assert "headstart_gateway_snapshot_rtt_seconds_count" in metrics
+
+
+def test_list_databases_and_run(serve_stack):
+    with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
+        dbs = {d.id: d for d in client.list_databases()}
+    assert (dbs["world_1"].can_execute, dbs["world_1"].num_tables) == (True, 3)
+    headers = {"authorization": "Bearer tok-alice"}
+    ok = httpx.post(f"{serve_stack.http_url}/v1/execute", headers=headers,
+                    json={"db": "world_1", "sql": "SELECT count(*) FROM country"})
+    assert ok.status_code == 200 and ok.json() == {"columns": ["count(*)"], "rows": [[239]]}
+    denied = httpx.post(f"{serve_stack.http_url}/v1/execute", headers=headers,
+                        json={"db": "world_1", "sql": "DELETE FROM country"})
+    assert denied.status_code == 400 and denied.json()["code"] == "INVALID_ARGUMENT"
+
+
+def test_same_replica_across_submits(serve_stack):
+    with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
+        with client.typing("world_1") as session:
+            replicas = []
+            for question in QUESTIONS[:3]:
+                session.input(question)
+                replicas.append(session.submit(question, 4).replica)
+                time.sleep(0.01)
+    assert len(set(replicas)) == 1
