@@ -46,9 +46,12 @@ def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> flo
 
 
 def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
-                   seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path) -> dict:
+                   seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path,
+                   table_cache: str = "off") -> dict:
+    """With `table_cache` on, prefix and the sessions start from table blocks
+    (outputs may then differ from cold: block assembly changes attention)."""
     runtime = EngineRuntime.from_settings(model=model, dtype=dtype, device=device, threads=threads,
-                                          p0_cache_on_disk=False)
+                                          p0_cache_on_disk=False, table_cache=table_cache)
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts
             runtime.base_state(runtime.prompt_for(db))
@@ -81,7 +84,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
         runtime.shutdown()
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
-                                           max_new_tokens=max_new_tokens))
+                                           max_new_tokens=max_new_tokens, table_cache=table_cache))
     _write(report, out)
     return report
 

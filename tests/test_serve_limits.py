@@ -64,7 +64,18 @@ def test_tenant_isolation(serve_stack):
     assert (attach.value.code, close.value.code, ws_error["code"]) == ("NOT_FOUND", "NOT_FOUND", "NOT_FOUND")
 
 
-def test_admission_control_max_sessions(serve_stack):
+def _attached_per_replica(serve_engine) -> dict[str, int]:
+    import grpc
+
+    with grpc.insecure_channel(serve_engine.grpc_target) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+        infos = [stub.Describe(engine_pb2.EngineSessionRef(),
+                               metadata=(("application", serve_engine.app_name), ("session_id", f"probe-{i}")))
+                 for i in range(16)]
+    return {i.replica: i.num_attached for i in infos}
+
+
+def test_admission_control_max_sessions(serve_stack, serve_engine):
     """Each replica takes MAX_ATTACHED sessions; past it RESOURCE_EXHAUSTED,
     and capacity comes back when sessions close."""
     opened, errors = [], []
@@ -80,6 +91,10 @@ def test_admission_control_max_sessions(serve_stack):
                 client.close_session(sid)
         again = client.open_session("world_1")
         client.close_session(again)
+    end = time.monotonic() + 10
+    while any((attached := _attached_per_replica(serve_engine)).values()) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert list(attached.values()) == [0] * NUM_REPLICAS  # closing gave every slot back
     assert MAX_ATTACHED <= len(opened) <= MAX_ATTACHED * NUM_REPLICAS
     assert errors and set(errors) == {"RESOURCE_EXHAUSTED"}
     assert len(opened) + len(errors) == MAX_ATTACHED * NUM_REPLICAS + 6
@@ -141,8 +156,7 @@ def test_newer_snapshot_cancels_submit(serve_stack):
     with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
         with client.typing("world_1") as session:
             session.input("How many countries")
-            session._requests.put(__import__("headstart.client.sync", fromlist=["x"]).submit_request(2, "How many countries", 400))
-            session.seq = 2
+            assert session.send_submit("How many countries", 400) == 2
             session.input("How many countries are there")
             while not session.errors:
                 session.next_event(30)

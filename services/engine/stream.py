@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from headstart.engine.errors import InvalidInput
 from headstart.engine.generation import SamplingParams
 from headstart.engine.session import Session
 from headstart.v1 import engine_pb2, types_pb2
@@ -45,7 +44,8 @@ class SessionStream:
         self._gen_task: asyncio.Task | None = None
         self._gen_seq = 0
 
-    async def run(self, requests: AsyncIterator[engine_pb2.EngineRequest]) -> AsyncIterator[engine_pb2.EngineEvent]:
+    async def run(self, requests: AsyncIterator[engine_pb2.EngineRequest]
+                  ) -> AsyncIterator[engine_pb2.EngineEvent]:
         """Events for the gateway until the request stream ends or attach fails."""
         reader = asyncio.create_task(self._read(requests))
         try:
@@ -160,5 +160,3 @@ class SessionStream:
     def _post(self, item: object) -> None:
         self._out.put_nowait(item)
 
-
-__all__ = ["SessionStream", "sampling_params", "InvalidInput"]

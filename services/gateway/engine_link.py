@@ -50,6 +50,7 @@ class EngineLink:
         self._call = None
         self._reader: asyncio.Task | None = None
         self._closed = False
+        self.failed = False  # reconnecting gave up: the session must be reopened
         self._pending: PendingSubmit | None = None
         self._skip_tokens = 0
         self._sent_at: dict[int, float] = {}
@@ -116,6 +117,7 @@ class EngineLink:
                     return
                 log.info("engine stream of %s broke (%s); reconnecting", self.engine_session_id, exc)
             if not await self._reconnect():
+                self.failed = True
                 return
 
     async def _reconnect(self) -> bool:

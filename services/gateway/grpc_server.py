@@ -77,8 +77,10 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
                     input_done = True
                     continue
                 kind = event.WhichOneof("kind")
-                if kind == "result" or (kind == "error" and (event.error.seq == pending.seq or event.error.code == "UNAVAILABLE")):
+                if kind == "result" or (kind == "error" and event.error.seq == pending.seq):
                     pending.seq = 0
+                elif kind == "error" and event.error.code == "UNAVAILABLE":
+                    pending.seq = 0  # the engine is gone: no result will come
                 response = to_type_response(event)
                 if response is not None:
                     yield response

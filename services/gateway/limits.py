@@ -38,6 +38,10 @@ def check_text(text: object, limit: int) -> str:
         raise ApiError("INVALID_ARGUMENT", "text must be a string")
     if len(text) > limit:
         raise ApiError("TEXT_TOO_LONG", f"text has {len(text)} characters; the limit is {limit}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a JSON "\ud800" escape: not sendable as protobuf string
+        raise ApiError("INVALID_ARGUMENT", f"text is not valid Unicode (lone surrogate at {exc.start})") from exc
     return text
 
 

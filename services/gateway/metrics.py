@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 RTT_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
@@ -20,6 +22,13 @@ class GatewayMetrics:
                               buckets=TTFT_BUCKETS, registry=self.registry)
         self.sessions = Gauge("headstart_gateway_sessions", "open sessions", registry=self.registry)
         self.reconnects = Counter("headstart_gateway_engine_reconnects", "engine streams reopened", registry=self.registry)
+
+        # Raw recent samples for in-process benchmarks (the histogram only has buckets).
+        self.rtt_samples: deque[float] = deque(maxlen=100_000)
+
+    def observe_rtt(self, seconds: float) -> None:
+        self.snapshot_rtt.observe(seconds)
+        self.rtt_samples.append(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -60,7 +60,7 @@ class GatewayService:
         link = EngineLink(
             self._stub, self.settings.engine_app, engine_session_id(tenant, session.session_id), db,
             self.settings.policy, session.latest, lambda ev: self._deliver(session, ev),
-            self.metrics.snapshot_rtt.observe, self.settings.reconnect_timeout_s,
+            self.metrics.observe_rtt, self.settings.reconnect_timeout_s,
         )
         try:
             await link.start()
@@ -103,6 +103,7 @@ class GatewayService:
     async def input(self, session: GatewaySession, seq: object, text: object) -> bool:
         """A snapshot; False when `seq` is not newer (ignored, as the engine would)."""
         seq, text = check_seq(seq), check_text(text, self.settings.max_text_chars)
+        self._check_link(session)
         if not session.accept(seq):
             return False
         session.seq, session.text = seq, text
@@ -111,6 +112,7 @@ class GatewayService:
 
     async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None) -> None:
         seq, text = check_seq(seq), check_text(text, self.settings.max_text_chars)
+        self._check_link(session)
         if seq < session.seq:
             raise ApiError("STALE_SEQUENCE", f"submit seq {seq} is older than snapshot {session.seq}")
         params = self.params(max_new_tokens)
@@ -154,6 +156,11 @@ class GatewayService:
         sql = check_text(sql, self.settings.max_text_chars)
         return await asyncio.to_thread(run_read_only, db, sql, self.settings.execute_row_limit,
                                        self.settings.execute_timeout_s, self.settings.spider_dir)
+
+    @staticmethod
+    def _check_link(session: GatewaySession) -> None:
+        if session.link is None or session.link.failed:
+            raise ApiError("UNAVAILABLE", "the engine is unreachable for this session; open a new one")
 
     def _deliver(self, session: GatewaySession, event: engine_pb2.EngineEvent) -> None:
         if event.WhichOneof("kind") == "result" and event.result.ttft_ms:

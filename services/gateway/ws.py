@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 from fastapi import WebSocket, WebSocketDisconnect
 
@@ -19,6 +20,7 @@ from services.gateway.limits import RateLimiter, check_size
 from services.gateway.service import GatewayService
 
 EDGE = "ws"
+log = logging.getLogger(__name__)
 # NOTE: an application close code (4000-4999) tells the page why it was dropped.
 CLOSE_CODES = {"UNAUTHENTICATED": 4401, "NOT_FOUND": 4404, "RESOURCE_EXHAUSTED": 4429}
 
@@ -102,6 +104,10 @@ async def _receive(ws: WebSocket, service: GatewayService, session) -> None:
         except ApiError as exc:
             service.metrics.errors.labels(EDGE, exc.code).inc()
             await ws.send_json(error_json(exc.code, exc.message, exc.seq))
+        except Exception as exc:  # a bug must cost one message, not the connection
+            log.exception("websocket message failed")
+            service.metrics.errors.labels(EDGE, "INTERNAL").inc()
+            await ws.send_json(error_json("INTERNAL", f"{type(exc).__name__}"))
 
 
 def _parse(data: str | bytes) -> dict:

@@ -9,11 +9,16 @@ from typing import Optional
 
 import typer
 
+from headstart.tables.cli import tables_app
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print a table, write JSON and a plot).")
 app.add_typer(bench_app, name="bench")
+app.add_typer(tables_app, name="tables")
 
 MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
+TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
+TABLE_STORE_HELP = "table block store: memory:// or redis://host:port/db"
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -34,6 +39,8 @@ def replay(
     max_new_tokens: int = typer.Option(64),
     speed: float = typer.Option(1.0, help="replay speed: 4 = four times faster than recorded"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the result as JSON here"),
+    table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
+    table_store: str = typer.Option("memory://", help=TABLE_STORE_HELP),
 ):
     """Replay a typing trace in real time and print the SQL and the time to first token."""
     from headstart.engine.errors import HeadstartError
@@ -44,9 +51,9 @@ def replay(
     try:
         parsed = load_trace(trace)
         from headstart.replay_modes import replay_in_mode
-        from headstart.engine.runtime import EngineRuntime
 
-        runtime = EngineRuntime.from_settings(model=model, dtype=dtype, device=device, threads=threads)
+        runtime = _runtime(model=model, dtype=dtype, device=device, threads=threads,
+                           table_cache=table_cache, table_store_url=table_store)
         try:
             result = replay_in_mode(runtime, db, parsed, mode, policy, max_new_tokens, speed)
         finally:
@@ -55,6 +62,7 @@ def replay(
         _fail(str(exc))
     out = {
         "db": db, "mode": mode, "policy": policy if mode == "session" else None, "model": model,
+        "table_cache": table_cache,
         "token_ids": result.token_ids, "text": result.text, "ttft_ms": result.ttft_ms,
         "total_ms": result.total_ms, "prompt_tokens": result.prompt_tokens,
         "cached_tokens_at_submit": result.cached_tokens_at_submit,
@@ -75,23 +83,64 @@ def demo(
     wpm: float = typer.Option(60.0),
     threads: Optional[int] = typer.Option(None),
     out: Path = typer.Option(Path(".headstart/demo"), help="where the generated trace goes"),
+    table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
 ):
     """The embedded default: a synthetic typist against a Spider db, in every mode."""
-    from headstart.engine.runtime import EngineRuntime
     from headstart.replay_modes import replay_in_mode
     from headstart.typist import Typist
 
     trace = Typist(wpm=wpm, typo_rate=0.03, pause_s=0.5, seed=0).trace(question)
     out.mkdir(parents=True, exist_ok=True)
     (out / "trace.jsonl").write_text(trace.to_jsonl())
-    typer.echo(f"model {model}; database {db}; typing trace in {out / 'trace.jsonl'}")
-    runtime = EngineRuntime.from_settings(model=model, threads=threads)
+    typer.echo(f"model {model}; database {db}; table cache {table_cache}; typing trace in {out / 'trace.jsonl'}")
+    runtime = _runtime(model=model, threads=threads, table_cache=table_cache)
     try:
         for mode in ("cold", "prefix", "session"):
             typer.secho(f"\n== {mode}: replaying {trace.submit_t:.1f} s of typing", bold=True)
             _print_result(trace, replay_in_mode(runtime, db, trace, mode, max_new_tokens=24))
     finally:
         runtime.shutdown()
+    if then_serve:
+        typer.secho(f"\n== serving: open http://127.0.0.1:{port}/ and type a question about {db} (Ctrl-C stops)",
+                    bold=True)
+        serve(model=model, dtype="float32", device="cpu", host="127.0.0.1", port=port, grpc_port=50051,
+              replicas=1, token=[], redis_url=None, max_sessions=64, threads=threads)
+
+
+@app.command()
+def serve(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: str = typer.Option("float32"),
+    device: str = typer.Option("cpu"),
+    host: str = typer.Option("127.0.0.1", help="gateway bind address (loopback only without --token)"),
+    port: int = typer.Option(8080, help="HTTP port: page, REST, WebSocket, /healthz, /metrics"),
+    grpc_port: int = typer.Option(50051, help="public gRPC port"),
+    replicas: int = typer.Option(1, help="engine replicas (Ray Serve, sticky by session id)"),
+    token: list[str] = typer.Option([], help="bearer token, TOKEN or TENANT=TOKEN (repeat)"),
+    redis_url: Optional[str] = typer.Option(None, "--redis", help="redis:// URL; a local one is started if needed"),
+    max_sessions: int = typer.Option(64, help="sessions per replica"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads per replica"),
+):
+    """Start the local stack: Ray, the engine deployment, the gateway (and Redis). Ctrl-C stops it all."""
+    from services.launcher import serve_command
+
+    serve_command(model=model, dtype=dtype, host=host, port=port, grpc_port=grpc_port, replicas=replicas,
+                  tokens=token, device=device, redis_url=redis_url, max_sessions=max_sessions, threads=threads,
+                  block=True, say=typer.echo)
+
+
+def _runtime(**settings):
+    """An EngineRuntime from CLI options; a bad option value exits with code 2 and a clear message."""
+    from pydantic import ValidationError
+
+    from headstart.config import EngineSettings
+    from headstart.engine.runtime import EngineRuntime
+
+    try:
+        parsed = EngineSettings(**settings)
+    except ValidationError as exc:
+        _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    return EngineRuntime(parsed)
 
 
 def _print_result(trace, result) -> None:
@@ -118,13 +167,39 @@ def bench_ttft(
     threads: Optional[int] = typer.Option(2),
     max_new_tokens: int = typer.Option(8),
     out: Path = typer.Option(Path("bench-out/ttft")),
+    table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
 ):
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
 
+    if table_cache not in ("off", "pfk", "independent"):
+        _fail(f"unknown --table-cache {table_cache!r}; valid: off, pfk, independent")
     run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
                    pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
-                   max_new_tokens=max_new_tokens, out=out)
+                   max_new_tokens=max_new_tokens, out=out, table_cache=table_cache)
+
+
+@bench_app.command("serve")
+def bench_serve(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: str = typer.Option("float32"),
+    device: str = typer.Option("cpu"),
+    replicas: int = typer.Option(1),
+    concurrency: list[int] = typer.Option([1, 4, 8], help="numbers of concurrent typists (repeat)"),
+    rounds: int = typer.Option(2),
+    wpm: float = typer.Option(60.0),
+    pause: float = typer.Option(0.3),
+    max_new_tokens: int = typer.Option(32),
+    db: str = typer.Option("world_1"),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("bench-out/serve")),
+):
+    """N concurrent typists (WebSocket and gRPC) against the local stack, vs the prefix baseline."""
+    from bench.serve import run_serve_bench
+
+    run_serve_bench(out, model=model, dtype=dtype, device=device, replicas=replicas,
+                    concurrency=tuple(concurrency), rounds=rounds, wpm=wpm, pause_s=pause,
+                    max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo)
 
 
 def _mount_eval() -> None:
@@ -136,6 +211,36 @@ def _mount_eval() -> None:
 
 
 _mount_eval()
+
+
+@bench_app.command("tables")
+def bench_tables(
+    dataset: str = typer.Option("spider-dev", help="spider-dev | bird-dev"),
+    questions: int = typer.Option(60, help="questions, drawn in seeded random order"),
+    seed: int = typer.Option(0, help="seeds the question order and every question's table order"),
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: str = typer.Option("float32"),
+    device: str = typer.Option("cpu"),
+    threads: Optional[int] = typer.Option(2),
+    store: str = typer.Option("auto", help="block store: auto (a private local Redis, else memory://) or a URL"),
+    device_tier_mib: float = typer.Option(32.0, help="device tier budget for blocks"),
+    prefix_cache_mib: float = typer.Option(1024.0, help="radix prefix-cache budget (the baseline)"),
+    max_delay: int = typer.Option(16, help="reranking: most places a request may slip"),
+    micro_batch: int = typer.Option(1, help="requests per micro-batch of the load/compute pipeline"),
+    guard_questions: int = typer.Option(8, help="questions of the accuracy guard (0: skip it)"),
+    guard_tokens: int = typer.Option(32, help="greedy tokens compared by the accuracy guard"),
+    out: Path = typer.Option(Path("bench-out/tables")),
+):
+    """TTFT of cold, prefix caching, table cache (pfk, independent) and its ablations (TableCache Tables 1/2/4)."""
+    from bench.tables import run_tables_bench
+    from bench.tables_workload import DATASETS
+
+    if dataset not in DATASETS:
+        _fail(f"unknown --dataset {dataset!r}; valid: {', '.join(DATASETS)}")
+    run_tables_bench(dataset=dataset, questions=questions, seed=seed, model=model, dtype=dtype, device=device,
+                     threads=threads, store=store, device_tier_bytes=int(device_tier_mib * 2**20),
+                     prefix_cache_bytes=int(prefix_cache_mib * 2**20), max_delay=max_delay, micro_batch=micro_batch,
+                     guard_questions=guard_questions, guard_tokens=guard_tokens, out=out)
 
 
 def _split(values: list[str]) -> list[str]:

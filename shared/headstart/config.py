@@ -7,6 +7,7 @@ Every field can be set from the environment with the `HEADSTART_` prefix
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -30,3 +31,16 @@ class EngineSettings(BaseSettings):
     max_prompt_tokens: int = Field(8192, ge=16, description="prompt + new tokens limit per request")
     chunk_tokens: int = Field(256, ge=1, description="prefill chunk: the most a submit waits for typing work")
     debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")
+
+    # -- table cache (papers/tablecache.md; headstart.tables) ------------------
+    table_cache: Literal["off", "pfk", "independent"] = Field(
+        "off", description="table blocks: off | pfk (foreign-key groups) | independent (each table alone)"
+    )
+    table_store_url: str = Field("memory://", description="block store: memory:// or redis://host:port/db")
+    table_cpu_tier_bytes: int | None = Field(None, ge=0, description="CPU tier in front of a remote block store")
+    table_device_bytes: int = Field(1 << 30, ge=0, description="device tier budget for table blocks (0: none)")
+    table_eviction: Literal["lru", "lfu", "fifo"] = Field("lru", description="device tier eviction policy")
+    table_rerank_max_delay: int = Field(16, ge=0, description="batch reranking: most positions a request may slip")
+    table_precompute_on_open: bool = Field(
+        True, description="precompute a database's missing blocks the first time it is used"
+    )

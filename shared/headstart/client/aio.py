@@ -88,9 +88,7 @@ class AsyncTypingSession:
 
     async def submit(self, text: str, max_new_tokens: int | None = None,
                      on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
-        self.seq += 1
-        seq = self.seq
-        await self._write(submit_request(seq, text, max_new_tokens))
+        seq = await self.send_submit(text, max_new_tokens)
         while True:
             response = await self.next_event()
             kind = response.WhichOneof("kind")
@@ -100,6 +98,12 @@ class AsyncTypingSession:
                 return response.result
             elif kind == "error" and response.error.seq in (seq, 0):
                 raise ApiError(response.error.code, response.error.message, response.error.seq)
+
+    async def send_submit(self, text: str, max_new_tokens: int | None = None) -> int:
+        """Send a submit without waiting for it (read with `next_event`); returns its seq."""
+        self.seq += 1
+        await self._write(submit_request(self.seq, text, max_new_tokens))
+        return self.seq
 
     async def next_event(self) -> headstart_pb2.TypeResponse:
         try:

@@ -107,9 +107,7 @@ class TypingSession:
     def submit(self, text: str, max_new_tokens: int | None = None,
                on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
         """Send the final text and wait for its Result; raises ApiError for its error."""
-        self.seq += 1
-        seq = self.seq
-        self._requests.put(submit_request(seq, text, max_new_tokens))
+        seq = self.send_submit(text, max_new_tokens)
         while True:
             response = self.next_event(self.timeout_s)
             kind = response.WhichOneof("kind")
@@ -119,6 +117,12 @@ class TypingSession:
                 return response.result
             elif kind == "error" and response.error.seq in (seq, 0):
                 raise ApiError(response.error.code, response.error.message, response.error.seq)
+
+    def send_submit(self, text: str, max_new_tokens: int | None = None) -> int:
+        """Send a submit without waiting (read its messages with `next_event`); returns its seq."""
+        self.seq += 1
+        self._requests.put(submit_request(self.seq, text, max_new_tokens))
+        return self.seq
 
     def wait_caught_up(self, timeout_s: float = 30.0) -> types_pb2.Progress:
         """Block until a progress message says the cache holds the whole prompt of the last input."""

@@ -85,13 +85,15 @@ class GenerationRequest:
         prepare: Callable[[], KVState] | None = None,
         on_finish: Callable[["GenerationRequest"], None] | None = None,
         wasted_before: int = 0,
+        started: float | None = None,
     ):
         self.model, self._decode = model, decode
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
         self.chunk_tokens = chunk_tokens
         self.state, self._prepare, self._on_finish = state, prepare, on_finish
         self.token_ids: list[int] = []
-        self.started = time.perf_counter()
+        # TTFT counts from the caller's submit (tokenization included)
+        self.started = started if started is not None else time.perf_counter()
         self.first_token_at: float | None = None
         self.finished_at: float | None = None
         self.cached_at_submit: int | None = None

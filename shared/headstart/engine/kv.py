@@ -8,9 +8,44 @@ worker thread touches a KVState (it is not thread-safe by design: one owner).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from transformers import DynamicCache
+
+
+class Superseded(Exception):
+    """Raised between decoder layers when the extension in flight is no longer wanted."""
+
+
+class _AbortHooks:
+    """Forward pre-hooks on every decoder layer that ask `check()` whether to
+    stop. Installed once per model; only the worker thread runs forwards, so
+    one `check` slot per model is enough."""
+
+    def __init__(self, model):
+        self.check: Callable[[], bool] | None = None
+        for layer in model.model.layers:
+            layer.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args):
+        if self.check is not None and self.check():
+            raise Superseded()
+
+
+def _abort_hooks(model) -> _AbortHooks:
+    hooks = getattr(model, "_headstart_abort_hooks", None)
+    if hooks is None:
+        hooks = _AbortHooks(model)
+        model._headstart_abort_hooks = hooks
+    return hooks
+
+
+def _truncate_layers(cache: DynamicCache, length: int) -> None:
+    """Undo a partial forward: layers that already appended new K/V drop them."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > length:
+            layer.crop(-(layer.keys.shape[-2] - length))
 
 
 @dataclass
@@ -54,19 +89,37 @@ class KVState:
 
 
 @torch.inference_mode()
-def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True) -> None:
+def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
+           should_abort: Callable[[], bool] | None = None) -> bool:
     """Run the model over `new_ids` on top of `state`, appending their K/V.
 
     Positions continue from the cache length. Stores the logits after the
     last new token when `want_logits` (only the last position is computed).
+    `should_abort` is polled before each decoder layer: when it turns true
+    the forward stops, the state is left exactly as it was, and False is
+    returned (a newer snapshot made this work useless).
     """
     if not new_ids:
-        return
-    if state.cache is None:
+        return True
+    old_len, fresh = state.num_tokens, state.cache is None
+    if fresh:
         state.cache = DynamicCache()
     device = next(model.parameters()).device
     input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
-    out = model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
+    hooks = _abort_hooks(model) if should_abort is not None else None
+    if hooks is not None:
+        hooks.check = should_abort
+    try:
+        out = model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
+    except Superseded:
+        if fresh:
+            state.cache = None
+        else:
+            _truncate_layers(state.cache, old_len)
+        return False
+    finally:
+        if hooks is not None:
+            hooks.check = None
     state.ids.extend(new_ids)
     if want_logits:
         logits = out.logits[0, -1]
@@ -74,6 +127,7 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True) 
         state.last_logits = logits if logits.dtype == torch.float64 else logits.float()
     else:
         state.last_logits = None
+    return True
 
 
 def prefill(model, ids: list[int]) -> KVState:

@@ -38,6 +38,9 @@ class ConfirmationPolicy(ABC):
     # Whether the cache may end on the full prompt with its logits kept, so a
     # caught-up submit needs no forward pass.
     keeps_logits: bool = True
+    # Whether a newer snapshot (or the submit) may abort an extension in
+    # flight whose result it would crop anyway.
+    preempts: bool = True
 
     @abstractmethod
     def target(self, prompt: PromptBuilder, text: str, now: float, last_change: float) -> CommitTarget:
@@ -58,6 +61,7 @@ class PaperPolicy(ConfirmationPolicy):
 
     name = "paper"
     keeps_logits = False
+    preempts = False  # the paper awaits the extension in flight
 
     def __init__(self, debounce_s: float = 0.3):
         if debounce_s < 0:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -25,6 +27,7 @@ from headstart.engine.worker import ForwardWorker, Priority  # noqa: F401 (re-ex
 from headstart.models import LoadedModel, load_model
 from headstart.paths import run_dir
 from headstart.prompt import PromptBuilder
+from headstart.schema.model import Schema, SchemaError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,13 @@ MODES = ("cold", "prefix")
 
 
 class EngineRuntime:
-    def __init__(self, settings: EngineSettings, loaded: LoadedModel | None = None):
+    """Args:
+        settings: the engine's settings (built at the edge).
+        loaded: a model already loaded (benchmarks share one between runtimes).
+        table_cache: a table cache service to use instead of the one `settings` describe.
+    """
+
+    def __init__(self, settings: EngineSettings, loaded: LoadedModel | None = None, table_cache=None):
         self.settings = settings
         if settings.threads:
             torch.set_num_threads(settings.threads)
@@ -44,9 +53,15 @@ class EngineRuntime:
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens)
         self.sessions = SessionTable(settings.max_sessions)
-        self._prompts: dict[str, PromptBuilder] = {}
+        self._prompts: dict[tuple[str, tuple[str, ...] | None], PromptBuilder] = {}
         self._lock = threading.Lock()
         self.stop_ids = self._stop_ids()
+        self.table_cache = table_cache
+        if table_cache is None and settings.table_cache != "off":
+            from headstart.tables.service import TableCacheService
+
+            self.table_cache = TableCacheService.from_settings(settings, self.loaded)
+        self._tables_ready: set[str] = set()
 
     @property
     def model(self):
@@ -58,24 +73,93 @@ class EngineRuntime:
 
     # -- databases and P0 ----------------------------------------------------
 
-    def prompt_for(self, db: str) -> PromptBuilder:
-        """The prompt builder of a database spec (Spider id, SQLite path, DSN), cached."""
+    def prompt_for(self, db: str, tables: Sequence[str] | None = None) -> PromptBuilder:
+        """The prompt builder of a database spec (Spider id, SQLite path, DSN), cached.
+
+        `tables` restricts the schema to those tables, in that order (schema
+        linking); each order gets its own builder.
+
+        Raises:
+            InvalidInput: `tables` is empty, repeats a table or names one the database lacks.
+        """
         from headstart.schema.resolve import resolve_database
 
+        key = (db, None if tables is None else tuple(tables))
         with self._lock:
-            if db not in self._prompts:
-                resolved = resolve_database(db, spider_dir=self.settings.spider_dir)
-                self._prompts[db] = PromptBuilder(self.loaded.tokenizer, resolved.schema)
-            return self._prompts[db]
+            if key in self._prompts:
+                return self._prompts[key]
+        if tables is None:
+            resolved = resolve_database(db, spider_dir=self.settings.spider_dir)
+            return self._remember_prompt(key, resolved.schema)
+        if not tables or len({t.lower() for t in tables}) != len(tables):
+            raise InvalidInput(f"tables must name distinct tables of {db!r}, got {list(tables)}")
+        try:
+            schema = self.prompt_for(db).schema.subset(list(tables))
+        except SchemaError as exc:
+            raise InvalidInput(str(exc)) from exc
+        return self._remember_prompt(key, schema)
+
+    def register_schema(self, db: str, schema: Schema) -> PromptBuilder:
+        """Serve `schema` under the name `db` (schemas from a file no spec resolves, e.g. BIRD)."""
+        return self._remember_prompt((db, None), schema)
+
+    def _remember_prompt(self, key: tuple[str, tuple[str, ...] | None], schema: Schema) -> PromptBuilder:
+        with self._lock:
+            if key not in self._prompts:
+                self._prompts[key] = PromptBuilder(self.loaded.tokenizer, schema)
+            return self._prompts[key]
+
+    def _db_of(self, prompt: PromptBuilder) -> str:
+        with self._lock:
+            for (db, _), builder in self._prompts.items():
+                if builder is prompt:
+                    return db
+        raise InvalidInput("this prompt builder was not made by this runtime's prompt_for")
 
     def base_state(self, prompt: PromptBuilder) -> KVState:
-        """P0's cache from the store, or prefilled on the worker and stored."""
+        """P0's cache from the store, else prefilled (or, with the table cache on,
+        assembled from table blocks) on the worker and stored."""
+        if self.table_cache is not None:
+            from headstart.tables.requests import table_base_state
+
+            return table_base_state(self, self._db_of(prompt), prompt)
         key = p0_key(self.loaded.model_id, self.loaded.dtype_name, prompt.base_ids)
         state = self.p0_store.get(key, self.loaded.device)
         if state is None:
             state = self.worker.run_sync(lambda: prefill(self.loaded.model, prompt.base_ids), Priority.STREAM, "p0")
             self.p0_store.put(key, state)
         return state
+
+    # -- table cache -----------------------------------------------------------
+
+    def table_layout(self, db: str):
+        """The table layout of `db`; the first call precomputes missing blocks when configured."""
+        from headstart.tables.requests import require_table_cache
+
+        layout = require_table_cache(self).layout(db, self.prompt_for(db))
+        with self._lock:
+            first = db not in self._tables_ready
+            self._tables_ready.add(db)
+        if first and self.settings.table_precompute_on_open and self.table_cache.missing_tables(layout):
+            self.precompute_tables(db)
+        return layout
+
+    def precompute_tables(self, db: str, *, skip_existing: bool = True,
+                          progress: Callable[[object], None] | None = None):
+        """Encode and store `db`'s table blocks on the worker, one group per step.
+
+        Returns a `PrecomputeReport`; `progress` is called with each `GroupProgress`.
+        """
+        from headstart.tables.requests import precompute_on_worker
+
+        return precompute_on_worker(self, db, skip_existing=skip_existing, progress=progress)
+
+    def complete_batch(self, items, params: SamplingParams = SamplingParams(), **options):
+        """Serve a batch of table-cache completions, reranked and pipelined
+        (`headstart.tables.batch.serve_batch`, whose options this takes)."""
+        from headstart.tables.batch import serve_batch
+
+        return serve_batch(self, items, params, **options)
 
     # -- sessions ------------------------------------------------------------
 
@@ -94,18 +178,27 @@ class EngineRuntime:
     # -- stateless completions -------------------------------------------------
 
     def start_complete(self, db: str, question: str, mode: str = "prefix",
-                       params: SamplingParams = SamplingParams(), priority: Priority = Priority.POOL) -> GenerationRequest:
+                       params: SamplingParams = SamplingParams(), priority: Priority = Priority.POOL,
+                       tables: Sequence[str] | None = None) -> GenerationRequest:
         """Queue a completion with no typing: `cold` prefills everything at
-        submit, `prefix` starts from a warm P0 (what prefix caching gives)."""
+        submit, `prefix` starts from a warm P0 (what prefix caching gives) or,
+        with the table cache on, from the prompt's table blocks. `tables`
+        restricts the schema to those tables in that order."""
         if mode not in MODES:
             raise InvalidInput(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         params.validate()
-        prompt = self.prompt_for(db)
+        prompt = self.prompt_for(db, tables)
         ids = prompt.prompt_ids(question)
         if len(ids) + params.max_new_tokens > self.limits.max_prompt_tokens:
             from headstart.engine.errors import PromptTooLong
 
             raise PromptTooLong(f"prompt of {len(ids)} tokens exceeds the limit")
+        if mode == "prefix" and self.table_cache is not None:
+            from headstart.tables.requests import table_request
+
+            request = table_request(self, db, prompt, ids, params)
+            self.worker.enqueue(request.step, priority, f"tables:{db}")
+            return request
         base = self.base_state(prompt) if mode == "prefix" else None
         prepare = (lambda: base.copy()) if base is not None else KVState
         request = GenerationRequest(
@@ -115,8 +208,10 @@ class EngineRuntime:
         self.worker.enqueue(request.step, priority, f"{mode}:{db}")
         return request
 
-    def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128, **sampling) -> SubmitResult:
-        return self.start_complete(db, question, mode, SamplingParams(max_new_tokens=max_new_tokens, **sampling)).result()
+    def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,
+                 tables: Sequence[str] | None = None, **sampling) -> SubmitResult:
+        params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
+        return self.start_complete(db, question, mode, params, tables=tables).result()
 
     def replay_typed(self, db: str, question: str, policy: str = "headstart", wpm: float = 40.0,
                      typo_rate: float = 0.0, pause_s: float = 0.0, seed: int = 0, speed: float = 1.0,
@@ -138,6 +233,8 @@ class EngineRuntime:
     def shutdown(self) -> None:
         self.sessions.close_all()
         self.worker.shutdown()
+        if self.table_cache is not None:
+            self.table_cache.close()
 
     def _stop_ids(self) -> set[int]:
         tok = self.loaded.tokenizer

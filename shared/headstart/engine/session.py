@@ -69,6 +69,11 @@ class Session:
         self._timer: threading.Timer | None = None
         self._generation: GenerationRequest | None = None
         self._closed = False
+        # The token ids the extension in flight will leave in the cache, and a
+        # flag that makes it stop between layers (see kv.extend).
+        self._inflight: list[int] | None = None
+        self._abort = False
+        self.aborted_extensions = 0
         self.computed_tokens = 0
         self.wasted_tokens = 0
         self.last_used = clock()
@@ -83,17 +88,20 @@ class Session:
         """A snapshot of the full question text. Returns False when `seq` is
         not newer than the last accepted one (a reordered message: ignored)."""
         text = validate_text(text, self.limits.max_text_chars)
+        new_ids = self.prompt.prompt_ids(text) if self.policy.preempts else None
         with self._lock:
             self._check_open()
             if seq <= self._seq:
                 return False
             self._text, self._seq, self._last_change = text, seq, self.clock()
             self.last_used = self._last_change
+            self._preempt_locked(new_ids)
             self._kick_locked()
         return True
 
     def submit(self, seq: int, text: str | bytes, params: SamplingParams = SamplingParams()) -> GenerationRequest:
         """Make the cache the final prompt for `text` and start decoding."""
+        started = time.perf_counter()
         text = validate_text(text, self.limits.max_text_chars)
         params.validate()
         final_ids = self.prompt.prompt_ids(text)
@@ -111,10 +119,12 @@ class Session:
             self._text, self._seq, self._last_change = text, seq, self.clock()
             self.last_used = self._last_change
             self._cancel_timer_locked()
+            if self.policy.preempts:
+                self._preempt_locked(final_ids)
             request = GenerationRequest(
                 self.model, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
-                wasted_before=self.wasted_tokens,
+                wasted_before=self.wasted_tokens, started=started,
             )
             self._generation = request
             self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}")
@@ -140,6 +150,7 @@ class Session:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._abort = True
             self._cancel_timer_locked()
             if self._job is not None:
                 self._job.cancel()
@@ -173,6 +184,12 @@ class Session:
         self._dirty = True
         if self._job is None and (self._generation is None or self._generation.done.is_set()):
             self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}")
+
+    def _preempt_locked(self, new_ids: list[int] | None) -> None:
+        """Stop the extension in flight if the new target would crop its result."""
+        inflight = self._inflight
+        if new_ids is not None and inflight is not None and common_prefix_len(new_ids, inflight) < len(inflight):
+            self._abort = True
 
     def _cancel_timer_locked(self) -> None:
         if self._timer is not None:
@@ -232,8 +249,17 @@ class Session:
         remaining = target[n:]
         chunk = remaining[: self.limits.chunk_tokens]
         last = len(chunk) == len(remaining)
-        extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits)
-        self.computed_tokens += len(chunk)
+        with self._lock:
+            self._inflight, self._abort = kv.ids + chunk, False
+        done = extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits,
+                      should_abort=lambda: self._abort)
+        with self._lock:
+            self._inflight = None
+        self.computed_tokens += len(chunk)  # aborted work was spent too
+        if not done:
+            self.wasted_tokens += len(chunk)
+            self.aborted_extensions += 1
+            return True  # start over from the newest snapshot
         return not last
 
     def _on_generation_finished(self, request: GenerationRequest) -> None:

@@ -1,0 +1,168 @@
+"""`headstart bench serve`: simulated typists against the local stack.
+
+For each concurrency N and each client path (WebSocket, gRPC), N typists type
+world_1 questions from Spider dev at human speed and press Enter; the same is
+repeated without anticipation (nothing sent while typing: the prefix-caching
+baseline). Reported per (mode, path, N): client TTFT p50/p99, engine TTFT,
+tokens computed at submit, and the per-keystroke gateway→replica round trip
+(from the gateway's snapshot acks). Writes serve.json, serve.md and serve.png
+to `out_dir`. A benchmark, not a test: it never fails on a timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+
+from bench.serve_typists import Sample, grpc_typist, ws_typist
+from headstart.typist import Typist
+
+PATHS = ("ws", "grpc")
+
+
+def spider_questions(db: str = "world_1", limit: int = 40) -> list[str]:
+    from headstart.paths import default_spider_dir
+
+    dev = json.loads((default_spider_dir() / "dev.json").read_text())
+    return [q["question"] for q in dev if q["db_id"] == db][:limit]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def summarize(samples: list[Sample], rtts: list[float]) -> dict:
+    ok = [s for s in samples if not s.error]
+    ttft = [s.ttft_ms for s in ok]
+    return {
+        "num_samples": len(samples), "num_errors": len(samples) - len(ok),
+        "ttft_p50_ms": percentile(ttft, 50), "ttft_p99_ms": percentile(ttft, 99),
+        "engine_ttft_p50_ms": percentile([s.engine_ttft_ms for s in ok], 50),
+        "computed_at_submit_mean": statistics.fmean([s.computed_tokens_at_submit for s in ok]) if ok else None,
+        "keystroke_rtt_p50_ms": percentile([r * 1000 for r in rtts], 50),
+        "keystroke_rtt_p99_ms": percentile([r * 1000 for r in rtts], 99),
+    }
+
+
+async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str], rounds: int, db: str,
+                 typist: Typist, max_new: int, token: str | None) -> list[Sample]:
+    async def one(i: int) -> list[Sample]:
+        out = []
+        for r in range(rounds):
+            trace = typist.trace(questions[(i * rounds + r) % len(questions)])
+            if path == "ws":
+                out.append(await ws_typist(stack.http_url.replace("http", "ws", 1), token, db, trace, anticipate, max_new))
+            else:
+                out.append(await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new))
+        return out
+
+    results = await asyncio.gather(*(one(i) for i in range(n)))
+    return [s for group in results for s in group]
+
+
+async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say):
+    metrics = stack.gateway.service.metrics
+    rows, samples = [], []
+    for n in concurrency:
+        for anticipate in (True, False):
+            for path in PATHS:
+                metrics.rtt_samples.clear()
+                started = time.perf_counter()
+                got = await _round(stack, path, anticipate, n, questions, rounds, db, typist, max_new_tokens, None)
+                row = {"mode": "anticipatory" if anticipate else "prefix", "path": path, "n": n,
+                       "wall_s": time.perf_counter() - started, **summarize(got, list(metrics.rtt_samples))}
+                rows.append(row)
+                samples += [dict(s.as_dict(), n=n) for s in got]
+                say(_format_row(row))
+    return rows, samples
+
+
+def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
+                    device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
+                    rounds: int = 2, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
+                    db: str = "world_1", seed: int = 0, say=print) -> dict:
+    """Run the benchmark on a local stack it starts and stops; returns the JSON it writes."""
+    from services.launcher import serve_command
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    questions = spider_questions(db)
+    random.Random(seed).shuffle(questions)
+    typist = Typist(wpm=wpm, pause_s=pause_s, seed=seed)
+    stack = serve_command(model=model, dtype=dtype, device=device, replicas=replicas, port=0, grpc_port=0,
+                          block=False, say=say)
+    try:
+        _warm_up(stack, db, say)
+        # NOTE: one event loop for every round: grpc.aio binds to the first loop it runs on.
+        rows, samples = asyncio.run(_all_rounds(stack, concurrency, questions, rounds, db, typist,
+                                                max_new_tokens, say))
+    finally:
+        stack.stop()
+    report = {"config": {"model": model, "dtype": dtype, "device": device, "replicas": replicas,
+                         "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
+                         "max_new_tokens": max_new_tokens, "db": db},
+              "rows": rows, "samples": samples}
+    (out_dir / "serve.json").write_text(json.dumps(report, indent=2))
+    (out_dir / "serve.md").write_text(table(rows))
+    plot(rows, out_dir / "serve.png")
+    say(table(rows))
+    return report
+
+
+def _warm_up(stack, db: str, say) -> None:
+    """One completion so P0 is prefilled and cached before anything is timed."""
+    from headstart.client import HeadstartClient
+
+    with HeadstartClient(stack.grpc_target, timeout_s=600) as client:
+        client.complete(db, "warm up", 1)
+    say("warm-up done")
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _format_row(row: dict) -> str:
+    return (f"{row['mode']:>12} {row['path']:>4} N={row['n']:<3} TTFT p50 {_fmt(row['ttft_p50_ms'])} ms "
+            f"p99 {_fmt(row['ttft_p99_ms'])} ms, computed@submit {_fmt(row['computed_at_submit_mean'])}, "
+            f"keystroke rtt p50 {_fmt(row['keystroke_rtt_p50_ms'])} ms, errors {row['num_errors']}")
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | computed@submit | "
+            "keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    return head + "".join(
+        f"| {r['mode']} | {r['path']} | {r['n']} | {_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p99_ms'])} | "
+        f"{_fmt(r['engine_ttft_p50_ms'])} | {_fmt(r['computed_at_submit_mean'])} | "
+        f"{_fmt(r['keystroke_rtt_p50_ms'])} | {_fmt(r['keystroke_rtt_p99_ms'])} | {r['num_errors']} |\n"
+        for r in rows)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, stat in zip(axes, ("ttft_p50_ms", "ttft_p99_ms")):
+        for mode, style in (("anticipatory", "-o"), ("prefix", "--s")):
+            for p in PATHS:
+                pts = sorted((r["n"], r[stat]) for r in rows if r["mode"] == mode and r["path"] == p and r[stat])
+                if pts:
+                    ax.plot(*zip(*pts), style, label=f"{mode} / {p}")
+        ax.set_title(stat.replace("_", " "))
+        ax.set_xlabel("concurrent typists")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("client TTFT (ms)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,117 @@
+// The typing page: one WebSocket per database (protocol in docs/serving.md).
+"use strict";
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+let token = params.get("token") || localStorage.getItem("headstart-token") || "";
+let ws = null, seq = 0, submittedSeq = 0, sql = "";
+
+function authHeaders() { return token ? { Authorization: "Bearer " + token } : {}; }
+function setError(text) { $("error").textContent = text || ""; }
+
+async function start() {
+  const health = await (await fetch("/healthz")).json();
+  $("token-row").hidden = !health.auth;
+  $("token").value = token;
+  $("token").addEventListener("change", () => {
+    token = $("token").value; localStorage.setItem("headstart-token", token); loadDatabases();
+  });
+  $("db").addEventListener("change", connect);
+  $("question").addEventListener("input", onInput);
+  $("question").addEventListener("keydown", onKey);
+  $("run").addEventListener("click", runSql);
+  await loadDatabases();
+}
+
+async function loadDatabases() {
+  const resp = await fetch("/v1/databases", { headers: authHeaders() });
+  if (!resp.ok) { setError("databases: " + (await resp.json()).message); return; }
+  const { databases } = await resp.json();
+  const wanted = params.get("db") || "world_1";
+  $("db").innerHTML = "";
+  for (const d of databases) {
+    const opt = new Option(`${d.id} (${d.num_tables} tables)`, d.id, false, d.id === wanted);
+    opt.dataset.canExecute = d.can_execute;
+    $("db").add(opt);
+  }
+  connect();
+}
+
+function connect() {
+  if (ws) ws.close();
+  const db = $("db").value;
+  const url = new URL("/v1/sessions/ws", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  url.searchParams.set("db", db);
+  if (token) url.searchParams.set("token", token);
+  seq = 0; submittedSeq = 0;
+  $("status").textContent = "connecting…";
+  $("question").disabled = true;
+  ws = new WebSocket(url);
+  ws.onmessage = (ev) => onMessage(JSON.parse(ev.data));
+  ws.onclose = (ev) => { $("status").textContent = `disconnected (${ev.code})`; $("question").disabled = true; };
+}
+
+function send(message) { if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(message)); }
+
+function onInput() { send({ type: "input", seq: ++seq, text: $("question").value }); }
+
+function onKey(ev) {
+  if (ev.key !== "Enter") return;
+  ev.preventDefault();
+  const text = $("question").value;
+  if (!text.trim()) return;
+  submittedSeq = ++seq;
+  sql = "";
+  $("sql").textContent = ""; $("ttft").textContent = "generating…"; $("computed").textContent = "";
+  $("rows").innerHTML = ""; $("run").disabled = true; setError("");
+  send({ type: "submit", seq: submittedSeq, text, max_new_tokens: 128 });
+}
+
+function onMessage(m) {
+  switch (m.type) {
+    case "ready":
+      $("status").textContent = `session ${m.session.slice(0, 8)} on ${m.db}`;
+      $("question").disabled = false; $("question").focus();
+      break;
+    case "progress": {
+      const pct = m.prompt_tokens ? (100 * m.cached_tokens) / m.prompt_tokens : 0;
+      $("bar").style.width = pct.toFixed(1) + "%";
+      $("bar").dataset.cached = m.cached_tokens; $("bar").dataset.prompt = m.prompt_tokens;
+      $("bar-label").textContent = `${m.cached_tokens} / ${m.prompt_tokens} tokens cached`;
+      break;
+    }
+    case "token":
+      sql += m.text; $("sql").textContent = sql;
+      break;
+    case "done":
+      $("sql").textContent = m.sql || m.text;
+      $("ttft").textContent = `TTFT ${m.ttft_ms.toFixed(1)} ms`;
+      $("computed").textContent = `${m.computed_tokens_at_submit} tokens computed at submit ` +
+        `(${m.cached_tokens_at_submit} of ${m.prompt_tokens} cached)`;
+      $("run").disabled = $("db").selectedOptions[0]?.dataset.canExecute !== "true";
+      break;
+    case "error":
+      setError(`${m.code}: ${m.message}`);
+      if (m.seq && m.seq === submittedSeq) $("ttft").textContent = "";
+      break;
+  }
+}
+
+async function runSql() {
+  const resp = await fetch("/v1/execute", {
+    method: "POST", headers: { "Content-Type": "application/json", ...authHeaders() },
+    body: JSON.stringify({ db: $("db").value, sql: $("sql").textContent }),
+  });
+  const body = await resp.json();
+  if (!resp.ok) { setError(`${body.code}: ${body.message}`); return; }
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  for (const c of body.columns) head.appendChild(Object.assign(document.createElement("th"), { textContent: c }));
+  for (const row of body.rows) {
+    const tr = table.insertRow();
+    for (const v of row) tr.insertCell().textContent = v === null ? "NULL" : String(v);
+  }
+  $("rows").replaceChildren(table);
+}
+
+start();

@@ -1,0 +1,119 @@
+"""`headstart serve`: the whole local stack in one command.
+
+Starts a local Ray (temp files under the run directory, auth off), the engine
+deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
+/metrics, public gRPC) and, when a loopback redis:// URL is configured and
+nothing answers there, a local Redis. Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+from headstart.config import EngineSettings
+from services.engine.ray_stack import free_port, start_engine, start_ray, stop_engine
+from services.gateway.app import GatewayServer
+from services.gateway.auth import parse_token_specs
+from services.gateway.settings import GatewaySettings
+from services.ray_dir import ray_temp_dir
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class LocalStack:
+    """What `serve_command(block=False)` started; `stop()` undoes it in reverse."""
+
+    http_url: str
+    grpc_target: str
+    engine_target: str
+    gateway: GatewayServer
+    redis_url: str | None = None
+    _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    def stop(self) -> None:
+        self._exit.close()
+
+
+def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str = "127.0.0.1", port: int = 8080,
+                  grpc_port: int = 50051, replicas: int = 1, tokens: list[str] | None = None, device: str = "cpu",
+                  redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
+                  engine_grpc_port: int | None = None, block: bool = True, say=print) -> LocalStack | None:
+    """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
+
+    Args:
+        tokens: `TOKEN` or `TENANT=TOKEN` strings; none: no auth, loopback only.
+        redis_url: a redis:// URL; a loopback one with no server behind it is started here.
+        engine_grpc_port: port of Serve's gRPC proxy (default: a free one, loopback).
+    """
+    token_map = parse_token_specs(tokens or [])
+    if not token_map and host not in LOOPBACK:
+        say(f"no --token configured: binding to 127.0.0.1 only (not {host}); pass --token to listen on {host}")
+        host = "127.0.0.1"
+    elif not token_map:
+        say("no --token configured: no authentication, listening on loopback only")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    stack_exit = contextlib.ExitStack()
+    try:
+        redis_url = _redis(redis_url, stack_exit, say)
+        if redis_url:
+            os.environ["HEADSTART_REDIS_URL"] = redis_url  # replicas inherit it
+        temp = ray_temp_dir()
+        say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model} ...")
+        start_ray(temp)
+        stack_exit.callback(stop_engine)
+        settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions)
+        engine = start_engine(settings, num_replicas=replicas, grpc_port=engine_grpc_port or free_port(),
+                              num_gpus=1.0 if device.startswith("cuda") else 0.0)
+        gateway = GatewayServer(GatewaySettings(
+            host=host, port=port, grpc_host=host, grpc_port=grpc_port, engine_target=engine.grpc_target,
+            engine_app=engine.app_name, tokens=token_map,
+        )).start()
+        stack_exit.callback(gateway.stop)
+    except BaseException:
+        stack_exit.close()
+        raise
+    shown = "localhost" if host in LOOPBACK else host
+    stack = LocalStack(f"http://{shown}:{gateway.http_port}", f"{shown}:{gateway.grpc_port}", engine.grpc_target,
+                       gateway, redis_url, stack_exit)
+    say(f"headstart is up: page {stack.http_url}/  health {stack.http_url}/healthz  "
+        f"gRPC {stack.grpc_target}  (Ctrl-C stops)")
+    if not block:
+        return stack
+    _wait_for_signal()
+    say("stopping ...")
+    stack.stop()
+    return None
+
+
+def _redis(url: str | None, stack_exit: contextlib.ExitStack, say) -> str | None:
+    """Start a local Redis for a loopback redis:// URL with nothing answering there."""
+    if not url:
+        return None
+    parsed = urlparse(url)
+    if parsed.scheme != "redis":
+        raise ValueError(f"unsupported Redis URL {url!r}: use redis://host:port/db")
+    from headstart.redis_server import local_redis, ping
+
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+    if host not in LOOPBACK or ping(host, port):
+        return url
+    server = stack_exit.enter_context(local_redis(port=port))
+    say(f"started redis-server on {server.url}")
+    return url
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,226 @@
+"""`TableCacheService`: the table cache of one engine process.
+
+It ties the model-independent parts (store, device tier, trie) to the model:
+
+    layout(db, prompt)      lay out a database's blocks (token ids, groups, scope, trie); cached
+    iter_precompute(layout) encode and store missing blocks, one group per step   [worker thread]
+    plan(layout, ids)       find the tables in a prompt (trie), no I/O             [any thread]
+    load(plan)              get the blocks onto the device tier, pinned            [any thread]
+    assemble(loaded, ...)   build the prompt's KV cache from blocks + forwards     [worker thread]
+    release(loaded)         unpin                                                  [any thread]
+
+`load` never fails a request: a block the store lacks, or cannot serve (Redis
+down: the store is a `FallbackStore`), or whose token ids differ from the
+prompt, is left out, and `assemble` computes that table with a normal forward
+instead. When the device tier cannot take a block (pinned bytes leave no
+room, or a capacity of 0), the block is copied to the device for this request
+only. Counters for benchmarks and metrics: `stats()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from headstart.engine.kv import KVState, prefill
+from headstart.models import LoadedModel
+from headstart.prompt import PromptBuilder
+from headstart.tables.assemble import AssemblyStats, PlacedBlock, assemble
+from headstart.tables.device_tier import DeviceTier, TierFullError
+from headstart.tables.layout import TableLayout
+from headstart.tables.precompute import GroupProgress, PrecomputeReport, iter_precompute
+from headstart.tables.store import BlockStore, open_store
+from headstart.tables.transfer import BlockTransfer
+from headstart.tables.trie import TrieMatch
+
+_COUNTERS = ("num_requests", "num_tables", "num_device_hits", "num_store_hits", "num_misses",
+             "bytes_from_store", "num_block_tokens", "num_head_tokens", "num_computed_tokens", "num_forwards")
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The tables the trie found in one prompt."""
+
+    layout: TableLayout
+    prompt_ids: tuple[int, ...]
+    match: TrieMatch
+
+
+@dataclass
+class LoadedBlocks:
+    """A plan's blocks on the device (pinned ones listed in `pinned`), ready to assemble."""
+
+    plan: TablePlan
+    placed: list[PlacedBlock]
+    pinned: list[str]
+    missing: list[str]
+    bytes_from_store: int = 0
+    load_seconds: float = 0.0
+    released: bool = field(default=False, repr=False)
+
+    @property
+    def table_set(self) -> frozenset[str]:
+        return frozenset(self.plan.match.table_names)
+
+
+class TableCacheService:
+    """See module docstring. One per engine process and model.
+
+    Args:
+        loaded: the model the blocks belong to.
+        mode: `pfk` or `independent` (see `layout`).
+        store: where blocks live (wrap a remote one in `FallbackStore`: `open_store` does).
+        tier: the device tier in front of the store.
+        transfer: host -> device copies (overlapping compute on CUDA).
+    """
+
+    def __init__(self, loaded: LoadedModel, *, mode: str, store: BlockStore, tier: DeviceTier,
+                 transfer: BlockTransfer | None = None) -> None:
+        self.loaded, self.mode, self.store, self.tier = loaded, mode, store, tier
+        self.transfer = transfer or BlockTransfer(loaded.device)
+        self._layouts: dict[str, TableLayout] = {}
+        self._heads: dict[tuple[int, ...], KVState] = {}  # touched on the worker thread only
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+
+    @classmethod
+    def from_settings(cls, settings, loaded: LoadedModel) -> "TableCacheService":
+        """Build from `EngineSettings` (`table_*` fields)."""
+        transfer = BlockTransfer(loaded.device)
+        store = open_store(settings.table_store_url, cpu_tier_bytes=settings.table_cpu_tier_bytes)
+        tier = DeviceTier(settings.table_device_bytes, policy=settings.table_eviction, device=loaded.device,
+                          transfer=transfer)
+        return cls(loaded, mode=settings.table_cache, store=store, tier=tier, transfer=transfer)
+
+    # -- layouts and precompute ---------------------------------------------
+
+    def layout(self, db: str, prompt: PromptBuilder) -> TableLayout:
+        """The layout of database `db` from its full-schema prompt (built once per db)."""
+        with self._lock:
+            layout = self._layouts.get(db)
+        if layout is None:
+            layout = TableLayout.build(prompt, model_id=self.loaded.model_id, dtype=self.loaded.dtype_name,
+                                       mode=self.mode)
+            with self._lock:
+                layout = self._layouts.setdefault(db, layout)
+        return layout
+
+    def missing_tables(self, layout: TableLayout) -> list[str]:
+        """Tables whose block the store does not have (a down store has none)."""
+        return [t for t in layout.texts if not self.store.contains(layout.scope.block_id(t))]
+
+    def iter_precompute(self, layout: TableLayout, *, skip_existing: bool = True):
+        """Encode and store the layout's groups, one per step (run on the worker)."""
+        return iter_precompute(self.loaded.model, layout, self.store, skip_existing=skip_existing)
+
+    def precompute(self, layout: TableLayout, *, skip_existing: bool = True) -> PrecomputeReport:
+        """All groups at once (run on the worker); see `iter_precompute`."""
+        steps: list[GroupProgress] = list(self.iter_precompute(layout, skip_existing=skip_existing))
+        return PrecomputeReport.from_progress(layout, steps)
+
+    # -- serving ---------------------------------------------------------------
+
+    def plan(self, layout: TableLayout, prompt_ids: list[int]) -> TablePlan:
+        """Find the layout's tables in a prompt (any order, any subset)."""
+        return TablePlan(layout, tuple(prompt_ids), layout.trie.match(prompt_ids))
+
+    def load(self, plan: TablePlan) -> LoadedBlocks:
+        """Put the plan's blocks on the device, pinned; never raises on a store failure."""
+        started = time.perf_counter()
+        loaded = LoadedBlocks(plan, [], [], [])
+        counts = dict.fromkeys(("num_device_hits", "num_store_hits", "num_misses"), 0)
+        for span in plan.match.tables:
+            block_id = plan.layout.scope.block_id(span.table)
+            block = self.tier.get(block_id.key, pin=True)
+            if block is not None:
+                loaded.pinned.append(block_id.key)
+                counts["num_device_hits"] += 1
+            else:
+                host = self.store.get(block_id)
+                if host is None or host.token_ids != plan.layout.texts[span.table].ids:
+                    loaded.missing.append(span.table)
+                    counts["num_misses"] += 1
+                    continue
+                counts["num_store_hits"] += 1
+                loaded.bytes_from_store += host.num_bytes
+                block = self._admit(host, loaded)
+            loaded.placed.append(PlacedBlock(span.start, block))
+        loaded.load_seconds = time.perf_counter() - started
+        self._add(num_requests=1, num_tables=len(plan.match.tables), bytes_from_store=loaded.bytes_from_store,
+                  **counts)
+        return loaded
+
+    def _admit(self, host, loaded: LoadedBlocks):
+        if self.tier.can_admit(host.num_bytes):
+            try:
+                block = self.tier.admit(host, pin=True)
+                loaded.pinned.append(host.key)
+                return block
+            except TierFullError:  # another thread pinned the room between the check and the admit
+                pass
+        return self.transfer(host)  # on the device for this request only
+
+    def assemble(self, loaded: LoadedBlocks, *, compute_tail: bool) -> tuple[KVState, AssemblyStats]:
+        """The prompt's cache: blocks placed, the rest computed (run on the worker).
+
+        Args:
+            compute_tail: compute the tokens after the last block too (True for
+                a P0); False leaves them to the caller (a generation request
+                that prefills the question in chunks).
+        """
+        self.transfer.wait()
+        plan = loaded.plan
+        head = self._head_state(plan.layout)
+        ids = plan.prompt_ids
+        if compute_tail:
+            upto = len(ids)
+        elif loaded.placed:
+            upto = max(p.end for p in loaded.placed)
+        else:
+            upto = len(head.ids) if head is not None and list(ids[:len(head.ids)]) == head.ids else 0
+        state, stats = assemble(self.loaded.model, ids, loaded.placed, head=head, upto=upto)
+        self._add(num_block_tokens=stats.num_block_tokens, num_head_tokens=stats.num_head_tokens,
+                  num_computed_tokens=stats.num_computed_tokens, num_forwards=stats.num_forwards)
+        return state, stats
+
+    def release(self, loaded: LoadedBlocks) -> None:
+        """Unpin what `load` pinned (idempotent)."""
+        if loaded.released:
+            return
+        loaded.released = True
+        for key in loaded.pinned:
+            self.tier.unpin(key)
+
+    def _head_state(self, layout: TableLayout) -> KVState | None:
+        if not layout.head_ids:
+            return None
+        head = self._heads.get(layout.head_ids)
+        if head is None:
+            head = prefill(self.loaded.model, list(layout.head_ids))
+            self._heads[layout.head_ids] = head
+            self._add(num_forwards=1)
+        return head
+
+    # -- counters ---------------------------------------------------------------
+
+    def _add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                self._counts[name] += delta
+
+    def stats(self) -> dict[str, int]:
+        """Counters since construction or `reset_stats`, plus the device tier's."""
+        with self._lock:
+            out = dict(self._counts)
+        tier = self.tier
+        out.update(tier_hits=tier.num_hits, tier_misses=tier.num_misses, tier_evictions=tier.num_evictions,
+                   tier_admits=tier.num_admits, tier_used_bytes=tier.used_bytes)
+        return out
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._counts = dict.fromkeys(_COUNTERS, 0)
+
+    def close(self) -> None:
+        self.store.close()

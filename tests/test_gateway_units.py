@@ -1,0 +1,88 @@
+"""Gateway logic without servers: tokens, tenants, rate limits, edge checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from headstart.client.errors import ApiError, grpc_status, http_status
+from services.gateway.auth import ANONYMOUS, Authenticator, parse_token_specs
+from services.gateway.limits import RateLimiter, check_seq, check_size, check_text
+from services.gateway.sessions import SessionRegistry, engine_session_id
+
+
+@pytest.mark.parametrize("specs, expected", [
+    (["abc"], {"abc": "tenant0"}),
+    (["alice=t1", "bob=t2"], {"t1": "alice", "t2": "bob"}),
+    ([], {}),
+])
+def test_parse_token_specs(specs, expected):
+    assert parse_token_specs(specs) == expected
+
+
+@pytest.mark.parametrize("tokens, header, expected", [
+    ({}, None, ANONYMOUS),
+    ({"t1": "alice"}, "Bearer t1", "alice"),
+    ({"t1": "alice"}, "bearer t1", "alice"),
+    ({"t1": "alice"}, "Bearer t2", "UNAUTHENTICATED"),
+    ({"t1": "alice"}, "Basic t1", "UNAUTHENTICATED"),
+    ({"t1": "alice"}, None, "UNAUTHENTICATED"),
+])
+def test_authenticator(tokens, header, expected):
+    auth = Authenticator(tokens)
+    try:
+        got = auth.tenant(header)
+    except ApiError as exc:
+        got = exc.code
+    assert got == expected
+
+
+def test_rate_limiter_refills():
+    now = [0.0]
+    limiter = RateLimiter(rate=2.0, burst=3, clock=lambda: now[0])
+    taken = []
+    for t in (0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.5, 1.5, 1.5):
+        now[0] = t
+        try:
+            limiter.take()
+            taken.append(True)
+        except ApiError as exc:
+            assert exc.code == "RATE_LIMITED"
+            taken.append(False)
+    assert taken == [True, True, True, False, True, False, True, True, False]
+
+
+@pytest.mark.parametrize("check, value, code", [
+    (lambda v: check_size(v, 10), 11, "MESSAGE_TOO_LARGE"),
+    (lambda v: check_text(v, 3), "abcd", "TEXT_TOO_LONG"),
+    (lambda v: check_text(v, 3), 7, "INVALID_ARGUMENT"),
+    (lambda v: check_text(v, 3), "\ud800", "INVALID_ARGUMENT"),
+    (check_seq, 0, "INVALID_ARGUMENT"),
+    (check_seq, True, "INVALID_ARGUMENT"),
+    (check_seq, 1.5, "INVALID_ARGUMENT"),
+])
+def test_edge_checks(check, value, code):
+    with pytest.raises(ApiError) as err:
+        check(value)
+    assert err.value.code == code
+
+
+def test_registry_scopes_ids_by_tenant():
+    registry = SessionRegistry(max_per_tenant=1)
+    session = registry.create("alice", "world_1", ephemeral=False)
+    with pytest.raises(ApiError) as other:
+        registry.get("bob", session.session_id)
+    with pytest.raises(ApiError) as full:
+        registry.create("alice", "world_1", ephemeral=False)
+    assert (other.value.code, full.value.code) == ("NOT_FOUND", "RESOURCE_EXHAUSTED")
+    assert registry.get("alice", session.session_id) is session
+    assert engine_session_id("alice", "x") != engine_session_id("bob", "x")
+
+
+@pytest.mark.parametrize("code, grpc_name, http", [
+    ("TEXT_TOO_LONG", "INVALID_ARGUMENT", 413),
+    ("NOT_FOUND", "NOT_FOUND", 404),
+    ("RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED", 429),
+    ("WHATEVER", "INTERNAL", 500),
+])
+def test_code_mapping(code, grpc_name, http):
+    assert (grpc_status(code).name, http_status(code)) == (grpc_name, http)
