@@ -37,12 +37,30 @@ ensure_venv() {
   fi
 }
 
+# The test suite drives real parts: Redis, PostgreSQL and a headless Chromium.
+# Install the missing ones from Debian when we can (root + apt-get); without
+# them the tests that need them skip with a reason.
+ensure_test_services() {
+  local missing=()
+  command -v redis-server >/dev/null || command -v valkey-server >/dev/null || missing+=(redis-server)
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
+  command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${missing[*]} with apt-get (used by the integration tests)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) \
+      || echo "warning: could not install ${missing[*]}; the tests that need them will skip" >&2
+  else
+    echo "warning: ${missing[*]} not installed; the tests that need them will skip" >&2
+  fi
+}
+
 cmd=${1:-demo}
 [ $# -gt 0 ] && shift
 ensure_venv
 export PYTHONUNBUFFERED=1
 case "$cmd" in
   demo) exec "$VENV/bin/headstart" demo "$@" ;;
-  test) exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  test) ensure_test_services; exec "$VENV/bin/python" -m pytest -q "$@" ;;
   *)    exec "$VENV/bin/headstart" "$cmd" "$@" ;;
 esac

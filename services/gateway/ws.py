@@ -1,4 +1,4 @@
-"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in docs/serving.md).
+"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in the README, "WebSocket protocol").
 
 Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
 "text":...,"max_new_tokens":k}, {"type":"cancel"}. Server → client: ready,
