@@ -73,7 +73,9 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                     "ttft_ms": result.ttft_ms, "prompt_tokens": result.prompt_tokens,
                     "cached_tokens_at_submit": result.cached_tokens_at_submit,
                     "computed_tokens_at_submit": result.computed_tokens_at_submit,
-                    "wasted_tokens": result.wasted_tokens,
+                    "wasted_tokens": result.wasted_tokens, "total_ms": result.total_ms,
+                    "num_tokens": len(result.token_ids),
+                    "answer_tokens_ready_at_submit": result.extra.get("answer_tokens_ready_at_submit", 0),
                     "typing_s": trace.submit_t, "keystrokes": len(trace.events),
                 })
                 print(f"  q{i} {q['db_id']:8s} {mode:9s} ttft {result.ttft_ms:8.1f} ms  computed@submit "
@@ -97,6 +99,8 @@ def _report(rows: list[dict], decode_ms: float, config: dict) -> dict:
             **summarize_ms([r["ttft_ms"] for r in mine]),
             "computed_tokens_at_submit_mean": statistics.fmean(r["computed_tokens_at_submit"] for r in mine),
             "wasted_tokens_mean": statistics.fmean(r["wasted_tokens"] for r in mine),
+            "total_p50_ms": summarize_ms([r["total_ms"] for r in mine])["p50_ms"],
+            "answer_tokens_ready_mean": statistics.fmean(r["answer_tokens_ready_at_submit"] for r in mine),
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
         }
     cold, prefix = modes["cold"]["p50_ms"], modes["prefix"]["p50_ms"]
@@ -112,11 +116,13 @@ def _write(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "ttft.json", report)
     header = ["mode", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix", "p50/decode step",
-              "computed@submit", "wasted tokens"]
+              "computed@submit", "wasted tokens", "answer tokens ready", f"p50 total ms ({{n}} tokens)"]
     rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
              f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
-             f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}"]
+             f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}",
+             f"{s['answer_tokens_ready_mean']:.1f}", s["total_p50_ms"]]
             for m, s in report["modes"].items()]
+    header[-1] = header[-1].format(n=report["config"]["max_new_tokens"])
     c = report["config"]
     table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "

@@ -115,3 +115,51 @@ def test_backstep_when_cache_holds_prompt_without_logits(tiny_runtime, cold):
     result = request.result()
     assert result.computed_tokens_at_submit == 1
     assert result.token_ids == cold(QUESTIONS[1])
+
+
+@pytest.mark.parametrize(("ahead_budget", "max_new"), [(32, 12), (5, 12), (1, 12), (0, 12)])
+def test_answer_ahead_streams_known_tokens(tiny_runtime, cold, monkeypatch, ahead_budget, max_new):
+    """After a pause the greedy answer is decoded ahead; submit streams it
+    without a forward pass and goes on decoding: still exactly cold."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(tiny_runtime, "limits", replace(tiny_runtime.limits, answer_ahead_tokens=ahead_budget))
+    question = QUESTIONS[2]
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        session.update(1, question)
+        session.wait_idle(speculation=True)
+        result = session.submit(2, question, SamplingParams(max_new_tokens=max_new)).result()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    assert result.token_ids == cold(question)
+    assert result.extra["answer_tokens_ready_at_submit"] == min(ahead_budget, 32)
+    assert result.computed_tokens_at_submit == 0
+
+
+def test_edit_after_answer_ahead_crops_it(tiny_runtime, cold):
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        session.update(1, QUESTIONS[0])
+        session.wait_idle(speculation=True)
+        session.update(2, QUESTIONS[0][:-5] + "town?")
+        result = session.submit(3, QUESTIONS[0][:-5] + "town?", PARAMS).result()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    assert result.token_ids == cold(QUESTIONS[0][:-5] + "town?")
+    assert result.wasted_tokens >= 31  # the speculative answer was cropped
+
+
+def test_sampling_with_answer_ahead_matches_cold_sampling(tiny_runtime):
+    params = SamplingParams(max_new_tokens=10, temperature=0.8, top_p=0.9, seed=7)
+    question = QUESTIONS[3]
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        session.update(1, question)
+        session.wait_idle(speculation=True)
+        result = session.submit(2, question, params).result()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    reference = tiny_runtime.start_complete("world_1", question, "cold", params).result()
+    assert result.token_ids == reference.token_ids
+    assert result.extra["answer_tokens_ready_at_submit"] == 0  # greedy-only shortcut

@@ -31,6 +31,7 @@ class EngineSettings(BaseSettings):
     max_prompt_tokens: int = Field(8192, ge=16, description="prompt + new tokens limit per request")
     chunk_tokens: int = Field(256, ge=1, description="prefill chunk: the most a submit waits for typing work")
     debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")
+    answer_ahead_tokens: int = Field(32, ge=0, description="greedy answer tokens decoded while the user pauses (0 = off)")
 
     # -- table cache (papers/tablecache.md; headstart.tables) ------------------
     table_cache: Literal["off", "pfk", "independent"] = Field(

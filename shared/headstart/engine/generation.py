@@ -86,12 +86,15 @@ class GenerationRequest:
         on_finish: Callable[["GenerationRequest"], None] | None = None,
         wasted_before: int = 0,
         started: float | None = None,
+        ahead: Callable[[], list[int]] | None = None,
     ):
         self.model, self._decode = model, decode
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
         self.chunk_tokens = chunk_tokens
         self.state, self._prepare, self._on_finish = state, prepare, on_finish
         self.token_ids: list[int] = []
+        self._ahead = ahead  # greedy answer tokens decoded before the submit
+        self.ahead_used = 0
         # TTFT counts from the caller's submit (tokenization included)
         self.started = started if started is not None else time.perf_counter()
         self.first_token_at: float | None = None
@@ -137,6 +140,7 @@ class GenerationRequest:
             computed_tokens_at_submit=self.computed_at_submit,
             wasted_tokens=self.wasted_before + self.dropped_at_submit,
             finish_reason=self.finish_reason,
+            extra={"answer_tokens_ready_at_submit": self.ahead_used},
         )
 
     # -- worker side --------------------------------------------------------
@@ -158,6 +162,10 @@ class GenerationRequest:
         if self.state is None:
             self.state = self._prepare()
         kv, target = self.state, self.prompt_ids
+        ahead = self._ahead() if self._ahead is not None and self.params.temperature == 0 else []
+        if ahead:  # the answer's first tokens are known: no forward pass
+            self.cached_at_submit, self.ahead_used = len(target), len(ahead)
+            return all(self._emit(token) for token in ahead)
         n = common_prefix_len(kv.ids, target)
         if self.cached_at_submit is None:
             self.cached_at_submit = n

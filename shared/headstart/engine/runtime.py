@@ -51,7 +51,8 @@ class EngineRuntime:
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
-        self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens)
+        self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
+                                    settings.answer_ahead_tokens)
         self.sessions = SessionTable(settings.max_sessions)
         self._prompts: dict[tuple[str, tuple[str, ...] | None], PromptBuilder] = {}
         self._lock = threading.Lock()

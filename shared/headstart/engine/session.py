@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from headstart.engine.answer_ahead import AnswerAhead
 from headstart.engine.errors import InvalidInput, PromptTooLong, SessionClosed, StaleSequence, validate_text
 from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import KVState, extend
@@ -30,6 +31,7 @@ class SessionLimits:
     max_text_chars: int = 4000
     max_prompt_tokens: int = 8192
     chunk_tokens: int = 256  # a submit waits at most one chunk of typing prefill
+    answer_ahead_tokens: int = 32  # greedy answer tokens decoded during a pause (0 = off)
 
 
 @dataclass
@@ -74,6 +76,9 @@ class Session:
         self._inflight: list[int] | None = None
         self._abort = False
         self.aborted_extensions = 0
+        self._ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids)
+        self._ahead_prompt: list[int] = []
+        self._speculating = False  # `_job` is an IDLE answer-ahead job
         self.computed_tokens = 0
         self.wasted_tokens = 0
         self.last_used = clock()
@@ -121,22 +126,28 @@ class Session:
             self._cancel_timer_locked()
             if self.policy.preempts:
                 self._preempt_locked(final_ids)
+            if self._speculating:  # the step in flight, if any, still helps: no abort
+                self._stop_speculation_locked(abort=False)
             request = GenerationRequest(
                 self.model, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
                 wasted_before=self.wasted_tokens, started=started,
+                ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids),
             )
             self._generation = request
             self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}")
         return request
 
-    def wait_idle(self, timeout: float | None = 30.0) -> None:
+    def wait_idle(self, timeout: float | None = 30.0, speculation: bool = False) -> None:
         """Block until no background extension is queued or running (tests,
-        replays): the way to await background work without sleeping."""
+        replays): the way to await background work without sleeping. With
+        `speculation`, also wait for answer-ahead decoding to stop."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 job, gen = self._job, self._generation
+                if self._speculating and not speculation:
+                    job = None
             if job is None and (gen is None or gen.done.is_set()):
                 return
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -160,7 +171,8 @@ class Session:
     def is_idle(self) -> bool:
         """No extension queued and no generation running: safe to evict."""
         with self._lock:
-            return self._job is None and (self._generation is None or self._generation.done.is_set())
+            return (self._job is None or self._speculating) and (
+                self._generation is None or self._generation.done.is_set())
 
     @property
     def closed(self) -> bool:
@@ -182,6 +194,8 @@ class Session:
 
     def _kick_locked(self) -> None:
         self._dirty = True
+        if self._speculating:  # the text changed: the speculative answer is moot
+            self._stop_speculation_locked(abort=True)
         if self._job is None and (self._generation is None or self._generation.done.is_set()):
             self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}")
 
@@ -189,6 +203,14 @@ class Session:
         """Stop the extension in flight if the new target would crop its result."""
         inflight = self._inflight
         if new_ids is not None and inflight is not None and common_prefix_len(new_ids, inflight) < len(inflight):
+            self._abort = True
+
+    def _stop_speculation_locked(self, abort: bool) -> None:
+        self._speculating = False
+        if self._job is not None:
+            self._job.cancel()
+            self._job = None
+        if abort:
             self._abort = True
 
     def _cancel_timer_locked(self) -> None:
@@ -211,7 +233,8 @@ class Session:
             text, last_change, seq, self._dirty = self._text, self._last_change, self._seq, False
         target = self.policy.target(self.prompt, text, self.clock(), last_change)
         more = False
-        if target.ids is not None and len(target.ids) <= self.limits.max_prompt_tokens:
+        wanted = target.ids is not None and len(target.ids) <= self.limits.max_prompt_tokens
+        if wanted and not self._ahead.usable_for(self._kv.ids, target.ids):
             more = self._advance(target.ids)
             self._report_progress(text, seq)
         with self._lock:
@@ -223,6 +246,26 @@ class Session:
             if more or self._dirty:
                 return True
             self._job = None
+            if wanted and not self._closed and self._ahead.wants_more(self._kv, target.ids):
+                self._ahead_prompt, self._speculating = target.ids, True
+                self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}")
+            return False
+
+    def _ahead_step(self) -> bool:
+        """Worker, IDLE priority: decode one more greedy answer token."""
+        with self._lock:
+            if not self._speculating or self._closed:
+                return False
+            self._abort = False
+        stepped = self._ahead.step(self.model, self._kv, should_abort=lambda: self._abort)
+        if stepped and len(self._ahead.tokens) > 1:
+            self.computed_tokens += 1
+        with self._lock:
+            if not self._speculating:  # stopped by an update or a submit meanwhile
+                return False
+            if stepped and self._ahead.wants_more(self._kv, self._ahead_prompt):
+                return True
+            self._speculating, self._job = False, None
             return False
 
     def progress(self) -> tuple[int, int, int]:
@@ -243,7 +286,10 @@ class Session:
 
     def _advance(self, target: list[int]) -> bool:
         kv = self._kv
+        self._ahead.reset()
         n = common_prefix_len(kv.ids, target)
+        if n == len(target) and n > 0 and self.policy.keeps_logits and (kv.num_tokens > n or kv.last_logits is None):
+            n -= 1  # recompute the last token so its logits are at hand at submit
         if n < kv.num_tokens:
             self.wasted_tokens += kv.crop(n)
         remaining = target[n:]

@@ -25,12 +25,14 @@ log = logging.getLogger(__name__)
 class Priority(IntEnum):
     """Lower runs first. FLASH (registered questions re-answered on a data
     change) > SUBMIT (a user pressed Enter) > POOL (stateless completions) >
-    STREAM (typing prefill, data ingestion)."""
+    STREAM (typing prefill, data ingestion) > IDLE (speculative answer-ahead,
+    only when nothing else waits)."""
 
     FLASH = 0
     SUBMIT = 1
     POOL = 2
     STREAM = 3
+    IDLE = 4
 
 
 class Job:

@@ -1,0 +1,55 @@
+"""Answer-ahead: greedy answer tokens decoded while the user pauses.
+
+Once a session's cache holds the whole prompt with its logits and the worker
+has nothing better to do, the session keeps decoding greedily at IDLE
+priority. Greedy decoding of a fixed prompt is deterministic, and these are
+the very forward passes the submit would run (one token on the same cache),
+so if the user presses Enter without changing the text, the first tokens of
+the answer are already known: they stream at once, and decoding goes on from
+there. Any edit crops them away (they count as wasted tokens).
+
+Invariant while tokens exist: the cache holds `prompt + tokens[:-1]` and its
+last logits are the ones `tokens[-1]` was picked from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headstart.engine.kv import KVState, extend
+
+
+class AnswerAhead:
+    def __init__(self, max_tokens: int, stop_ids: set[int]):
+        self.max_tokens = max_tokens
+        self.stop_ids = stop_ids
+        self.tokens: list[int] = []
+
+    def reset(self) -> None:
+        self.tokens = []
+
+    def wants_more(self, kv: KVState, prompt_ids: list[int]) -> bool:
+        """Whether another step is worth it: enabled, the cache is exactly on
+        this prompt's answer path, no stop token yet, under the budget."""
+        if self.max_tokens <= 0 or len(self.tokens) >= self.max_tokens:
+            return False
+        if self.tokens and self.tokens[-1] in self.stop_ids:
+            return False
+        if not self.tokens:
+            return kv.ids == prompt_ids and kv.last_logits is not None
+        return self.usable_for(kv.ids, prompt_ids) != []
+
+    def step(self, model, kv: KVState, should_abort) -> bool:
+        """Decode one token (worker thread). False if aborted (state unchanged)."""
+        if self.tokens and not extend(model, kv, [self.tokens[-1]], should_abort=should_abort):
+            return False
+        self.tokens.append(int(torch.argmax(kv.last_logits)))
+        return True
+
+    def usable_for(self, kv_ids: list[int], prompt_ids: list[int]) -> list[int]:
+        """The tokens that start the greedy answer to `prompt_ids`, or []."""
+        n = len(prompt_ids)
+        if self.tokens and len(kv_ids) == n + len(self.tokens) - 1 and kv_ids[:n] == prompt_ids \
+                and kv_ids[n:] == self.tokens[:-1]:
+            return list(self.tokens)
+        return []
