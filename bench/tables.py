@@ -2,7 +2,7 @@
 
 One process, one model, one workload (`tables_workload`: dev questions in
 random order, every question listing all its database's tables in a shuffled
-order), served back to back, one request at a time, first token only:
+order), first token only, compared across configurations (`tables_runs`):
 
 - cold: full prefill of every prompt;
 - prefix: an exact-prefix radix cache over token ids (`radix_cache`, what
@@ -13,12 +13,19 @@ order), served back to back, one request at a time, first token only:
 - ablations of pfk (Table 2 and 4): no device tier (every block fetched from
   the store each time), no reranking, no pipeline, LRU vs LFU vs FIFO.
 
+Requests arrive in batches of `batch_size` (the table cache reranks within a
+batch, as the paper does). Each batch is served by every configuration in
+turn, in an order that rotates from batch to batch, each keeping its own
+state (radix tree, device tier) across batches: a burst of load from
+elsewhere on a shared machine then hits every configuration alike.
+
 TTFT of the table-cache runs is the service TTFT of `tables.batch` (from the
 moment the server is free for a request to its first token, an unhidden load
 included); cold and prefix have no loads, so theirs is the request's own.
-Blocks are precomputed before any clock starts (a one-time, offline cost,
-reported separately). Then the accuracy guard (`tables_guard`) on the first
-`guard_questions` questions. Writes tables.json, tables.md and tables.png.
+Blocks (and the shared head state) are computed before any clock starts: a
+one-time, offline cost, reported separately. Then the accuracy guard
+(`tables_guard`) on the first `guard_questions` questions. Writes
+tables.json, tables.md and tables.png.
 """
 
 from __future__ import annotations
@@ -29,13 +36,11 @@ from pathlib import Path
 
 import torch
 
-from bench.radix_cache import RadixCache
 from bench.tables_guard import run_guard
-from bench.tables_report import mode_summary, write_report
+from bench.tables_report import write_report
+from bench.tables_runs import FIRST_TOKEN, ColdRun, PrefixRun, TableRun
 from bench.tables_workload import load_schemas, sample_workload
 from headstart.config import EngineSettings
-from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState, extend
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.worker import Priority
 from headstart.models import load_model
@@ -44,21 +49,21 @@ from headstart.tables.device_tier import DeviceTier
 from headstart.tables.service import TableCacheService
 from headstart.tables.store import open_store
 
-ABLATIONS = {  # name -> (mode, device tier bytes or None for the default, policy, rerank, pipeline)
-    "no_device_tier": ("pfk", 0, "lru", True, True),
-    "no_rerank": ("pfk", None, "lru", False, True),
-    "no_pipeline": ("pfk", None, "lru", True, False),
-    "lfu": ("pfk", None, "lfu", True, True),
-    "fifo": ("pfk", None, "fifo", True, True),
+ABLATIONS = {  # name -> (device tier bytes or None for the default, policy, rerank, pipeline)
+    "no_device_tier": (0, "lru", True, True),
+    "no_rerank": (None, "lru", False, True),
+    "no_pipeline": (None, "lru", True, False),
+    "lfu": (None, "lfu", True, True),
+    "fifo": (None, "fifo", True, True),
 }
-FIRST_TOKEN = SamplingParams(max_new_tokens=1)
 
 
 def run_tables_bench(*, dataset: str = "spider-dev", questions: int = 60, seed: int = 0,
                      model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32", device: str = "cpu",
                      threads: int | None = 2, store: str = "auto", device_tier_bytes: int = 32 << 20,
-                     prefix_cache_bytes: int = 1 << 30, max_delay: int = 16, micro_batch: int = 1,
-                     guard_questions: int = 8, guard_tokens: int = 32, out: Path = Path("bench-out/tables")) -> dict:
+                     prefix_cache_bytes: int = 1 << 30, batch_size: int = 20, max_delay: int = 16,
+                     micro_batch: int = 1, guard_questions: int = 8, guard_tokens: int = 32,
+                     out: Path = Path("bench-out/tables")) -> dict:
     """Run the benchmark and write its report (see module docstring); returns the report."""
     if threads:
         torch.set_num_threads(threads)
@@ -74,32 +79,42 @@ def run_tables_bench(*, dataset: str = "spider-dev", questions: int = 60, seed: 
         for db, schema in (load_schemas(dataset) or {}).items():
             runtime.register_schema(db, schema)
         workload = sample_workload(dataset, questions, seed, lambda db: runtime.prompt_for(db).schema)
-        items = [BatchItem(q.db, q.question, q.tables) for q in workload]
-        prompt_tokens = [len(runtime.prompt_for(q.db, q.tables).prompt_ids(q.question)) for q in workload]
+        dbs = sorted({q.db for q in workload})
 
         def service(mode: str, tier_bytes: int | None = None, policy: str = "lru") -> TableCacheService:
             capacity = device_tier_bytes if tier_bytes is None else tier_bytes
-            return TableCacheService(loaded, mode=mode, store=block_store,
-                                     tier=DeviceTier(capacity, policy=policy, device=loaded.device))
+            svc = TableCacheService(loaded, mode=mode, store=block_store,
+                                    tier=DeviceTier(capacity, policy=policy, device=loaded.device))
+            layout = svc.layout(dbs[0], runtime.prompt_for(dbs[0]))
+            runtime.worker.run_sync(lambda: svc.warm(layout), Priority.STREAM, "warm")  # the head: offline
+            return svc
 
-        precompute = {mode: _precompute(runtime, service(mode), sorted({q.db for q in workload}))
-                      for mode in ("pfk", "independent")}
-        _warm_up(runtime, service("pfk"), items[0])
-        print(f"\n{len(workload)} questions of {dataset}, store {store_url}", flush=True)
-        modes = {"cold": _run_cold(runtime, workload), "prefix": _run_prefix(runtime, workload, prefix_cache_bytes)}
-        for mode in ("pfk", "independent"):
-            modes[mode] = _run_tables(runtime, service(mode), items, prompt_tokens, mode, True, True, micro_batch)
-        ablations = {"lru": dict(modes["pfk"])}
-        for name, (mode, tier_bytes, policy, rerank, pipeline) in ABLATIONS.items():
-            ablations[name] = _run_tables(runtime, service(mode, tier_bytes, policy), items, prompt_tokens, name,
-                                          rerank, pipeline, micro_batch)
+        precompute = {mode: _precompute(runtime, service(mode), dbs) for mode in ("pfk", "independent")}
+        runs = [ColdRun(runtime), PrefixRun(runtime, prefix_cache_bytes)]
+        runs += [TableRun(runtime, mode, service(mode), rerank=True, pipeline=True, micro_batch=micro_batch)
+                 for mode in ("pfk", "independent")]
+        for name, (tier_bytes, policy, rerank, pipeline) in ABLATIONS.items():
+            runs.append(TableRun(runtime, name, service("pfk", tier_bytes, policy), rerank=rerank, pipeline=pipeline,
+                                 micro_batch=micro_batch))
+        _warm_up(runtime, service("pfk"), workload[0])
+        print(f"\n{len(workload)} questions of {dataset} in batches of {batch_size}, store {store_url}", flush=True)
+        for k, start in enumerate(range(0, len(workload), batch_size)):
+            batch = workload[start:start + batch_size]
+            for run in runs[k % len(runs):] + runs[:k % len(runs)]:
+                run.serve(batch)
+            print(f"  batch {k}: " + "  ".join(f"{r.name} {sum(r.ttfts[start:]) / 1000:.1f}s" for r in runs),
+                  flush=True)
+        summaries = {run.name: run.summary() for run in runs}
         guard_services = {mode: service(mode) for mode in ("pfk", "independent")}
         guard = run_guard(runtime, guard_services, workload[:guard_questions], guard_tokens) if guard_questions else {}
+    modes = {name: summaries[name] for name in ("cold", "prefix", "pfk", "independent")}
+    ablations = {"lru": dict(summaries["pfk"]), **{name: summaries[name] for name in ABLATIONS}}
     config = dict(dataset=dataset, questions=len(workload), seed=seed, model=model, dtype=dtype, device=device,
                   threads=threads, store=store_url, device_tier_bytes=device_tier_bytes,
-                  prefix_cache_bytes=prefix_cache_bytes, max_delay=max_delay, micro_batch=micro_batch,
-                  guard_questions=guard_questions, guard_tokens=guard_tokens,
-                  prompt_tokens_mean=sum(prompt_tokens) / len(prompt_tokens))
+                  prefix_cache_bytes=prefix_cache_bytes, batch_size=batch_size, max_delay=max_delay,
+                  micro_batch=micro_batch, guard_questions=guard_questions, guard_tokens=guard_tokens,
+                  prompt_tokens_mean=sum(len(runtime.prompt_for(q.db, q.tables).prompt_ids(q.question))
+                                         for q in workload) / len(workload))
     report = {"config": config, "modes": modes, "ablations": ablations, "accuracy_guard": guard,
               "precompute": precompute}
     write_report(report, out)
@@ -129,60 +144,9 @@ def _precompute(runtime: EngineRuntime, service: TableCacheService, dbs: list[st
             "num_bytes_stored": sum(r.num_bytes_stored for r in reports)}
 
 
-def _warm_up(runtime: EngineRuntime, service: TableCacheService, item: BatchItem) -> None:
-    """One request per path before the clocks (allocator, kernels, the shared head state)."""
+def _warm_up(runtime: EngineRuntime, service: TableCacheService, q) -> None:
+    """One request per path before the clocks (allocator, kernels)."""
     runtime.table_cache = None
-    runtime.complete(item.db, item.question, "cold", 1, tables=item.tables)
+    runtime.complete(q.db, q.question, "cold", 1, tables=q.tables)
     runtime.table_cache = service
-    runtime.complete_batch([item], FIRST_TOKEN)
-
-
-def _run_cold(runtime: EngineRuntime, workload) -> dict:
-    runtime.table_cache = None
-    ttfts = []
-    for q in workload:
-        ttfts.append(runtime.start_complete(q.db, q.question, "cold", FIRST_TOKEN, tables=q.tables).result().ttft_ms)
-    return mode_summary("cold", ttfts, hit_rate=0.0)
-
-
-def _run_prefix(runtime: EngineRuntime, workload, max_bytes: int) -> dict:
-    """Radix-cache baseline: longest cached prefix reused, the rest computed, then inserted."""
-    radix, model = RadixCache(max_bytes), runtime.loaded.model
-    ttfts, reused, total = [], 0, 0
-
-    def serve(ids: list[int]) -> tuple[float, int, KVState]:
-        start = time.perf_counter()
-        match = radix.match(ids)
-        state = match.state or KVState()
-        n = match.num_tokens
-        if n == len(ids):  # the logits after the last token are not cached: recompute it
-            n -= 1
-            state.crop(n)
-        extend(model, state, ids[n:])
-        int(torch.argmax(state.last_logits))
-        return (time.perf_counter() - start) * 1000.0, n, state
-
-    for q in workload:
-        ids = runtime.prompt_for(q.db, q.tables).prompt_ids(q.question)
-        ms, n, state = runtime.worker.run_sync(lambda: serve(ids), Priority.POOL, "prefix")
-        runtime.worker.run_sync(lambda: radix.insert(ids, state), Priority.POOL, "prefix:insert")
-        ttfts.append(ms)
-        reused, total = reused + n, total + len(ids)
-    return mode_summary("prefix", ttfts, hit_rate=reused / total, cache_bytes=radix.num_bytes,
-                        evictions=radix.num_evictions)
-
-
-def _run_tables(runtime: EngineRuntime, service: TableCacheService, items, prompt_tokens: list[int], name: str,
-                rerank: bool, pipeline: bool, micro_batch: int) -> dict:
-    runtime.table_cache = service
-    results = runtime.complete_batch(items, FIRST_TOKEN, rerank=rerank, pipeline=pipeline, micro_batch=micro_batch)
-    stats = service.stats()
-    reused = stats["num_block_tokens"] + stats["num_head_tokens"]  # tokens not computed for the request
-    return mode_summary(
-        name, [r.ttft_ms for r in results], hit_rate=reused / sum(prompt_tokens),
-        device_hit_rate=stats["num_device_hits"] / max(stats["num_tables"], 1),
-        bytes_from_store=stats["bytes_from_store"], tier_evictions=stats["tier_evictions"],
-        missing_blocks=stats["num_misses"], load_ms_total=sum(r.load_ms for r in results),
-        rerank=rerank, pipeline=pipeline, policy=service.tier.policy.name,
-        device_tier_bytes=service.tier.capacity_bytes,
-    )
+    runtime.complete_batch([BatchItem(q.db, q.question, q.tables)], FIRST_TOKEN)

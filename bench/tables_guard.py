@@ -88,8 +88,8 @@ def run_guard(runtime, services: dict, workload, num_tokens: int = 32) -> dict:
                 "missing_blocks": list(blocks.missing),
             }
         rows.append(row)
-        print(f"  guard q{q.index} {q.db:24s} " + "  ".join(
-            f"{m}: top1 {row[m]['top1_agreement']:.2f} KL {row[m]['kl_first_token']:.3g}" for m in services), flush=True)
+        scores = (f"{m}: top1 {row[m]['top1_agreement']:.2f} KL {row[m]['kl_first_token']:.3g}" for m in services)
+        print(f"  guard q{q.index} {q.db:24s} " + "  ".join(scores), flush=True)
     return {"num_questions": len(rows), "num_tokens": num_tokens,
             **{mode: _summary([r[mode] for r in rows]) for mode in services}, "per_question": rows}
 

@@ -31,7 +31,7 @@ needs_spider = pytest.mark.skipif(
 )
 def test_spider_ids(db_id, has_file, tables):
     resolved = resolve_database(db_id, spider_dir=SPIDER)
-    expected_path = SPIDER / "database" / db_id / f"{db_id}.sqlite" if has_file else None
+    expected_path = (SPIDER / "database" / db_id / f"{db_id}.sqlite").resolve() if has_file else None
     assert (resolved.kind, resolved.sqlite_path, resolved.dsn) == ("spider", expected_path, None)
     assert (resolved.schema.db_id, resolved.schema.table_names) == (db_id, tables)
     # the SQLite file wins when present (tables.json truncates composite keys)

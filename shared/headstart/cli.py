@@ -225,6 +225,7 @@ def bench_tables(
     store: str = typer.Option("auto", help="block store: auto (a private local Redis, else memory://) or a URL"),
     device_tier_mib: float = typer.Option(32.0, help="device tier budget for blocks"),
     prefix_cache_mib: float = typer.Option(1024.0, help="radix prefix-cache budget (the baseline)"),
+    batch_size: int = typer.Option(20, help="requests per arriving batch (reranked within a batch)"),
     max_delay: int = typer.Option(16, help="reranking: most places a request may slip"),
     micro_batch: int = typer.Option(1, help="requests per micro-batch of the load/compute pipeline"),
     guard_questions: int = typer.Option(8, help="questions of the accuracy guard (0: skip it)"),
@@ -239,7 +240,8 @@ def bench_tables(
         _fail(f"unknown --dataset {dataset!r}; valid: {', '.join(DATASETS)}")
     run_tables_bench(dataset=dataset, questions=questions, seed=seed, model=model, dtype=dtype, device=device,
                      threads=threads, store=store, device_tier_bytes=int(device_tier_mib * 2**20),
-                     prefix_cache_bytes=int(prefix_cache_mib * 2**20), max_delay=max_delay, micro_batch=micro_batch,
+                     prefix_cache_bytes=int(prefix_cache_mib * 2**20), batch_size=batch_size, max_delay=max_delay,
+                     micro_batch=micro_batch,
                      guard_questions=guard_questions, guard_tokens=guard_tokens, out=out)
 
 

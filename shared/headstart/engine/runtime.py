@@ -62,7 +62,6 @@ class EngineRuntime:
             from headstart.tables.service import TableCacheService
 
             self.table_cache = TableCacheService.from_settings(settings, self.loaded)
-        self._tables_ready: set[str] = set()
 
     @property
     def model(self):
@@ -138,11 +137,11 @@ class EngineRuntime:
         from headstart.tables.requests import require_table_cache
 
         layout = require_table_cache(self).layout(db, self.prompt_for(db))
-        with self._lock:
-            first = db not in self._tables_ready
-            self._tables_ready.add(db)
+        first = self.table_cache.claim_first_use(db)
         if first and self.settings.table_precompute_on_open and self.table_cache.missing_tables(layout):
             self.precompute_tables(db)
+        if first:
+            self.worker.run_sync(lambda: self.table_cache.warm(layout), Priority.STREAM, "tables:head")
         return layout
 
     def precompute_tables(self, db: str, *, skip_existing: bool = True,

@@ -55,7 +55,8 @@ def precompute(
         block_store = open_store(store, fallback=False)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, p0_cache_on_disk=False)
         loaded = load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed)
-        service = TableCacheService(loaded, mode=table_cache, store=block_store, tier=DeviceTier(0, device=loaded.device))
+        tier = DeviceTier(0, device=loaded.device)  # the job only writes blocks
+        service = TableCacheService(loaded, mode=table_cache, store=block_store, tier=tier)
         runtime = EngineRuntime(settings, loaded, table_cache=service)
         for name in _split(db):
             layout = service.layout(name, runtime.prompt_for(name))

@@ -93,7 +93,8 @@ def encode_group(model, layout: TableLayout, group_index: int) -> list[TableBloc
     return blocks
 
 
-def iter_precompute(model, layout: TableLayout, store: BlockStore, *, skip_existing: bool = True) -> Iterator[GroupProgress]:
+def iter_precompute(model, layout: TableLayout, store: BlockStore, *,
+                    skip_existing: bool = True) -> Iterator[GroupProgress]:
     """Encode and store every group of `layout`, yielding after each (see module docstring).
 
     Args:

@@ -4,6 +4,7 @@ It ties the model-independent parts (store, device tier, trie) to the model:
 
     layout(db, prompt)      lay out a database's blocks (token ids, groups, scope, trie); cached
     iter_precompute(layout) encode and store missing blocks, one group per step   [worker thread]
+    warm(layout)            compute the shared head state (else the first request does)  [worker thread]
     plan(layout, ids)       find the tables in a prompt (trie), no I/O             [any thread]
     load(plan)              get the blocks onto the device tier, pinned            [any thread]
     assemble(loaded, ...)   build the prompt's KV cache from blocks + forwards     [worker thread]
@@ -80,6 +81,7 @@ class TableCacheService:
         self.loaded, self.mode, self.store, self.tier = loaded, mode, store, tier
         self.transfer = transfer or BlockTransfer(loaded.device)
         self._layouts: dict[str, TableLayout] = {}
+        self._used: set[str] = set()
         self._heads: dict[tuple[int, ...], KVState] = {}  # touched on the worker thread only
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(_COUNTERS, 0)
@@ -105,6 +107,13 @@ class TableCacheService:
             with self._lock:
                 layout = self._layouts.setdefault(db, layout)
         return layout
+
+    def claim_first_use(self, db: str) -> bool:
+        """True exactly once per database: the caller then precomputes/warms what it needs."""
+        with self._lock:
+            first = db not in self._used
+            self._used.add(db)
+            return first
 
     def missing_tables(self, layout: TableLayout) -> list[str]:
         """Tables whose block the store does not have (a down store has none)."""
@@ -183,6 +192,10 @@ class TableCacheService:
         self._add(num_block_tokens=stats.num_block_tokens, num_head_tokens=stats.num_head_tokens,
                   num_computed_tokens=stats.num_computed_tokens, num_forwards=stats.num_forwards)
         return state, stats
+
+    def warm(self, layout: TableLayout) -> None:
+        """Compute the layout's head state now rather than at the first request (run on the worker)."""
+        self._head_state(layout)
 
     def release(self, loaded: LoadedBlocks) -> None:
         """Unpin what `load` pinned (idempotent)."""
