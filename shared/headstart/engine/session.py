@@ -131,7 +131,7 @@ class Session:
             request = GenerationRequest(
                 self.model, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
-                wasted_before=self.wasted_tokens, started=started,
+                started=started,
                 ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids),
             )
             self._generation = request
@@ -309,6 +309,9 @@ class Session:
         return not last
 
     def _on_generation_finished(self, request: GenerationRequest) -> None:
+        # read here, on the worker: crops of snapshots sent just before the
+        # submit happen on the worker too, possibly after submit() returned
+        request.wasted_before = self.wasted_tokens
         self.computed_tokens += request.computed_at_submit + max(0, len(request.token_ids) - 1)
         self.wasted_tokens += request.dropped_at_submit
         with self._lock:
