@@ -13,29 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import statistics
 import time
 from pathlib import Path
 
+from bench.common import percentile as common_percentile
+from bench.common import spider_questions
 from bench.serve_typists import Sample, grpc_typist, ws_typist
 from headstart.typist import Typist
 
 PATHS = ("ws", "grpc")
 
 
-def spider_questions(db: str = "world_1", limit: int = 40) -> list[str]:
-    from headstart.paths import default_spider_dir
-
-    dev = json.loads((default_spider_dir() / "dev.json").read_text())
-    return [q["question"] for q in dev if q["db_id"] == db][:limit]
-
-
 def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+    return common_percentile(values, q) if values else None
 
 
 def summarize(samples: list[Sample], rtts: list[float]) -> dict:
@@ -93,8 +84,7 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    questions = spider_questions(db)
-    random.Random(seed).shuffle(questions)
+    questions = [q["question"] for q in spider_questions([db], 40, seed)]
     typist = Typist(wpm=wpm, pause_s=pause_s, seed=seed)
     stack = serve_command(model=model, dtype=dtype, device=device, replicas=replicas, port=0, grpc_port=0,
                           block=False, say=say)
