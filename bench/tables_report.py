@@ -47,18 +47,20 @@ def render(report: dict) -> str:
     c, modes, abl = report["config"], report["modes"], report["ablations"]
     cold = modes["cold"]["total_ttft_s"]
     header = ["run", "total TTFT s", "vs cold", "p50 ms", "p99 ms", "hit rate", "device hits", "MiB from store",
-              "evictions"]
+              "evictions", "round totals s"]
 
     def row(name: str, s: dict) -> list:
         dev = s.get("device_hit_rate")
         return [name, s["total_ttft_s"], f"{s['total_ttft_s'] / cold:.3f}", s["p50_ms"], s["p99_ms"],
                 f"{s['hit_rate']:.3f}", "-" if dev is None else f"{dev:.3f}", _mib(s.get("bytes_from_store")),
-                s.get("tier_evictions", s.get("evictions", "-"))]
+                s.get("tier_evictions", s.get("evictions", "-")),
+                " / ".join(f"{t:.1f}" for t in s.get("round_totals_s", [s["total_ttft_s"]]))]
 
     lines = [f"Table cache, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads), {c['dataset']}, "
              f"{c['questions']} questions (random order, tables shuffled per question, seed {c['seed']}), "
              f"mean prompt {c['prompt_tokens_mean']:.0f} tokens, store {c['store']}, device tier "
-             f"{_mib(c['device_tier_bytes'])} MiB, prefix cache {_mib(c['prefix_cache_bytes'])} MiB\n",
+             f"{_mib(c['device_tier_bytes'])} MiB, prefix cache {_mib(c['prefix_cache_bytes'])} MiB, batches of "
+             f"{c['batch_size']}, best of {c['rounds']} round(s) per run\n",
              "Modes (paper Table 1):\n", markdown_table(header, [row(m, s) for m, s in modes.items()]),
              "\nAblations of pfk (paper Tables 2 and 4):\n",
              markdown_table(header, [row(m, s) for m, s in abl.items()])]

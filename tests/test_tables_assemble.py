@@ -13,7 +13,7 @@ from headstart.schema.resolve import resolve_database
 from headstart.tables.assemble import AssemblyError, PlacedBlock, assemble
 from headstart.tables.device_tier import DeviceTier
 from headstart.tables.layout import TableLayout
-from headstart.tables.precompute import encode_group
+from headstart.tables.precompute import encode_group, encode_groups
 from headstart.tables.service import TableCacheService
 from headstart.tables.store import MemoryStore
 
@@ -52,6 +52,19 @@ def test_blocks_hold_the_group_forward(loaded, prompts):
         assert block.keys_pre_rope.shape == (2, 2, n, 8) and block.keys_pre_rope.is_contiguous()
         for i, layer in enumerate(full.cache.layers):
             assert torch.equal(block.values[i], layer.values[0, :, start:start + n])
+
+
+def test_batched_groups_encode_as_alone(loaded, prompts):
+    """Right padding changes no real token: batched blocks equal one-group blocks up to rounding."""
+    layout = TableLayout.build(prompts["concert_singer"], model_id=loaded.model_id, dtype="float64",
+                               mode="independent")
+    batched = encode_groups(loaded.model, layout, [0, 1, 2, 3])
+    for index in range(4):
+        (alone,), (packed,) = encode_group(loaded.model, layout, index), batched[index]
+        assert (packed.table, packed.token_ids, packed.position_offset) == \
+            (alone.table, alone.token_ids, alone.position_offset)
+        torch.testing.assert_close(packed.keys_pre_rope, alone.keys_pre_rope, rtol=0, atol=1e-12)
+        torch.testing.assert_close(packed.values, alone.values, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("mode,expected_groups", [("pfk", 1), ("independent", 4)])

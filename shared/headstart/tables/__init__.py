@@ -4,6 +4,12 @@ Model-independent parts: the foreign-key graph (`fk_graph`), the block and
 its codec (`block`, `block_codec`, `keys`), stores (`store`), the table trie
 (`trie`), the device tier and its eviction policies (`device_tier`,
 `eviction`), query reranking (`rerank`) and the load/compute pipeline
-(`pipeline`, `transfer`). Block precompute and the engine integration build
-on these.
+(`pipeline`, `transfer`).
+
+Model-dependent parts: what each block covers and how tables are grouped
+(`layout`), keys captured before rotary encoding and rotated at placement
+(`rope`), the precompute job (`precompute`), cache assembly (`assemble`), the
+per-process service tying them to a store and a device tier (`service`), the
+engine's paths (`requests`: P0 and completions from blocks), batch serving
+with reranking and the pipeline (`batch`), and `headstart tables ...` (`cli`).
 """

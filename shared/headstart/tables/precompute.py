@@ -10,9 +10,14 @@ table's keys are captured before rotary encoding (`rope.capture_pre_rope_keys`),
 its values read from the cache, and both stored with its token ids and its
 position in that sequence (`position_offset`).
 
-`iter_precompute` is the job: one group per step, so the engine can run it on
-its forward worker between other work and a CLI can draw a progress bar. It
-must run where the model runs (the worker thread in an engine process).
+Small groups (every table alone in `independent` mode, single tables of a
+`pfk` schema) are encoded several at a time in one right-padded batch: on a
+CPU or a GPU one forward over a few short rows costs about what one row does.
+
+`iter_precompute` is the job: it yields once per group (one forward per batch
+of groups), so the engine can run it on its forward worker between other
+work and a CLI can draw a progress bar. It must run where the model runs (the
+worker thread in an engine process).
 """
 
 from __future__ import annotations
@@ -68,22 +73,43 @@ class PrecomputeReport:
 
 
 @torch.inference_mode()
+def encode_groups(model, layout: TableLayout, group_indices: Sequence[int]) -> dict[int, list[TableBlock]]:
+    """Blocks of several groups from one batched forward (rows right-padded, padding masked).
+
+    Padding comes after each row's last token, so under causal attention it
+    changes no real token's keys or values (only the rounding of batched matmuls).
+    """
+    seqs = [layout.group_sequence(layout.groups[g]) for g in group_indices]
+    width = max(len(ids) for ids, _ in seqs)
+    device = next(model.parameters()).device
+    input_ids = torch.zeros((len(seqs), width), dtype=torch.long, device=device)
+    mask = torch.zeros_like(input_ids)
+    for row, (ids, _) in enumerate(seqs):
+        input_ids[row, :len(ids)] = torch.tensor(ids, device=device)
+        mask[row, :len(ids)] = 1
+    with capture_pre_rope_keys(model) as keys:
+        out = model(input_ids=input_ids, attention_mask=mask if len(seqs) > 1 else None, use_cache=True,
+                    logits_to_keep=1)
+    values = [layer.values for layer in out.past_key_values.layers]  # each [rows, kv_heads, width, head_dim]
+    return {g: _blocks(layout, g, offsets, [k[row] for k in keys], [v[row] for v in values])
+            for row, (g, (_, offsets)) in enumerate(zip(group_indices, seqs))}
+
+
 def encode_group(model, layout: TableLayout, group_index: int) -> list[TableBlock]:
     """Blocks of one group's tables, from one forward over head + the group's tables."""
-    group = layout.groups[group_index]
-    ids, offsets = layout.group_sequence(group)
-    device = next(model.parameters()).device
-    with capture_pre_rope_keys(model) as keys:
-        out = model(input_ids=torch.tensor([ids], device=device), use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    num_layers = len(keys)
-    scope = layout.scope
+    return encode_groups(model, layout, [group_index])[group_index]
+
+
+def _blocks(layout: TableLayout, group_index: int, offsets: dict[str, int], keys: list[torch.Tensor],
+            values: list[torch.Tensor]) -> list[TableBlock]:
+    """Cut one row's per-layer keys/values `# [kv_heads, width, head_dim]` into its tables' blocks."""
+    group, scope = layout.groups[group_index], layout.scope
     blocks = []
     for name in group:
         start, n = offsets[name], len(layout.texts[name].ids)
-        # stack copies: the block does not keep the group's tensors alive
-        k = torch.stack([keys[i][0, :, start:start + n] for i in range(num_layers)])  # [layers, kv_heads, n, head_dim]
-        v = torch.stack([cache.layers[i].values[0, :, start:start + n] for i in range(num_layers)])
+        # stack copies: the block does not keep the batch's tensors alive
+        k = torch.stack([layer[:, start:start + n] for layer in keys])  # [layers, kv_heads, n, head_dim]
+        v = torch.stack([layer[:, start:start + n] for layer in values])
         blocks.append(TableBlock(
             model_id=scope.model_id, dtype=scope.dtype, db_id=scope.db_id, schema_hash=scope.schema_hash,
             table=name, token_ids=layout.texts[name].ids, keys_pre_rope=k, values=v,
@@ -93,23 +119,47 @@ def encode_group(model, layout: TableLayout, group_index: int) -> list[TableBloc
     return blocks
 
 
-def iter_precompute(model, layout: TableLayout, store: BlockStore, *,
-                    skip_existing: bool = True) -> Iterator[GroupProgress]:
+def iter_precompute(model, layout: TableLayout, store: BlockStore, *, skip_existing: bool = True,
+                    max_batch_tokens: int = 2048) -> Iterator[GroupProgress]:
     """Encode and store every group of `layout`, yielding after each (see module docstring).
 
     Args:
         skip_existing: leave a group alone when the store already has all its blocks.
+        max_batch_tokens: groups are encoded together while rows x longest row
+            stays within this (small groups, e.g. every table alone, then cost
+            one forward instead of one each); a longer group runs alone.
     """
     num_groups = len(layout.groups)
+    todo = []
     for index, group in enumerate(layout.groups):
-        start = time.perf_counter()
-        ids = [layout.scope.block_id(name) for name in group]
-        if skip_existing and all(store.contains(block_id) for block_id in ids):
-            yield GroupProgress(layout.db_id, index, num_groups, tuple(group), 0, 0, True, time.perf_counter() - start)
-            continue
-        blocks = encode_group(model, layout, index)
-        for block in blocks:
-            store.put(block)
-        num_tokens = len(layout.group_sequence(group)[0])
-        yield GroupProgress(layout.db_id, index, num_groups, tuple(group), num_tokens,
-                            sum(b.num_bytes for b in blocks), False, time.perf_counter() - start)
+        started = time.perf_counter()
+        if skip_existing and all(store.contains(layout.scope.block_id(name)) for name in group):
+            yield GroupProgress(layout.db_id, index, num_groups, tuple(group), 0, 0, True,
+                                time.perf_counter() - started)
+        else:
+            todo.append(index)
+    for batch in _batches(layout, todo, max_batch_tokens):
+        started = time.perf_counter()
+        encoded = encode_groups(model, layout, batch)
+        seconds = (time.perf_counter() - started) / len(batch)
+        for index in batch:
+            for block in encoded[index]:
+                store.put(block)
+            group = layout.groups[index]
+            yield GroupProgress(layout.db_id, index, num_groups, tuple(group), len(layout.group_sequence(group)[0]),
+                                sum(b.num_bytes for b in encoded[index]), False, seconds)
+
+
+def _batches(layout: TableLayout, indices: list[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive groups packed while (rows x longest row) <= max_tokens."""
+    batches: list[list[int]] = []
+    width = 0
+    for index in indices:
+        n = len(layout.group_sequence(layout.groups[index])[0])
+        if batches and max(width, n) * (len(batches[-1]) + 1) <= max_tokens:
+            batches[-1].append(index)
+            width = max(width, n)
+        else:
+            batches.append([index])
+            width = n
+    return batches

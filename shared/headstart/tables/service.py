@@ -60,10 +60,6 @@ class LoadedBlocks:
     load_seconds: float = 0.0
     released: bool = field(default=False, repr=False)
 
-    @property
-    def table_set(self) -> frozenset[str]:
-        return frozenset(self.plan.match.table_names)
-
 
 class TableCacheService:
     """See module docstring. One per engine process and model.
