@@ -43,12 +43,14 @@ class LocalStack:
 def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str = "127.0.0.1", port: int = 8080,
                   grpc_port: int = 50051, replicas: int = 1, tokens: list[str] | None = None, device: str = "cpu",
                   redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
-                  engine_grpc_port: int | None = None, block: bool = True, say=print) -> LocalStack | None:
+                  table_cache: str = "off", engine_grpc_port: int | None = None, block: bool = True,
+                  say=print) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
     Args:
         tokens: `TOKEN` or `TENANT=TOKEN` strings; none: no auth, loopback only.
         redis_url: a redis:// URL; a loopback one with no server behind it is started here.
+        table_cache: each replica's table cache (`EngineSettings.table_cache`): off | pfk | independent.
         engine_grpc_port: port of Serve's gRPC proxy (default: a free one, loopback).
     """
     token_map = parse_token_specs(tokens or [])
@@ -67,7 +69,8 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
         say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model} ...")
         start_ray(temp)
         stack_exit.callback(stop_engine)
-        settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions)
+        settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
+                                  table_cache=table_cache)
         engine = start_engine(settings, num_replicas=replicas, grpc_port=engine_grpc_port or free_port(),
                               num_gpus=1.0 if device.startswith("cuda") else 0.0)
         gateway = GatewayServer(GatewaySettings(

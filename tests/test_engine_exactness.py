@@ -133,7 +133,7 @@ def test_answer_ahead_streams_known_tokens(tiny_runtime, cold, monkeypatch, ahea
     finally:
         tiny_runtime.close_session(session.session_id)
     assert result.token_ids == cold(question)
-    assert result.extra["answer_tokens_ready_at_submit"] == min(ahead_budget, 32)
+    assert result.extra["answer_tokens_ready_at_submit"] == min(ahead_budget, max_new)
     assert result.computed_tokens_at_submit == 0
 
 
@@ -163,3 +163,42 @@ def test_sampling_with_answer_ahead_matches_cold_sampling(tiny_runtime):
     reference = tiny_runtime.start_complete("world_1", question, "cold", params).result()
     assert result.token_ids == reference.token_ids
     assert result.extra["answer_tokens_ready_at_submit"] == 0  # greedy-only shortcut
+
+
+def test_known_answer_streams_before_the_step_in_flight(tiny_runtime, cold):
+    """A submit while an answer-ahead step is still running emits the tokens
+    already known from the caller's thread; the rest follows from the worker."""
+    import threading
+
+    from headstart.engine.worker import Priority
+
+    question = QUESTIONS[1]
+    session = tiny_runtime.open_session("world_1", "headstart")
+    gate, started = threading.Event(), threading.Event()
+    try:
+        session.update(1, question)
+        session.wait_idle(speculation=True)
+        # hold the worker so the submit cannot run there
+        tiny_runtime.worker.enqueue(lambda: started.set() or (gate.wait(10) and False), Priority.FLASH)
+        started.wait(10)
+        request = session.submit(2, question, PARAMS)
+        first = next(request.stream())  # available while the worker is still held
+        assert first == cold(question)[0] and request.first_token_at is not None
+        gate.set()
+        result = request.result()
+    finally:
+        gate.set()
+        tiny_runtime.close_session(session.session_id)
+    assert result.token_ids == cold(question)
+
+
+def test_known_answer_can_finish_without_the_worker(tiny_runtime, cold):
+    question = QUESTIONS[2]
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        session.update(1, question)
+        session.wait_idle(speculation=True)
+        result = session.submit(2, question, SamplingParams(max_new_tokens=3)).result()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    assert result.token_ids == cold(question)[:3] and result.finish_reason == "length"

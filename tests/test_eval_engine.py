@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from headstart.eval.cli import eval_command
-from headstart.eval.engine_generators import EngineGenerator, question_seed
+from headstart.eval.engine_generators import TABLE_CACHE_OF_MODE, EngineGenerator, load_runtime, question_seed
 from headstart.eval.errors import EngineUnavailableError
 from headstart.eval.generators import GeneratorSettings
 from headstart.eval.records import EvalQuestion
@@ -55,9 +57,9 @@ BIRD_QUESTION = EvalQuestion(1, "8", "shop", "Best rate?", "SELECT 1", Path("/d/
     [
         ("cold", GeneratorSettings(max_new_tokens=64), QUESTION, ("complete", "pets_1", "How many pets?", "cold", 64)),
         ("prefix", GeneratorSettings(), QUESTION, ("complete", "pets_1", "How many pets?", "prefix", 256)),
-        ("tables-pfk", GeneratorSettings(), QUESTION, ("complete", "pets_1", "How many pets?", "tables-pfk", 256)),
+        ("tables-pfk", GeneratorSettings(), QUESTION, ("complete", "pets_1", "How many pets?", "prefix", 256)),
         ("tables-independent", GeneratorSettings(db_by_path=True), QUESTION,
-         ("complete", "/d/pets_1.sqlite", "How many pets?", "tables-independent", 256)),
+         ("complete", "/d/pets_1.sqlite", "How many pets?", "prefix", 256)),
         ("cold", GeneratorSettings(), BIRD_QUESTION,
          ("complete", "shop", "Best rate?\nExternal knowledge: rate = a / b", "cold", 256)),
         ("session", GeneratorSettings(wpm=90.0, seed=3, max_new_tokens=32), QUESTION,
@@ -77,6 +79,35 @@ def test_engine_calls(mode: str, settings: GeneratorSettings, question: EvalQues
     assert generation.extra["prompt_tokens"] == 100
 
 
+@pytest.mark.parametrize(
+    ("mode", "settings", "options"),
+    [
+        ("cold", GeneratorSettings(model="m"), {"model": "m"}),
+        ("session", GeneratorSettings(model="m", threads=1), {"model": "m", "threads": 1}),
+        ("tables-pfk", GeneratorSettings(model="m"), {"model": "m", "table_cache": "pfk"}),
+        ("tables-independent", GeneratorSettings(model="m", dtype="float64"),
+         {"model": "m", "dtype": "float64", "table_cache": "independent"}),
+    ],
+)
+def test_load_runtime_settings_per_mode(monkeypatch, mode: str, settings: GeneratorSettings, options: dict) -> None:
+    """A table mode is `prefix` on an engine whose table cache is on: the settings it is built with."""
+    from headstart.engine.runtime import EngineRuntime
+
+    built: list[dict] = []
+    monkeypatch.setattr(EngineRuntime, "from_settings", classmethod(lambda cls, **kw: built.append(kw) or "rt"))
+    assert load_runtime(settings, mode) == "rt"
+    assert built == [options]
+
+
+@pytest.mark.parametrize(("mode", "table_cache"), [("tables-pfk", "off"), ("tables-pfk", "independent"),
+                                                  ("tables-independent", "pfk")])
+def test_a_table_mode_needs_its_table_cache(mode: str, table_cache: str) -> None:
+    runtime = RecordingRuntime()
+    runtime.settings = SimpleNamespace(table_cache=table_cache)
+    with pytest.raises(ValueError, match=f"needs a runtime with table_cache={TABLE_CACHE_OF_MODE[mode]!r}"):
+        EngineGenerator(runtime, mode, GeneratorSettings())
+
+
 def test_typist_seed_is_stable_and_per_question() -> None:
     assert question_seed(0, "7") == question_seed(0, "7")
     assert len({question_seed(0, str(i)) for i in range(100)}) == 100
@@ -90,7 +121,8 @@ def test_a_mode_the_engine_rejects_fails_at_warmup() -> None:
 
 
 @needs_spider
-@pytest.mark.parametrize(("mode", "limit", "extra"), [("cold", 20, {}), ("session", 3, {"speed": 50.0})])
+@pytest.mark.parametrize(("mode", "limit", "extra"),
+                         [("cold", 20, {}), ("session", 3, {"speed": 50.0}), ("tables-pfk", 3, {})])
 def test_random_tiny_runs_through_the_harness(tmp_path: Path, monkeypatch, mode: str, limit: int, extra: dict) -> None:
     """The CI check: the real engine with random weights answers; the harness scores and times it."""
     pytest.importorskip("headstart.engine.runtime")
@@ -101,4 +133,6 @@ def test_random_tiny_runs_through_the_harness(tmp_path: Path, monkeypatch, mode:
     assert (summary["n"], summary["skipped"], summary["gold_errors"], summary["num_ttft"]) == (limit, 0, 0, limit)
     assert summary["ttft_p50_ms"] > 0
     assert summary["pred_error_codes"].get("generation_error") is None
-    assert (tmp_path / "out" / "eval.json").is_file()
+    rows = json.loads((tmp_path / "out" / "eval.json").read_text())["questions"]
+    assert len(rows) == limit
+    assert all(row["ttft_ms"] > 0 and row["extra"]["num_tokens"] > 0 for row in rows)

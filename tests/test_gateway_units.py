@@ -6,7 +6,7 @@ import pytest
 
 from headstart.client.errors import ApiError, grpc_status, http_status
 from services.gateway.auth import ANONYMOUS, Authenticator, parse_token_specs
-from services.gateway.limits import RateLimiter, check_seq, check_size, check_text
+from services.gateway.limits import MAX_TABLES, RateLimiter, check_seq, check_size, check_tables, check_text
 from services.gateway.sessions import SessionRegistry, engine_session_id
 
 
@@ -59,11 +59,27 @@ def test_rate_limiter_refills():
     (check_seq, 0, "INVALID_ARGUMENT"),
     (check_seq, True, "INVALID_ARGUMENT"),
     (check_seq, 1.5, "INVALID_ARGUMENT"),
+    (check_tables, "city", "INVALID_ARGUMENT"),
+    (check_tables, ["city", ""], "INVALID_ARGUMENT"),
+    (check_tables, ["city", 3], "INVALID_ARGUMENT"),
+    (check_tables, ["t" * 257], "INVALID_ARGUMENT"),
+    (check_tables, [f"t{i}" for i in range(MAX_TABLES + 1)], "INVALID_ARGUMENT"),
 ])
 def test_edge_checks(check, value, code):
     with pytest.raises(ApiError) as err:
         check(value)
     assert err.value.code == code
+
+
+@pytest.mark.parametrize("tables, expected", [
+    (None, None),
+    ([], None),  # the whole schema, as an empty repeated field says
+    (["country", "city"], ["country", "city"]),
+    (("city",), ["city"]),
+    (["no_such_table"], ["no_such_table"]),  # whether the db has it is the engine's answer
+])
+def test_check_tables_passes_a_selection_through(tables, expected):
+    assert check_tables(tables) == expected
 
 
 def test_registry_scopes_ids_by_tenant():

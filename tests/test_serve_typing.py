@@ -12,6 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headstart.client import HeadstartClient
+from headstart.client.errors import ApiError
+from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from tests.serve_helpers import MAX_NEW, recv, ws_connect, ws_type_and_submit
 from tests.typing_traces import KINDS, QUESTIONS, typed
@@ -84,6 +86,40 @@ def test_complete_matches_cold(serve_stack, cold, mode):
     assert list(result.token_ids) == cold(QUESTIONS[1])
     assert "".join(streamed) == result.text
     assert result.finish_reason == "length"
+
+
+def test_complete_with_tables_in_either_order(serve_stack, tiny_runtime):
+    """`Complete(tables=...)` prompts with exactly those tables in that order
+    (issue 4): each order gives the tokens of a cold run of that same selection."""
+    question, params = QUESTIONS[1], SamplingParams(max_new_tokens=MAX_NEW)
+    orders = (("country", "city"), ("city", "country"))
+    want = {t: tiny_runtime.start_complete("world_1", question, "cold", params, tables=list(t)).result()
+            for t in orders}
+    with HeadstartClient(serve_stack.grpc_target, token="tok-bob") as client:
+        got = {t: client.complete("world_1", question, MAX_NEW, tables=list(t)) for t in orders}
+        whole = client.complete("world_1", question, MAX_NEW)
+    for t in orders:
+        assert list(got[t].token_ids) == want[t].token_ids, t
+        assert got[t].prompt_tokens == want[t].prompt_tokens < whole.prompt_tokens
+    # NOTE: the two orders are two prompts with two answers (float64: deterministic),
+    # so a server that ignored the order would fail one of the equalities above.
+    assert want[orders[0]].token_ids != want[orders[1]].token_ids
+
+
+@pytest.mark.parametrize("tables, named", [
+    (["country", "no_such_table"], "no_such_table"),  # the replica's answer
+    (["city", "City"], "distinct"),  # the replica's answer
+    (["city", ""], "non-empty"),  # the gateway's answer
+])
+def test_complete_with_bad_tables_is_invalid_argument(serve_stack, tables, named):
+    with HeadstartClient(serve_stack.grpc_target, token="tok-bob") as client:
+        with pytest.raises(ApiError) as err:
+            client.complete("world_1", QUESTIONS[1], MAX_NEW, tables=tables)
+    assert err.value.code == "INVALID_ARGUMENT" and named in err.value.message
+    rest = httpx.post(f"{serve_stack.http_url}/v1/complete", headers={"authorization": "Bearer tok-bob"},
+                      json={"db": "world_1", "question": QUESTIONS[1], "max_new_tokens": MAX_NEW, "tables": tables},
+                      timeout=60)
+    assert rest.status_code == 400 and rest.json()["code"] == "INVALID_ARGUMENT"
 
 
 def test_stickiness_through_serve_router(serve_engine):

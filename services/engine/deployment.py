@@ -48,14 +48,16 @@ class EngineDeployment:
             yield event
 
     async def Complete(self, request: engine_pb2.EngineCompleteRequest):  # noqa: N802
+        tables = list(request.tables) or None  # empty: the whole schema
         try:
             params: SamplingParams = sampling_params(request.params)
             gen = await asyncio.to_thread(
-                self.core.runtime.start_complete, request.db, request.question, request.mode or "prefix", params)
+                self.core.runtime.start_complete, request.db, request.question, request.mode or "prefix", params,
+                tables=tables)
         except Exception as exc:
             yield events.from_exception(exc)
             return
-        decode = self.core.runtime.prompt_for(request.db).decode
+        decode = self.core.runtime.prompt_for(request.db, tables).decode
         async for event in generation_events(gen, decode, self.replica, 0):
             yield event
 

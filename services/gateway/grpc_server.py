@@ -123,7 +123,7 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
             self._tenant(context)
             params = request.params
             async for event in self.service.complete(request.db, request.question, params.max_new_tokens or None,
-                                                     request.mode or "prefix"):
+                                                     request.mode or "prefix", list(request.tables)):
                 kind = event.WhichOneof("kind")
                 if kind == "error":
                     raise ApiError(event.error.code, event.error.message)

@@ -6,6 +6,9 @@ import time
 
 from headstart.client.errors import ApiError
 
+MAX_TABLES = 512
+MAX_TABLE_NAME_CHARS = 256
+
 
 class RateLimiter:
     """A token bucket: `rate` messages per second sustained, `burst` at once."""
@@ -49,3 +52,22 @@ def check_seq(seq: object) -> int:
     if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < 2**62:
         raise ApiError("INVALID_ARGUMENT", "seq must be a positive integer")
     return seq
+
+
+def check_tables(tables: object) -> list[str] | None:
+    """A Complete's table selection: None or [] (the whole schema) or table names.
+
+    Only the shape is checked here; whether the database has those tables,
+    once each, is the engine's answer (INVALID_ARGUMENT naming the table).
+    """
+    if tables is None:
+        return None
+    if not isinstance(tables, (list, tuple)):
+        raise ApiError("INVALID_ARGUMENT", "tables must be a list of table names")
+    if len(tables) > MAX_TABLES:
+        raise ApiError("INVALID_ARGUMENT", f"tables lists {len(tables)} names; the limit is {MAX_TABLES}")
+    for name in tables:
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_TABLE_NAME_CHARS:
+            raise ApiError("INVALID_ARGUMENT", f"tables must be non-empty names of at most "
+                                               f"{MAX_TABLE_NAME_CHARS} characters, got {name!r:.80}")
+    return list(tables) or None

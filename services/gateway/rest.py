@@ -67,7 +67,7 @@ def build_router(service: GatewayService) -> APIRouter:
         data = await body(request)
         result = None
         async for event in service.complete(data.get("db"), data.get("question"), data.get("max_new_tokens"),
-                                            data.get("mode", "prefix")):
+                                            data.get("mode", "prefix"), data.get("tables")):
             if event.WhichOneof("kind") == "error":
                 raise ApiError(event.error.code, event.error.message)
             if event.WhichOneof("kind") == "result":

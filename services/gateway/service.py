@@ -16,7 +16,7 @@ from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
 from services.gateway.auth import Authenticator
 from services.gateway.databases import DatabaseInfo, list_spider_databases, run_read_only
 from services.gateway.engine_link import EngineLink
-from services.gateway.limits import check_seq, check_text
+from services.gateway.limits import check_seq, check_tables, check_text
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.sessions import GatewaySession, SessionRegistry, engine_session_id
 from services.gateway.settings import GatewaySettings
@@ -130,14 +130,21 @@ class GatewayService:
     # -- stateless ----------------------------------------------------------
 
     async def complete(self, db: str, question: object, max_new_tokens: object = None,
-                       mode: str = "prefix") -> AsyncIterator[engine_pb2.EngineEvent]:
-        """Tokens events then a Result (or one Error) from any replica."""
+                       mode: str = "prefix", tables: object = None) -> AsyncIterator[engine_pb2.EngineEvent]:
+        """Tokens events then a Result (or one Error) from any replica.
+
+        `tables` (None or []: the whole schema) prompts with those tables of
+        `db` in that order; a name the database lacks comes back as an Error
+        event with INVALID_ARGUMENT from the replica.
+        """
         question = check_text(question, self.settings.max_text_chars)
         if mode not in MODES:
             raise ApiError("INVALID_ARGUMENT", f"mode must be one of {', '.join(MODES)}")
         if not isinstance(db, str) or not db.strip() or len(db) > MAX_DB_CHARS:
             raise ApiError("INVALID_ARGUMENT", "db must be a non-empty database id")
-        request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=self.params(max_new_tokens), mode=mode)
+        tables = check_tables(tables)
+        request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=self.params(max_new_tokens),
+                                                   mode=mode, tables=tables or [])
         call = self._stub.Complete(request, metadata=(("application", self.settings.engine_app),))
         try:
             async for event in call:

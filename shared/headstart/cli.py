@@ -17,6 +17,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(tables_app, name="tables")
 
 MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
+TABLE_CACHE_MODES = ("off", "pfk", "independent")
 TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
 TABLE_STORE_HELP = "table block store: memory:// or redis://host:port/db"
 
@@ -84,6 +85,8 @@ def demo(
     threads: Optional[int] = typer.Option(None),
     out: Path = typer.Option(Path(".headstart/demo"), help="where the generated trace goes"),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
+    then_serve: bool = typer.Option(True, "--serve/--no-serve", help="then start the local stack (Ctrl-C stops)"),
+    port: int = typer.Option(8080, help="HTTP port of the page when serving"),
 ):
     """The embedded default: a synthetic typist against a Spider db, in every mode."""
     from headstart.replay_modes import replay_in_mode
@@ -104,7 +107,7 @@ def demo(
         typer.secho(f"\n== serving: open http://127.0.0.1:{port}/ and type a question about {db} (Ctrl-C stops)",
                     bold=True)
         serve(model=model, dtype="float32", device="cpu", host="127.0.0.1", port=port, grpc_port=50051,
-              replicas=1, token=[], redis_url=None, max_sessions=64, threads=threads)
+              replicas=1, token=[], redis_url=None, max_sessions=64, threads=threads, table_cache=table_cache)
 
 
 @app.command()
@@ -120,13 +123,16 @@ def serve(
     redis_url: Optional[str] = typer.Option(None, "--redis", help="redis:// URL; a local one is started if needed"),
     max_sessions: int = typer.Option(64, help="sessions per replica"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads per replica"),
+    table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
 ):
     """Start the local stack: Ray, the engine deployment, the gateway (and Redis). Ctrl-C stops it all."""
     from services.launcher import serve_command
 
+    if table_cache not in TABLE_CACHE_MODES:
+        _fail(f"unknown --table-cache {table_cache!r}; valid: {', '.join(TABLE_CACHE_MODES)}")
     serve_command(model=model, dtype=dtype, host=host, port=port, grpc_port=grpc_port, replicas=replicas,
                   tokens=token, device=device, redis_url=redis_url, max_sessions=max_sessions, threads=threads,
-                  block=True, say=typer.echo)
+                  table_cache=table_cache, block=True, say=typer.echo)
 
 
 def _runtime(**settings):
@@ -172,8 +178,8 @@ def bench_ttft(
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
 
-    if table_cache not in ("off", "pfk", "independent"):
-        _fail(f"unknown --table-cache {table_cache!r}; valid: off, pfk, independent")
+    if table_cache not in TABLE_CACHE_MODES:
+        _fail(f"unknown --table-cache {table_cache!r}; valid: {', '.join(TABLE_CACHE_MODES)}")
     run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
                    pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                    max_new_tokens=max_new_tokens, out=out, table_cache=table_cache)

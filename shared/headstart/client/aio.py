@@ -31,9 +31,12 @@ class AsyncHeadstartClient:
         await self._unary(self.stub.CloseSession, headstart_pb2.CloseSessionRequest(session_id=session_id))
 
     async def complete(self, db: str, question: str, max_new_tokens: int | None = None, mode: str = "prefix",
-                       on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
+                       on_text: Callable[[str], None] | None = None,
+                       tables: list[str] | None = None) -> types_pb2.Result:
+        """`HeadstartClient.complete`, awaited."""
         params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
-        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode)
+        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode,
+                                                tables=tables or [])
         try:
             async for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
                 if response.WhichOneof("kind") == "tokens" and on_text:

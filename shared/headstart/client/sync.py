@@ -45,10 +45,17 @@ class HeadstartClient:
         self._unary(self.stub.CloseSession, headstart_pb2.CloseSessionRequest(session_id=session_id))
 
     def complete(self, db: str, question: str, max_new_tokens: int | None = None, mode: str = "prefix",
-                 on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
-        """One completion with no typing; `on_text` sees the text as it streams."""
+                 on_text: Callable[[str], None] | None = None,
+                 tables: list[str] | None = None) -> types_pb2.Result:
+        """One completion with no typing; `on_text` sees the text as it streams.
+
+        `tables` prompts with only those tables of `db`, in that order (None:
+        the whole schema); a name the database lacks raises ApiError
+        INVALID_ARGUMENT.
+        """
         params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
-        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode)
+        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode,
+                                                tables=tables or [])
         try:
             for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
                 if response.WhichOneof("kind") == "tokens" and on_text:

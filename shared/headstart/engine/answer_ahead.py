@@ -47,9 +47,11 @@ class AnswerAhead:
         return True
 
     def usable_for(self, kv_ids: list[int], prompt_ids: list[int]) -> list[int]:
-        """The tokens that start the greedy answer to `prompt_ids`, or []."""
-        n = len(prompt_ids)
-        if self.tokens and len(kv_ids) == n + len(self.tokens) - 1 and kv_ids[:n] == prompt_ids \
-                and kv_ids[n:] == self.tokens[:-1]:
-            return list(self.tokens)
+        """The tokens that start the greedy answer to `prompt_ids`, or [].
+
+        Safe to call off the worker with a copy of the cache ids: the tokens
+        are read once, and a torn read fails the length check."""
+        tokens, n = list(self.tokens), len(prompt_ids)
+        if tokens and len(kv_ids) == n + len(tokens) - 1 and kv_ids[:n] == prompt_ids and kv_ids[n:] == tokens[:-1]:
+            return tokens
         return []

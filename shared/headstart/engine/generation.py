@@ -87,6 +87,7 @@ class GenerationRequest:
         wasted_before: int = 0,
         started: float | None = None,
         ahead: Callable[[], list[int]] | None = None,
+        known: list[int] | None = None,
     ):
         self.model, self._decode = model, decode
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
@@ -95,6 +96,8 @@ class GenerationRequest:
         self.token_ids: list[int] = []
         self._ahead = ahead  # greedy answer tokens decoded before the submit
         self.ahead_used = 0
+        self._known: list[int] = []
+        self._prefilled = False  # the prompt is cached: later steps decode
         # TTFT counts from the caller's submit (tokenization included)
         self.started = started if started is not None else time.perf_counter()
         self.first_token_at: float | None = None
@@ -109,6 +112,14 @@ class GenerationRequest:
         self._stream: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = False
         self._generator = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
+        # Answer tokens already known at submit stream from the caller's
+        # thread at once, without waiting for the step in flight on the worker.
+        self.finished_early = False
+        for token in known or []:
+            self._known.append(token)
+            if not self._emit(token):
+                self.finished_early = True
+                break
 
     # -- caller side --------------------------------------------------------
 
@@ -150,7 +161,7 @@ class GenerationRequest:
         try:
             if self._cancelled:
                 raise Cancelled("generation cancelled")
-            more = self._prefill_step() if self.first_token_at is None else self._decode_step()
+            more = self._decode_step() if self._prefilled else self._prefill_step()
         except BaseException as exc:
             self.error = exc
             more = False
@@ -163,9 +174,14 @@ class GenerationRequest:
             self.state = self._prepare()
         kv, target = self.state, self.prompt_ids
         ahead = self._ahead() if self._ahead is not None and self.params.temperature == 0 else []
+        if self._known and ahead[: len(self._known)] != self._known:
+            # unreachable while the session holds its generation slot: only an
+            # answer-ahead step may run meanwhile, and it only appends
+            raise RuntimeError("answer-ahead tokens changed under a submit")
         if ahead:  # the answer's first tokens are known: no forward pass
             self.cached_at_submit, self.ahead_used = len(target), len(ahead)
-            return all(self._emit(token) for token in ahead)
+            self._prefilled = True
+            return all(self._emit(token) for token in ahead[len(self._known):])
         n = common_prefix_len(kv.ids, target)
         if self.cached_at_submit is None:
             self.cached_at_submit = n
@@ -178,6 +194,7 @@ class GenerationRequest:
         self.computed_at_submit += len(chunk)
         if len(chunk) < len(remaining):
             return True
+        self._prefilled = True
         return self._emit(pick_token(kv.last_logits, self.params, self._generator))
 
     def _decode_step(self) -> bool:
@@ -196,6 +213,12 @@ class GenerationRequest:
             self.finish_reason = "length"
             return False
         return True
+
+    def finish_now(self) -> None:
+        """Complete a request whose known tokens already ended it (caller thread)."""
+        self.cached_at_submit = len(self.prompt_ids)
+        self.ahead_used = len(self._known)
+        self._finish()
 
     def _finish(self) -> None:
         self.finished_at = time.perf_counter()

@@ -184,6 +184,7 @@ class EngineRuntime:
         submit, `prefix` starts from a warm P0 (what prefix caching gives) or,
         with the table cache on, from the prompt's table blocks. `tables`
         restricts the schema to those tables in that order."""
+        started = time.perf_counter()  # TTFT counts tokenization too
         if mode not in MODES:
             raise InvalidInput(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         params.validate()
@@ -204,6 +205,7 @@ class EngineRuntime:
         request = GenerationRequest(
             self.loaded.model, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,
+            started=started,
         )
         self.worker.enqueue(request.step, priority, f"{mode}:{db}")
         return request

@@ -128,14 +128,20 @@ class Session:
                 self._preempt_locked(final_ids)
             if self._speculating:  # the step in flight, if any, still helps: no abort
                 self._stop_speculation_locked(abort=False)
+            # Racing the worker is safe here: a torn read of the cache or the
+            # answer tokens fails the check in usable_for and yields [].
+            known = self._ahead.usable_for(list(self._kv.ids), final_ids) if params.temperature == 0 else []
             request = GenerationRequest(
                 self.model, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
-                started=started,
+                started=started, known=known,
                 ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids),
             )
             self._generation = request
-            self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}")
+            if not request.finished_early:
+                self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}")
+        if request.finished_early:  # outside the lock: the finish callback takes it
+            request.finish_now()
         return request
 
     def wait_idle(self, timeout: float | None = 30.0, speculation: bool = False) -> None:

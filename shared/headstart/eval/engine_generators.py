@@ -1,9 +1,12 @@
 """The model-backed modes: every call the evaluation makes into the engine, in one place.
 
 The engine API used (headstart.engine.runtime.EngineRuntime):
-- `EngineRuntime.from_settings(model=M, [dtype=...], [device=...], [threads=...])`
+- `EngineRuntime.from_settings(model=M, [dtype=...], [device=...], [threads=...],
+  [table_cache=pfk|independent])`: the table modes are an engine built with
+  its table cache on (`TABLE_CACHE_OF_MODE`)
 - `runtime.complete(db, question, mode=MODE, max_new_tokens=N)` for MODE in
-  cold | prefix | tables-pfk | tables-independent
+  cold | prefix (the table modes complete in `prefix`: from the prompt's
+  table blocks, assembled)
 - `runtime.replay_typed(db, question, policy="headstart", wpm=W, seed=S,
   max_new_tokens=N, [speed=X])` for the session mode (the question typed by
   a seeded synthetic typist into a fresh session, then submitted)
@@ -23,19 +26,29 @@ from headstart.eval.generators import GeneratorSettings
 from headstart.eval.records import EvalQuestion, Generation
 
 COMPLETE_MODES = ("cold", "prefix", "tables-pfk", "tables-independent")
+# The eval modes served from table blocks: the engine's `table_cache` setting of each.
+TABLE_CACHE_OF_MODE = {"tables-pfk": "pfk", "tables-independent": "independent"}
 _RESULT_DETAILS = ("prompt_tokens", "cached_tokens_at_submit", "computed_tokens_at_submit", "total_ms", "finish_reason")
 
 
-def load_runtime(settings: GeneratorSettings) -> Any:
-    """Build the engine once per run; EngineUnavailableError when it cannot be imported."""
+def load_runtime(settings: GeneratorSettings, mode: str = "prefix") -> Any:
+    """Build the engine once per run for `mode` (a table mode turns its table
+    cache on); EngineUnavailableError when it cannot be imported."""
     try:
         from headstart.engine.runtime import EngineRuntime
     except ImportError as exc:
         raise EngineUnavailableError(
             f"model modes need headstart.engine.runtime.EngineRuntime, which failed to import: {exc}"
         ) from exc
-    options = {"dtype": settings.dtype, "device": settings.device, "threads": settings.threads}
+    options = {"dtype": settings.dtype, "device": settings.device, "threads": settings.threads,
+               "table_cache": TABLE_CACHE_OF_MODE.get(mode)}
     return EngineRuntime.from_settings(model=settings.model, **{k: v for k, v in options.items() if v is not None})
+
+
+def engine_mode(mode: str) -> str:
+    """The runtime's completion mode for an eval mode: a table mode completes
+    in `prefix` on a runtime whose table cache is on (see `load_runtime`)."""
+    return "prefix" if mode in TABLE_CACHE_OF_MODE else mode
 
 
 def question_seed(seed: int, question_id: str) -> int:
@@ -57,6 +70,11 @@ class EngineGenerator:
     def __init__(self, runtime: Any, mode: str, settings: GeneratorSettings) -> None:
         if mode not in COMPLETE_MODES and mode != "session":
             raise ValueError(f"unknown engine mode {mode!r}; valid: {', '.join(COMPLETE_MODES + ('session',))}")
+        table_cache = getattr(getattr(runtime, "settings", None), "table_cache", None)
+        if mode in TABLE_CACHE_OF_MODE and table_cache not in (None, TABLE_CACHE_OF_MODE[mode]):
+            # NOTE: otherwise a table mode would silently measure plain prefix caching.
+            raise ValueError(f"mode {mode!r} needs a runtime with table_cache={TABLE_CACHE_OF_MODE[mode]!r}, "
+                             f"not {table_cache!r} (build it with load_runtime(settings, {mode!r}))")
         self.runtime = runtime
         self.mode = mode
         self.settings = settings
@@ -100,5 +118,6 @@ class EngineGenerator:
                 **timing,
             )
         return self.runtime.complete(
-            self._db(question), question_text(question), mode=self.mode, max_new_tokens=self.settings.max_new_tokens
+            self._db(question), question_text(question), mode=engine_mode(self.mode),
+            max_new_tokens=self.settings.max_new_tokens,
         )

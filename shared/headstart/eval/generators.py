@@ -76,7 +76,7 @@ def _engine_factory(mode: str) -> Callable[[GeneratorSettings], SqlGenerator]:
         # Imported here: the gold mode and the tests of the harness need no engine.
         from headstart.eval.engine_generators import EngineGenerator, load_runtime
 
-        return EngineGenerator(load_runtime(settings), mode, settings)
+        return EngineGenerator(load_runtime(settings, mode), mode, settings)
 
     return build
 

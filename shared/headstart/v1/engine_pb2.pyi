@@ -1,7 +1,8 @@
 from headstart.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -87,16 +88,18 @@ class Ack(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., replica: _Optional[str] = ...) -> None: ...
 
 class EngineCompleteRequest(_message.Message):
-    __slots__ = ("db", "question", "params", "mode")
+    __slots__ = ("db", "question", "params", "mode", "tables")
     DB_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
     db: str
     question: str
     params: _types_pb2.SamplingParams
     mode: str
-    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ...) -> None: ...
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class EngineSessionRef(_message.Message):
     __slots__ = ("session_id",)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from headstart.v1 import types_pb2 as headstart_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cheadstart/v1/headstart.proto\x12\x0cheadstart.v1\x1a\x18headstart/v1/types.proto\"\x8d\x01\n\x0bTypeRequest\x12(\n\x04open\x18\x01 \x01(\x0b\x32\x18.headstart.v1.OpenStreamH\x00\x12$\n\x05input\x18\x02 \x01(\x0b\x32\x13.headstart.v1.InputH\x00\x12&\n\x06submit\x18\x03 \x01(\x0b\x32\x14.headstart.v1.SubmitH\x00\x42\x06\n\x04kind\",\n\nOpenStream\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"\"\n\x05Input\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\"Q\n\x06Submit\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\"\xde\x01\n\x0cTypeResponse\x12$\n\x05ready\x18\x01 \x01(\x0b\x32\x13.headstart.v1.ReadyH\x00\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.headstart.v1.ProgressH\x00\x12&\n\x06tokens\x18\x03 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x13.headstart.v1.ErrorH\x00\x42\x06\n\x04kind\"\'\n\x05Ready\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"k\n\x0f\x43ompleteRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\x12\x0c\n\x04mode\x18\x04 \x01(\t\"j\n\x10\x43ompleteResponse\x12&\n\x06tokens\x18\x01 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x02 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x42\x06\n\x04kind\" \n\x12OpenSessionRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\"5\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\x16\n\x14ListDatabasesRequest\"?\n\x08\x44\x61tabase\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nnum_tables\x18\x02 \x01(\x05\x12\x13\n\x0b\x63\x61n_execute\x18\x03 \x01(\x08\"B\n\x15ListDatabasesResponse\x12)\n\tdatabases\x18\x01 \x03(\x0b\x32\x16.headstart.v1.Database2\xa0\x03\n\tHeadstart\x12\x41\n\x04Type\x12\x19.headstart.v1.TypeRequest\x1a\x1a.headstart.v1.TypeResponse(\x01\x30\x01\x12K\n\x08\x43omplete\x12\x1d.headstart.v1.CompleteRequest\x1a\x1e.headstart.v1.CompleteResponse0\x01\x12R\n\x0bOpenSession\x12 .headstart.v1.OpenSessionRequest\x1a!.headstart.v1.OpenSessionResponse\x12U\n\x0c\x43loseSession\x12!.headstart.v1.CloseSessionRequest\x1a\".headstart.v1.CloseSessionResponse\x12X\n\rListDatabases\x12\".headstart.v1.ListDatabasesRequest\x1a#.headstart.v1.ListDatabasesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cheadstart/v1/headstart.proto\x12\x0cheadstart.v1\x1a\x18headstart/v1/types.proto\"\x8d\x01\n\x0bTypeRequest\x12(\n\x04open\x18\x01 \x01(\x0b\x32\x18.headstart.v1.OpenStreamH\x00\x12$\n\x05input\x18\x02 \x01(\x0b\x32\x13.headstart.v1.InputH\x00\x12&\n\x06submit\x18\x03 \x01(\x0b\x32\x14.headstart.v1.SubmitH\x00\x42\x06\n\x04kind\",\n\nOpenStream\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"\"\n\x05Input\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\"Q\n\x06Submit\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\"\xde\x01\n\x0cTypeResponse\x12$\n\x05ready\x18\x01 \x01(\x0b\x32\x13.headstart.v1.ReadyH\x00\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.headstart.v1.ProgressH\x00\x12&\n\x06tokens\x18\x03 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x13.headstart.v1.ErrorH\x00\x42\x06\n\x04kind\"\'\n\x05Ready\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"{\n\x0f\x43ompleteRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x0e\n\x06tables\x18\x05 \x03(\t\"j\n\x10\x43ompleteResponse\x12&\n\x06tokens\x18\x01 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x02 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x42\x06\n\x04kind\" \n\x12OpenSessionRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\"5\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\x16\n\x14ListDatabasesRequest\"?\n\x08\x44\x61tabase\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nnum_tables\x18\x02 \x01(\x05\x12\x13\n\x0b\x63\x61n_execute\x18\x03 \x01(\x08\"B\n\x15ListDatabasesResponse\x12)\n\tdatabases\x18\x01 \x03(\x0b\x32\x16.headstart.v1.Database2\xa0\x03\n\tHeadstart\x12\x41\n\x04Type\x12\x19.headstart.v1.TypeRequest\x1a\x1a.headstart.v1.TypeResponse(\x01\x30\x01\x12K\n\x08\x43omplete\x12\x1d.headstart.v1.CompleteRequest\x1a\x1e.headstart.v1.CompleteResponse0\x01\x12R\n\x0bOpenSession\x12 .headstart.v1.OpenSessionRequest\x1a!.headstart.v1.OpenSessionResponse\x12U\n\x0c\x43loseSession\x12!.headstart.v1.CloseSessionRequest\x1a\".headstart.v1.CloseSessionResponse\x12X\n\rListDatabases\x12\".headstart.v1.ListDatabasesRequest\x1a#.headstart.v1.ListDatabasesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,23 +45,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READY']._serialized_start=606
   _globals['_READY']._serialized_end=645
   _globals['_COMPLETEREQUEST']._serialized_start=647
-  _globals['_COMPLETEREQUEST']._serialized_end=754
-  _globals['_COMPLETERESPONSE']._serialized_start=756
-  _globals['_COMPLETERESPONSE']._serialized_end=862
-  _globals['_OPENSESSIONREQUEST']._serialized_start=864
-  _globals['_OPENSESSIONREQUEST']._serialized_end=896
-  _globals['_OPENSESSIONRESPONSE']._serialized_start=898
-  _globals['_OPENSESSIONRESPONSE']._serialized_end=951
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=953
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=994
-  _globals['_CLOSESESSIONRESPONSE']._serialized_start=996
-  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1018
-  _globals['_LISTDATABASESREQUEST']._serialized_start=1020
-  _globals['_LISTDATABASESREQUEST']._serialized_end=1042
-  _globals['_DATABASE']._serialized_start=1044
-  _globals['_DATABASE']._serialized_end=1107
-  _globals['_LISTDATABASESRESPONSE']._serialized_start=1109
-  _globals['_LISTDATABASESRESPONSE']._serialized_end=1175
-  _globals['_HEADSTART']._serialized_start=1178
-  _globals['_HEADSTART']._serialized_end=1594
+  _globals['_COMPLETEREQUEST']._serialized_end=770
+  _globals['_COMPLETERESPONSE']._serialized_start=772
+  _globals['_COMPLETERESPONSE']._serialized_end=878
+  _globals['_OPENSESSIONREQUEST']._serialized_start=880
+  _globals['_OPENSESSIONREQUEST']._serialized_end=912
+  _globals['_OPENSESSIONRESPONSE']._serialized_start=914
+  _globals['_OPENSESSIONRESPONSE']._serialized_end=967
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=969
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=1010
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1012
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1034
+  _globals['_LISTDATABASESREQUEST']._serialized_start=1036
+  _globals['_LISTDATABASESREQUEST']._serialized_end=1058
+  _globals['_DATABASE']._serialized_start=1060
+  _globals['_DATABASE']._serialized_end=1123
+  _globals['_LISTDATABASESRESPONSE']._serialized_start=1125
+  _globals['_LISTDATABASESRESPONSE']._serialized_end=1191
+  _globals['_HEADSTART']._serialized_start=1194
+  _globals['_HEADSTART']._serialized_end=1610
 # @@protoc_insertion_point(module_scope)

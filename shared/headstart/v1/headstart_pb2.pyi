@@ -66,16 +66,18 @@ class Ready(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("db", "question", "params", "mode")
+    __slots__ = ("db", "question", "params", "mode", "tables")
     DB_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
     db: str
     question: str
     params: _types_pb2.SamplingParams
     mode: str
-    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ...) -> None: ...
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
     __slots__ = ("tokens", "result")
