@@ -200,3 +200,34 @@ def test_session_table_evicts_idle_lru(tmp_path):
         assert c.stats().memory_bytes == c.stats().cached_tokens * runtime.loaded.kv_bytes_per_token()
     finally:
         runtime.shutdown()
+
+
+def test_urgent_job_preempts_typing_step_between_layers(tiny_runtime):
+    """Another session's submit stops a typing extension in flight (it is
+    queued again and the result stays exact)."""
+    from headstart.engine.worker import Priority
+
+    worker = tiny_runtime.worker
+    session = tiny_runtime.open_session("world_1", "headstart")
+    seen = threading.Event()
+    layer0 = tiny_runtime.model.model.layers[0]
+
+    def urgent_arrives(module, args):  # fires inside the typing forward
+        if not seen.is_set():
+            seen.set()
+            worker.enqueue(lambda: False, Priority.SUBMIT, "other-submit")
+
+    handle = layer0.register_forward_pre_hook(urgent_arrives)
+    try:
+        before = worker.preemptions
+        session.update(1, "How many countries are there?")
+        session.wait_idle()
+    finally:
+        handle.remove()
+    try:
+        assert seen.is_set() and worker.preemptions == before + 1
+        assert session.aborted_extensions >= 1
+        result = session.submit(2, "How many countries are there?", SamplingParams(max_new_tokens=6)).result()
+        assert result.token_ids == tiny_runtime.complete("world_1", "How many countries are there?", "cold", 6).token_ids
+    finally:
+        tiny_runtime.close_session(session.session_id)

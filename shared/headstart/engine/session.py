@@ -257,13 +257,27 @@ class Session:
                 self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}")
             return False
 
+    def _should_stop(self) -> bool:
+        """Polled between decoder layers: stop for a newer snapshot, or for a
+        more urgent job elsewhere (another session's submit). Our own submit
+        does not preempt this step: its result is what that submit needs."""
+        if self._abort:
+            return True
+        if not self.policy.preempts:  # the paper's policy awaits the step in flight
+            return False
+        job = self._job
+        if job is None or not job.preempt_requested:
+            return False
+        own_submit = self._generation is not None and not self._generation.done.is_set()
+        return not own_submit
+
     def _ahead_step(self) -> bool:
         """Worker, IDLE priority: decode one more greedy answer token."""
         with self._lock:
             if not self._speculating or self._closed:
                 return False
             self._abort = False
-        stepped = self._ahead.step(self.model, self._kv, should_abort=lambda: self._abort)
+        stepped = self._ahead.step(self.model, self._kv, should_abort=self._should_stop)
         if stepped and len(self._ahead.tokens) > 1:
             self.computed_tokens += 1
         with self._lock:
@@ -304,7 +318,7 @@ class Session:
         with self._lock:
             self._inflight, self._abort = kv.ids + chunk, False
         done = extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits,
-                      should_abort=lambda: self._abort)
+                      should_abort=self._should_stop)
         with self._lock:
             self._inflight = None
         self.computed_tokens += len(chunk)  # aborted work was spent too

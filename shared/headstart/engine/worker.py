@@ -46,6 +46,10 @@ class Job:
         self.error: BaseException | None = None
         self.cancelled = False
         self.steps_run = 0
+        # Set by the worker while this job's step runs and a more urgent job
+        # arrives; a preemptible step (typing prefill, answer-ahead) polls it
+        # between decoder layers, stops, and is queued again.
+        self.preempt_requested = False
 
     def cancel(self) -> None:
         """Drop the job before its next step (the step in flight finishes)."""
@@ -68,6 +72,8 @@ class ForwardWorker:
         self._counter = itertools.count()
         self._cv = threading.Condition()
         self._stopping = False
+        self._running: Job | None = None
+        self.preemptions = 0
         self.busy_seconds = 0.0
         self.steps_run = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -85,6 +91,10 @@ class ForwardWorker:
             if not self.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.max_queued} jobs)")
             heapq.heappush(self._heap, (int(priority), next(self._counter), job))
+            running = self._running
+            if running is not None and running.priority >= Priority.STREAM and priority < running.priority:
+                running.preempt_requested = True
+                self.preemptions += 1
             self._cv.notify()
         return job
 
@@ -122,6 +132,7 @@ class ForwardWorker:
                 if self._stopping:
                     return
                 _, _, job = heapq.heappop(self._heap)
+                self._running = job
             if job.cancelled:
                 job.error = job.error or Cancelled(f"job {job.name!r} was cancelled")
                 job.done.set()
@@ -135,8 +146,11 @@ class ForwardWorker:
                 job.error, more = exc, False
             self.busy_seconds += time.perf_counter() - started
             self.steps_run += 1
+            with self._cv:
+                self._running = None
             if more and not job.cancelled:
                 with self._cv:
+                    job.preempt_requested = False
                     heapq.heappush(self._heap, (int(job.priority), next(self._counter), job))
             else:
                 if job.cancelled and job.error is None and more:
