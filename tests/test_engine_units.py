@@ -231,3 +231,27 @@ def test_urgent_job_preempts_typing_step_between_layers(tiny_runtime):
         assert result.token_ids == tiny_runtime.complete("world_1", "How many countries are there?", "cold", 6).token_ids
     finally:
         tiny_runtime.close_session(session.session_id)
+
+
+def test_p0_store_caps_disk_entries(tmp_path, tiny_runtime):
+    import os
+    import time as _time
+
+    store = P0Store(tmp_path, max_disk_entries=2)
+    for i, name in enumerate("abc"):
+        store.put(name * 64, prefill(tiny_runtime.model, [i + 1]))
+        newest = tmp_path / f"p0-{name * 64}.safetensors"
+        os.utime(newest, (_time.time() + i, _time.time() + i))  # distinct mtimes
+    assert sorted(f.name[3:4] for f in tmp_path.glob("p0-*.safetensors")) == ["b", "c"]
+
+
+def test_runtime_bounds_table_order_prompts(tiny_runtime, monkeypatch):
+    import headstart.engine.runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "MAX_SUBSET_PROMPTS", 2)
+    orders = [["city", "country"], ["country", "city"], ["countrylanguage", "city"]]
+    for order in orders:
+        tiny_runtime.prompt_for("world_1", order)
+    subsets = [k for k in tiny_runtime._prompts if k[0] == "world_1" and k[1] is not None]
+    assert subsets[-2:] == [("world_1", tuple(orders[1])), ("world_1", tuple(orders[2]))] and len(subsets) <= 2
+    assert ("world_1", None) in tiny_runtime._prompts

@@ -35,11 +35,12 @@ def p0_key(model_id: str, dtype_name: str, ids: list[int]) -> str:
 class P0Store:
     """Memory LRU (bounded by entries) in front of an optional disk directory."""
 
-    def __init__(self, directory: Path | None, max_entries: int = 16):
+    def __init__(self, directory: Path | None, max_entries: int = 16, max_disk_entries: int = 256):
         self.directory = Path(directory) if directory else None
         if self.directory:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.max_entries = max_entries
+        self.max_disk_entries = max_disk_entries  # oldest files go first (clients choose table orders)
         self._memory: OrderedDict[str, KVState] = OrderedDict()
         self._lock = threading.Lock()
         self.hits_memory = 0
@@ -87,9 +88,15 @@ class P0Store:
         try:
             save_file(tensors, str(tmp), metadata={"format": "headstart-p0-v1"})
             os.replace(tmp, path)  # atomic: readers never see a half-written file
+            self._trim_disk()
         except OSError as exc:  # a full disk must not fail the session
             log.warning("could not persist P0 cache %s: %s", key[:12], exc)
             tmp.unlink(missing_ok=True)
+
+    def _trim_disk(self) -> None:
+        files = sorted(self.directory.glob("p0-*.safetensors"), key=lambda f: f.stat().st_mtime)
+        for old in files[: max(0, len(files) - self.max_disk_entries)]:
+            old.unlink(missing_ok=True)
 
     def _load(self, key: str, device: torch.device) -> KVState | None:
         if not self.directory:

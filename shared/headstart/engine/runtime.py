@@ -32,6 +32,7 @@ from headstart.schema.model import Schema, SchemaError
 log = logging.getLogger(__name__)
 
 MODES = ("cold", "prefix")
+MAX_SUBSET_PROMPTS = 256
 
 
 class EngineRuntime:
@@ -107,7 +108,15 @@ class EngineRuntime:
         with self._lock:
             if key not in self._prompts:
                 self._prompts[key] = PromptBuilder(self.loaded.tokenizer, schema)
+                self._forget_old_subsets_locked()
             return self._prompts[key]
+
+    def _forget_old_subsets_locked(self) -> None:
+        """Clients choose table orders: keep at most MAX_SUBSET_PROMPTS of them
+        (oldest first out); whole-schema builders stay."""
+        subsets = [k for k in self._prompts if k[1] is not None]
+        for key in subsets[: max(0, len(subsets) - MAX_SUBSET_PROMPTS)]:
+            del self._prompts[key]
 
     def _db_of(self, prompt: PromptBuilder) -> str:
         with self._lock:
