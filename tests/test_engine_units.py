@@ -255,3 +255,17 @@ def test_runtime_bounds_table_order_prompts(tiny_runtime, monkeypatch):
     subsets = [k for k in tiny_runtime._prompts if k[0] == "world_1" and k[1] is not None]
     assert subsets[-2:] == [("world_1", tuple(orders[1])), ("world_1", tuple(orders[2]))] and len(subsets) <= 2
     assert ("world_1", None) in tiny_runtime._prompts
+
+
+def test_stream_jobs_run_least_recently_changed_first():
+    worker = ForwardWorker()
+    gate, started, order = threading.Event(), threading.Event(), []
+    worker.enqueue(lambda: started.set() or (gate.wait(10) and False), Priority.STREAM, "blocker")
+    started.wait(10)
+    for name, key in [("typing-now", 3.0), ("paused-longest", 1.0), ("paused", 2.0)]:
+        worker.enqueue(lambda n=name: order.append(n) and False, Priority.STREAM, name, order_key=lambda k=key: k)
+    worker.enqueue(lambda: order.append("unkeyed") and False, Priority.STREAM, "unkeyed")
+    gate.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+    assert order == ["unkeyed", "paused-longest", "paused", "typing-now"]

@@ -203,7 +203,8 @@ class Session:
         if self._speculating:  # the text changed: the speculative answer is moot
             self._stop_speculation_locked(abort=True)
         if self._job is None and (self._generation is None or self._generation.done.is_set()):
-            self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}")
+            self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
+                                            order_key=self._typing_order)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
         """Stop the extension in flight if the new target would crop its result."""
@@ -256,6 +257,12 @@ class Session:
                 self._ahead_prompt, self._speculating = target.ids, True
                 self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}")
             return False
+
+    def _typing_order(self) -> float:
+        """STREAM order: the session whose text changed least recently first.
+        A user who paused is about to press Enter, and their text is stable;
+        one still typing would have part of the extension cropped anyway."""
+        return self._last_change
 
     def _should_stop(self) -> bool:
         """Polled between decoder layers: stop for a newer snapshot, or for a
@@ -336,4 +343,5 @@ class Session:
         self.wasted_tokens += request.dropped_at_submit
         with self._lock:
             if self._dirty and not self._closed and self._job is None:
-                self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}")
+                self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
+                                            order_key=self._typing_order)

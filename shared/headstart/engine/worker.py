@@ -38,8 +38,12 @@ class Priority(IntEnum):
 class Job:
     """A unit of work on the worker. `step()` returns True while more remains."""
 
-    def __init__(self, step: Callable[[], bool], priority: Priority, name: str = ""):
+    def __init__(self, step: Callable[[], bool], priority: Priority, name: str = "",
+                 order_key: Callable[[], float] | None = None):
         self.step = step
+        # Within a priority class, a smaller key runs first (read at each
+        # (re)queue); jobs without one keep arrival order ahead of keyed ones.
+        self.order_key = order_key
         self.priority = priority
         self.name = name
         self.done = threading.Event()
@@ -68,7 +72,7 @@ class ForwardWorker:
 
     def __init__(self, max_queued: int = 1024, name: str = "headstart-forward"):
         self.max_queued = max_queued
-        self._heap: list[tuple[int, int, Job]] = []
+        self._heap: list[tuple[int, float, int, Job]] = []
         self._counter = itertools.count()
         self._cv = threading.Condition()
         self._stopping = False
@@ -82,21 +86,26 @@ class ForwardWorker:
     def can_enqueue(self) -> bool:
         return len(self._heap) < self.max_queued
 
-    def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "") -> Job:
+    def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "",
+                order_key: Callable[[], float] | None = None) -> Job:
         """Queue a job; raises ResourceExhausted when the queue is full."""
-        job = Job(step, priority, name)
+        job = Job(step, priority, name, order_key)
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
             if not self.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.max_queued} jobs)")
-            heapq.heappush(self._heap, (int(priority), next(self._counter), job))
+            self._push_locked(job)
             running = self._running
             if running is not None and running.priority >= Priority.STREAM and priority < running.priority:
                 running.preempt_requested = True
                 self.preemptions += 1
             self._cv.notify()
         return job
+
+    def _push_locked(self, job: Job) -> None:
+        order = job.order_key() if job.order_key is not None else 0.0
+        heapq.heappush(self._heap, (int(job.priority), order, next(self._counter), job))
 
     def run_sync(self, fn: Callable[[], object], priority: Priority = Priority.POOL, name: str = ""):
         """Run `fn` once on the worker thread and return its result."""
@@ -116,7 +125,7 @@ class ForwardWorker:
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._cv:
             self._stopping = True
-            pending = [job for _, _, job in self._heap]
+            pending = [job for *_, job in self._heap]
             self._heap.clear()
             self._cv.notify_all()
         for job in pending:
@@ -131,7 +140,7 @@ class ForwardWorker:
                     self._cv.wait()
                 if self._stopping:
                     return
-                _, _, job = heapq.heappop(self._heap)
+                *_, job = heapq.heappop(self._heap)
                 self._running = job
             if job.cancelled:
                 job.error = job.error or Cancelled(f"job {job.name!r} was cancelled")
@@ -151,7 +160,7 @@ class ForwardWorker:
             if more and not job.cancelled:
                 with self._cv:
                     job.preempt_requested = False
-                    heapq.heappush(self._heap, (int(job.priority), next(self._counter), job))
+                    self._push_locked(job)
             else:
                 if job.cancelled and job.error is None and more:
                     job.error = Cancelled(f"job {job.name!r} was cancelled")
