@@ -269,3 +269,19 @@ def test_stream_jobs_run_least_recently_changed_first():
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()
     assert order == ["unkeyed", "paused-longest", "paused", "typing-now"]
+
+
+def test_typing_order_is_read_when_popped():
+    """A queued job's key can change (its user typed again): the pop uses the key now."""
+    worker = ForwardWorker()
+    gate, started, order = threading.Event(), threading.Event(), []
+    keys = {"a": 1.0, "b": 2.0}
+    worker.enqueue(lambda: started.set() or (gate.wait(10) and False), Priority.STREAM, "blocker")
+    started.wait(10)
+    for name in "ab":
+        worker.enqueue(lambda n=name: order.append(n) and False, Priority.STREAM, name, order_key=lambda n=name: keys[n])
+    keys["a"] = 3.0  # a typed again after being queued
+    gate.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+    assert order == ["b", "a"]

@@ -107,6 +107,24 @@ class ForwardWorker:
         order = job.order_key() if job.order_key is not None else 0.0
         heapq.heappush(self._heap, (int(job.priority), order, next(self._counter), job))
 
+    def _pop_locked(self) -> Job:
+        """The most urgent job. Within the top priority class, keyed jobs are
+        ordered by their key *now* (a queued typing job's key changes as its
+        user keeps typing), so the class is rescanned: O(queued jobs)."""
+        top = self._heap[0][0]
+        best_i, best = 0, None
+        for i, (prio, _, counter, job) in enumerate(self._heap):
+            if prio != top:
+                continue
+            rank = (job.order_key() if job.order_key is not None else 0.0, counter)
+            if best is None or rank < best:
+                best_i, best = i, rank
+        job = self._heap[best_i][3]
+        self._heap[best_i] = self._heap[-1]
+        self._heap.pop()
+        heapq.heapify(self._heap)
+        return job
+
     def run_sync(self, fn: Callable[[], object], priority: Priority = Priority.POOL, name: str = ""):
         """Run `fn` once on the worker thread and return its result."""
         box: list = []
@@ -140,7 +158,7 @@ class ForwardWorker:
                     self._cv.wait()
                 if self._stopping:
                     return
-                *_, job = heapq.heappop(self._heap)
+                job = self._pop_locked()
                 self._running = job
             if job.cancelled:
                 job.error = job.error or Cancelled(f"job {job.name!r} was cancelled")
