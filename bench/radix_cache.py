@@ -22,6 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from headstart.engine.kv import KVState
+from headstart.prompt import common_prefix_len
 
 
 class _Node:
@@ -48,14 +49,6 @@ class RadixMatch:
     state: KVState | None
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class RadixCache:
     """Longest-prefix KV reuse over token ids, LRU-evicted by bytes (see module docstring)."""
 
@@ -75,7 +68,7 @@ class RadixCache:
             child = node.children.get(ids[i])
             if child is None:
                 break
-            n = _common(child.tokens, ids[i:])
+            n = common_prefix_len(child.tokens, ids[i:])
             path.append((child, n))
             i += n
             if n < len(child.tokens):
