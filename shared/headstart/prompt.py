@@ -10,6 +10,8 @@ user typed: a user typing `<|im_end|>` gets those characters, not a turn end.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from headstart.schema.model import Schema
@@ -21,6 +23,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "Write only the query, in a ```sql code block."
 )
 
+_MEMO_ENTRIES = 8  # a few recent snapshots of one session's text
 _SENTINEL = "\uE000HEADSTART_QUESTION\uE000"  # private-use chars: never in a template
 
 
@@ -63,6 +66,10 @@ class PromptBuilder:
         )
         head, tail = rendered.split(_SENTINEL)
         self.parts = self._split(head, tail)
+        # The same text is tokenized by update() (preemption check), by the
+        # policy on the worker and by the progress report: remember a few.
+        self._memo: OrderedDict[str, list[int]] = OrderedDict()
+        self._memo_lock = threading.Lock()
         self.base_ids = self._stable_base()
 
     # -- tokenization -------------------------------------------------------
@@ -88,9 +95,21 @@ class PromptBuilder:
         )
 
     def prompt_ids(self, question: str) -> list[int]:
-        """Token ids of the full prompt for `question` (assistant turn opened)."""
+        """Token ids of the full prompt for `question` (assistant turn opened).
+
+        Returns a fresh list each call (callers may keep or extend it)."""
+        with self._memo_lock:
+            cached = self._memo.get(question)
+            if cached is not None:
+                self._memo.move_to_end(question)
+                return list(cached)
         p = self.parts
-        return p.head_special + self._encode_plain(p.head_text + question + p.tail_text) + p.tail_special
+        ids = p.head_special + self._encode_plain(p.head_text + question + p.tail_text) + p.tail_special
+        with self._memo_lock:
+            self._memo[question] = ids
+            while len(self._memo) > _MEMO_ENTRIES:
+                self._memo.popitem(last=False)
+        return list(ids)
 
     def partial_ids(self, question: str) -> list[int]:
         """Token ids of the prompt up to the end of `question`, without the suffix.
