@@ -299,15 +299,17 @@ class Session:
         """(seq, tokens of the current full prompt already cached, its length)."""
         with self._lock:
             text, seq = self._text, self._seq
+        return self._progress_of(text, seq)
+
+    def _progress_of(self, text: str, seq: int) -> tuple[int, int, int]:
         full = self.prompt.prompt_ids(text)
         return seq, common_prefix_len(list(self._kv.ids), full), len(full)
 
     def _report_progress(self, text: str, seq: int) -> None:
         if self.on_progress is None:
             return
-        full = self.prompt.prompt_ids(text)
         try:
-            self.on_progress(seq, common_prefix_len(self._kv.ids, full), len(full))
+            self.on_progress(*self._progress_of(text, seq))
         except Exception:  # a broken listener must not stop the worker
             pass
 
