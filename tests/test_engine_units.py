@@ -4,6 +4,7 @@ store, worker priorities, typed errors, session bounds."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -233,6 +234,44 @@ def test_urgent_job_preempts_typing_step_between_layers(tiny_runtime):
         tiny_runtime.close_session(session.session_id)
 
 
+def _update_during_forward(runtime, session, first: str, second: str) -> None:
+    """Send `first`, and `second` while the forward pass for `first` is inside
+    its first decoder layer; then wait for the session to settle."""
+    sent = threading.Event()
+    layer0 = runtime.model.model.layers[0]
+
+    def newer_snapshot(module, args):
+        if not sent.is_set():
+            sent.set()
+            session.update(2, second)
+
+    handle = layer0.register_forward_pre_hook(newer_snapshot)
+    try:
+        session.update(1, first)
+        session.wait_idle()
+    finally:
+        handle.remove()
+    assert sent.is_set()
+
+
+@pytest.mark.parametrize("second, aborts", [
+    ("How many countries are there in Eur", False),  # keeps the words in flight: the step finishes
+    ("Which", True),  # keeps nothing the step adds: it stops between layers
+])
+def test_newer_snapshot_aborts_only_work_it_discards(tiny_runtime, second, aborts):
+    """A keystroke must not abort an extension whose leading tokens survive
+    (a typist faster than one forward would otherwise never be cached), and
+    must abort one whose result would be cropped entirely. Both stay exact."""
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        _update_during_forward(tiny_runtime, session, "How many countries are there in E", second)
+        assert (session.aborted_extensions > 0) == aborts
+        result = session.submit(3, second, SamplingParams(max_new_tokens=6)).result()
+        assert result.token_ids == tiny_runtime.complete("world_1", second, "cold", 6).token_ids
+    finally:
+        tiny_runtime.close_session(session.session_id)
+
+
 def test_p0_store_caps_disk_entries(tmp_path, tiny_runtime):
     import os
     import time as _time
@@ -269,6 +308,35 @@ def test_stream_jobs_run_least_recently_changed_first():
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()
     assert order == ["unkeyed", "paused-longest", "paused", "typing-now"]
+
+
+def test_new_request_prefills_before_others_decode_steps(tiny_runtime):
+    """A request before its first token goes ahead of a request that is
+    already decoding in the same class (TTFT first)."""
+    worker, params = tiny_runtime.worker, SamplingParams(max_new_tokens=4)
+    gate1, gate2, held = threading.Event(), threading.Event(), threading.Event()
+    worker.enqueue(lambda: held.set() or (gate1.wait(10) and False), Priority.FLASH, "gate1")
+    held.wait(10)
+    held.clear()
+    first = tiny_runtime.start_complete("world_1", "How many countries?", "prefix", params)
+    times: list[float] = []
+    emit = first._emit
+
+    def timed_emit(token):  # on the worker: hold it right after the first token
+        times.append(time.perf_counter())
+        if len(times) == 1:
+            worker.enqueue(lambda: held.set() or (gate2.wait(10) and False), Priority.FLASH, "gate2")
+        return emit(token)
+
+    first._emit = timed_emit
+    gate1.set()
+    assert held.wait(10)
+    second = tiny_runtime.start_complete("world_1", "List the cities.", "prefix", SamplingParams(max_new_tokens=1))
+    gate2.set()
+    second.result(30)
+    first.result(30)
+    assert len(times) >= 2, "the first request must still be decoding when the second arrives"
+    assert times[0] < second.first_token_at < times[1]
 
 
 def test_typing_order_is_read_when_popped():

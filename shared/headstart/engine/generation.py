@@ -156,6 +156,15 @@ class GenerationRequest:
 
     # -- worker side --------------------------------------------------------
 
+    def schedule_key(self) -> float:
+        """The worker's order within this request's class (pass it as the
+        job's `order_key`): a request still before its first token runs ahead
+        of other requests' decode steps. TTFT first, as prefill-first
+        schedulers do; a decoding request then waits at most one prefill
+        chunk per new submit, while a new submit no longer waits for one
+        decode step of every request already streaming."""
+        return 1.0 if self._prefilled else 0.0
+
     def step(self) -> bool:
         """One bounded unit of work; True while more remains."""
         try:

@@ -207,7 +207,7 @@ class EngineRuntime:
             from headstart.tables.requests import table_request
 
             request = table_request(self, db, prompt, ids, params)
-            self.worker.enqueue(request.step, priority, f"tables:{db}")
+            self.worker.enqueue(request.step, priority, f"tables:{db}", order_key=request.schedule_key)
             return request
         base = self.base_state(prompt) if mode == "prefix" else None
         prepare = (lambda: base.copy()) if base is not None else KVState
@@ -216,7 +216,7 @@ class EngineRuntime:
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,
             started=started,
         )
-        self.worker.enqueue(request.step, priority, f"{mode}:{db}")
+        self.worker.enqueue(request.step, priority, f"{mode}:{db}", order_key=request.schedule_key)
         return request
 
     def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,

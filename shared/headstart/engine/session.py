@@ -71,9 +71,11 @@ class Session:
         self._timer: threading.Timer | None = None
         self._generation: GenerationRequest | None = None
         self._closed = False
-        # The token ids the extension in flight will leave in the cache, and a
-        # flag that makes it stop between layers (see kv.extend).
+        # The token ids the extension in flight will leave in the cache, how
+        # many of them were cached before it, and a flag that makes it stop
+        # between layers (see kv.extend).
         self._inflight: list[int] | None = None
+        self._inflight_base = 0
         self._abort = False
         self.aborted_extensions = 0
         self._ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids)
@@ -139,7 +141,8 @@ class Session:
             )
             self._generation = request
             if not request.finished_early:
-                self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}")
+                self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}",
+                                    order_key=request.schedule_key)
         if request.finished_early:  # outside the lock: the finish callback takes it
             request.finish_now()
         return request
@@ -207,9 +210,13 @@ class Session:
                                             order_key=self._typing_order)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
-        """Stop the extension in flight if the new target would crop its result."""
+        """Stop the extension in flight if the new target keeps none of what it
+        adds. One that adds some lasting tokens runs to the end even though its
+        tail (the partial word, the turn end) will be cropped: aborting it
+        would livelock a fast typist whose keystrokes come quicker than one
+        forward pass, and the cache would never move until they paused."""
         inflight = self._inflight
-        if new_ids is not None and inflight is not None and common_prefix_len(new_ids, inflight) < len(inflight):
+        if new_ids is not None and inflight is not None and common_prefix_len(new_ids, inflight) <= self._inflight_base:
             self._abort = True
 
     def _stop_speculation_locked(self, abort: bool) -> None:
@@ -325,7 +332,7 @@ class Session:
         chunk = remaining[: self.limits.chunk_tokens]
         last = len(chunk) == len(remaining)
         with self._lock:
-            self._inflight, self._abort = kv.ids + chunk, False
+            self._inflight, self._inflight_base, self._abort = kv.ids + chunk, kv.num_tokens, False
         done = extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits,
                       should_abort=self._should_stop)
         with self._lock:
