@@ -202,3 +202,58 @@ def test_known_answer_can_finish_without_the_worker(tiny_runtime, cold):
     finally:
         tiny_runtime.close_session(session.session_id)
     assert result.token_ids == cold(question)[:3] and result.finish_reason == "length"
+
+
+@pytest.mark.parametrize("policy", ["headstart", "paper"])
+def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy):
+    """Several sessions type at once (every kind of edit) next to stateless
+    requests, so the worker batches their forward passes (typing rows, submit
+    prefills, decode steps and answer-ahead in one padded forward): every
+    output still equals its cold run."""
+    import threading
+    import time
+
+    from headstart.engine.worker import Priority
+
+    worker = tiny_runtime.worker
+    before = (worker.batched_forwards, worker.batched_rows)
+    kinds = sorted(KINDS)
+    results, errors = {}, []
+    gate, held = threading.Event(), threading.Event()
+    # hold the worker while every typist sends its first snapshots, so the first groups are full
+    worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
+    held.wait(10)
+
+    def typist(i: int) -> None:
+        rng = random.Random(f"batch-{policy}-{i}")
+        snapshots = KINDS[kinds[i % len(kinds)]](QUESTIONS[i % len(QUESTIONS)], rng)
+        session = tiny_runtime.open_session("world_1", policy)
+        try:
+            for seq, text in enumerate(snapshots, 1):
+                session.update(seq, text)
+                if rng.random() < 0.2:
+                    time.sleep(rng.random() * 0.01)
+            results[i] = (snapshots[-1], session.submit(len(snapshots) + 1, snapshots[-1], PARAMS).result().token_ids)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            tiny_runtime.close_session(session.session_id)
+
+    def stateless(i: int) -> None:
+        question = QUESTIONS[i % len(QUESTIONS)]
+        results[f"prefix-{i}"] = (question, tiny_runtime.complete("world_1", question, "prefix", MAX_NEW).token_ids)
+
+    threads = [threading.Thread(target=typist, args=(i,)) for i in range(6)]
+    threads += [threading.Thread(target=stateless, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    gate.set()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert len(results) == 8
+    for text, tokens in results.values():
+        assert tokens == cold(text)
+    forwards, rows = worker.batched_forwards - before[0], worker.batched_rows - before[1]
+    assert forwards > 0 and rows > forwards, "the workload must have shared forward passes"

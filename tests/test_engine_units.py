@@ -353,3 +353,93 @@ def test_typing_order_is_read_when_popped():
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()
     assert order == ["b", "a"]
+
+
+def _states_for_rows(runtime):
+    from headstart.engine.kv import prefill
+
+    model = runtime.model
+    prompt = runtime.prompt_for("world_1")
+    a = prompt.prompt_ids("How many cities")
+    b = prompt.prompt_ids("List the names of countries")
+    return model, [prefill(model, a[:-3]), prefill(model, b[:-1]), KVState()], [a[-3:], b[-1:], a[:5]]
+
+
+def test_extend_rows_equals_lone_extensions(tiny_runtime):
+    """Rows of different cache lengths (one empty) and token counts, with and
+    without logits: each equals its lone extension (float64, to rounding)."""
+    from headstart.engine.batching import ParkedCall, extend_rows
+
+    model, states, news = _states_for_rows(tiny_runtime)
+    lone = [s.copy() for s in states]
+    for state, new in zip(lone, news):
+        extend(model, state, new)
+    wants = [True, False, True]
+    batched = [s.copy() for s in states]
+    calls = [ParkedCall(model, s, n, w, None, ()) for s, n, w in zip(batched, news, wants)]
+    assert extend_rows(model, calls) == [True, True, True]
+    for one, many, want in zip(lone, batched, wants):
+        assert one.ids == many.ids
+        for la, lb in zip(one.cache.layers, many.cache.layers):
+            assert la.keys.shape == lb.keys.shape
+            assert torch.allclose(la.keys, lb.keys, atol=1e-12) and torch.allclose(la.values, lb.values, atol=1e-12)
+        if want:
+            assert torch.allclose(one.last_logits, many.last_logits, atol=1e-10)
+        else:
+            assert many.last_logits is None
+
+
+def test_extend_rows_stops_only_when_every_row_asks(tiny_runtime):
+    from headstart.engine.batching import ParkedCall, extend_rows
+
+    model, states, news = _states_for_rows(tiny_runtime)
+    before = [(list(s.ids), s.nbytes()) for s in states]
+    calls = [ParkedCall(model, s, n, True, lambda: True, ()) for s, n in zip(states, news)]
+    assert extend_rows(model, calls) == [False, False, False]
+    assert [(list(s.ids), s.nbytes()) for s in states] == before  # untouched
+    calls = [ParkedCall(model, s, n, True, check, ()) for s, n, check in zip(states, news, [lambda: True, None, lambda: True])]
+    assert extend_rows(model, calls) == [True, True, True]  # one row cannot stop: the forward runs
+
+
+def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_runtime):
+    """One group: two owners' extensions share one forward, a second job of an
+    owner waits for the next group, a step without a forward and a failing
+    step are reported as lone steps would be."""
+    from headstart.engine.kv import prefill
+
+    model = tiny_runtime.model
+    worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64)
+    gate, held = threading.Event(), threading.Event()
+    worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
+    held.wait(10)
+    states = {name: prefill(model, [1, 2, 3]) for name in "ab"}
+    groups: list[int] = []
+
+    def extending(name):
+        def step():
+            groups.append(worker.batched_groups)
+            extend(model, states[name], [4, 5])
+            return False
+        return step
+
+    def failing():
+        raise ValueError("boom")
+
+    jobs = [worker.enqueue(extending("a"), Priority.STREAM, "a1", owner="a"),
+            worker.enqueue(extending("b"), Priority.SUBMIT, "b", owner="b"),
+            worker.enqueue(lambda: False, Priority.IDLE, "c", owner="c"),
+            worker.enqueue(failing, Priority.STREAM, "d", owner="d")]
+    second_a = worker.enqueue(lambda: groups.append(-1) or False, Priority.STREAM, "a2", owner="a")
+    gate.set()
+    for job in jobs[:3]:
+        job.wait(10)
+    with pytest.raises(ValueError):
+        jobs[3].wait(10)
+    second_a.wait(10)
+    worker.shutdown()
+    assert worker.batched_groups >= 1 and worker.batched_forwards == 1 and worker.batched_rows == 2
+    assert groups[:2] == [0, 0] and groups[2] == -1  # a2 ran after a1's group
+    reference = prefill(model, [1, 2, 3, 4, 5])
+    for state in states.values():
+        assert state.ids == [1, 2, 3, 4, 5]
+        assert torch.allclose(state.last_logits, reference.last_logits, atol=1e-10)

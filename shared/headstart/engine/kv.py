@@ -101,6 +101,10 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
     """
     if not new_ids:
         return True
+    from headstart.engine.batching import active_collector, park_extend
+
+    if active_collector() is not None:  # a step of a batched group: join its forward
+        return park_extend(model, state, new_ids, want_logits, should_abort)
     old_len, fresh = state.num_tokens, state.cache is None
     if fresh:
         state.cache = DynamicCache()

@@ -49,7 +49,8 @@ class EngineRuntime:
         self.loaded = loaded or load_model(
             settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed
         )
-        self.worker = ForwardWorker(max_queued=settings.max_queued_jobs)
+        self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
+                                    max_batch_tokens=settings.max_batch_tokens)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
@@ -216,7 +217,8 @@ class EngineRuntime:
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,
             started=started,
         )
-        self.worker.enqueue(request.step, priority, f"{mode}:{db}", order_key=request.schedule_key)
+        self.worker.enqueue(request.step, priority, f"{mode}:{db}", order_key=request.schedule_key,
+                            owner=f"request-{id(request)}")
         return request
 
     def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,

@@ -142,7 +142,7 @@ class Session:
             self._generation = request
             if not request.finished_early:
                 self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}",
-                                    order_key=request.schedule_key)
+                                    order_key=request.schedule_key, owner=self.session_id)
         if request.finished_early:  # outside the lock: the finish callback takes it
             request.finish_now()
         return request
@@ -207,7 +207,7 @@ class Session:
             self._stop_speculation_locked(abort=True)
         if self._job is None and (self._generation is None or self._generation.done.is_set()):
             self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order)
+                                            order_key=self._typing_order, owner=self.session_id)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
         """Stop the extension in flight if the new target keeps none of what it
@@ -262,7 +262,8 @@ class Session:
             self._job = None
             if wanted and not self._closed and self._ahead.wants_more(self._kv, target.ids):
                 self._ahead_prompt, self._speculating = target.ids, True
-                self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}")
+                self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
+                                                owner=self.session_id)
             return False
 
     def _typing_order(self) -> float:
@@ -353,4 +354,4 @@ class Session:
         with self._lock:
             if self._dirty and not self._closed and self._job is None:
                 self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order)
+                                            order_key=self._typing_order, owner=self.session_id)

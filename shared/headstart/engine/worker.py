@@ -5,6 +5,12 @@ never stuck behind typing prefill: it waits at most for the step in flight.
 A job is a callable that does one bounded step (one prefill chunk, one decode
 token) and says whether it has more to do; the worker re-queues it behind the
 jobs of its class that were already waiting, so sessions share the device.
+
+Jobs that name an `owner` (a session, a request) may run as a group: with
+`max_batch_rows > 1` the worker takes the most urgent job and the next ready
+jobs of other owners, runs their steps together and batches their forward
+passes into one (`headstart.engine.batching`). At most one job per owner is
+in a group, so no two rows touch one cache.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ class Job:
     """A unit of work on the worker. `step()` returns True while more remains."""
 
     def __init__(self, step: Callable[[], bool], priority: Priority, name: str = "",
-                 order_key: Callable[[], float] | None = None):
+                 order_key: Callable[[], float] | None = None, owner: str | None = None):
         self.step = step
+        # Whose cache the step touches; None: never batched with other jobs.
+        self.owner = owner
         # Within a priority class, a smaller key runs first (read at each
         # (re)queue); jobs without one keep arrival order ahead of keyed ones.
         self.order_key = order_key
@@ -70,13 +78,20 @@ class Job:
 class ForwardWorker:
     """A single thread draining a priority queue of jobs."""
 
-    def __init__(self, max_queued: int = 1024, name: str = "headstart-forward"):
+    def __init__(self, max_queued: int = 1024, name: str = "headstart-forward",
+                 max_batch_rows: int = 1, max_batch_tokens: int = 64):
         self.max_queued = max_queued
+        self.max_batch_rows = max_batch_rows
+        self.max_batch_tokens = max_batch_tokens
+        self._pool = None  # step threads of batched groups, made on first use
+        self.batched_groups = 0
+        self.batched_forwards = 0
+        self.batched_rows = 0
         self._heap: list[tuple[int, float, int, Job]] = []
         self._counter = itertools.count()
         self._cv = threading.Condition()
         self._stopping = False
-        self._running: Job | None = None
+        self._running: list[Job] = []
         self.preemptions = 0
         self.busy_seconds = 0.0
         self.steps_run = 0
@@ -87,19 +102,19 @@ class ForwardWorker:
         return len(self._heap) < self.max_queued
 
     def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "",
-                order_key: Callable[[], float] | None = None) -> Job:
+                order_key: Callable[[], float] | None = None, owner: str | None = None) -> Job:
         """Queue a job; raises ResourceExhausted when the queue is full."""
-        job = Job(step, priority, name, order_key)
+        job = Job(step, priority, name, order_key, owner)
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
             if not self.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.max_queued} jobs)")
             self._push_locked(job)
-            running = self._running
-            if running is not None and running.priority >= Priority.STREAM and priority < running.priority:
+            urgent = [r for r in self._running if r.priority >= Priority.STREAM and priority < r.priority]
+            for running in urgent:
                 running.preempt_requested = True
-                self.preemptions += 1
+            self.preemptions += bool(urgent)
             self._cv.notify()
         return job
 
@@ -124,6 +139,34 @@ class ForwardWorker:
         self._heap.pop()
         heapq.heapify(self._heap)
         return job
+
+    def _pop_group_locked(self) -> list[Job]:
+        """The most urgent job and, when it can be batched, the next ready
+        jobs of other owners in scheduling order (any class: on a device
+        bound by weight reads, a row of a few tokens costs little)."""
+        first = self._pop_locked()
+        if self.max_batch_rows <= 1 or first.owner is None or first.cancelled:
+            return [first]
+        candidates = sorted(
+            (self._rank(job, counter), job) for _, _, counter, job in self._heap
+            if job.owner is not None and not job.cancelled
+        )
+        group, owners = [first], {first.owner}
+        for _, job in candidates:
+            if len(group) >= self.max_batch_rows:
+                break
+            if job.owner not in owners:
+                group.append(job)
+                owners.add(job.owner)
+        if len(group) > 1:
+            taken = {id(job) for job in group}
+            self._heap = [entry for entry in self._heap if id(entry[3]) not in taken]
+            heapq.heapify(self._heap)
+        return group
+
+    @staticmethod
+    def _rank(job: Job, counter: int = 0) -> tuple:
+        return (int(job.priority), job.order_key() if job.order_key is not None else 0.0, counter)
 
     def run_sync(self, fn: Callable[[], object], priority: Priority = Priority.POOL, name: str = ""):
         """Run `fn` once on the worker thread and return its result."""
@@ -150,6 +193,8 @@ class ForwardWorker:
             job.error = Cancelled("the worker shut down")
             job.done.set()
         self._thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
     def _run(self) -> None:
         while True:
@@ -158,28 +203,58 @@ class ForwardWorker:
                     self._cv.wait()
                 if self._stopping:
                     return
-                job = self._pop_locked()
-                self._running = job
-            if job.cancelled:
-                job.error = job.error or Cancelled(f"job {job.name!r} was cancelled")
-                job.done.set()
-                continue
+                group = self._pop_group_locked()
+                self._running = group
+            live = []
+            for job in group:
+                if job.cancelled:
+                    job.error = job.error or Cancelled(f"job {job.name!r} was cancelled")
+                    job.done.set()
+                else:
+                    live.append(job)
             started = time.perf_counter()
-            try:
-                more = job.step()
-                job.steps_run += 1
-            except BaseException as exc:  # the job's owner re-raises it in wait()
-                log.debug("job %s failed: %r", job.name, exc)
-                job.error, more = exc, False
-            self.busy_seconds += time.perf_counter() - started
-            self.steps_run += 1
-            with self._cv:
-                self._running = None
-            if more and not job.cancelled:
-                with self._cv:
-                    job.preempt_requested = False
-                    self._push_locked(job)
+            if len(live) == 1:
+                outcomes = [self._step_alone(live[0])]
+            elif live:
+                outcomes = self._step_group(live)
             else:
-                if job.cancelled and job.error is None and more:
-                    job.error = Cancelled(f"job {job.name!r} was cancelled")
-                job.done.set()
+                outcomes = []
+            self.busy_seconds += time.perf_counter() - started
+            with self._cv:
+                self._running = []
+            for job, (more, error) in zip(live, outcomes):
+                self.steps_run += 1
+                if error is not None:
+                    log.debug("job %s failed: %r", job.name, error)
+                    job.error, more = error, False
+                else:
+                    job.steps_run += 1
+                if more and not job.cancelled:
+                    with self._cv:
+                        job.preempt_requested = False
+                        self._push_locked(job)
+                else:
+                    if job.cancelled and job.error is None and more:
+                        job.error = Cancelled(f"job {job.name!r} was cancelled")
+                    job.done.set()
+
+    @staticmethod
+    def _step_alone(job: Job) -> tuple[bool, BaseException | None]:
+        try:
+            return job.step(), None
+        except BaseException as exc:  # the job's owner re-raises it in wait()
+            return False, exc
+
+    def _step_group(self, jobs: list[Job]) -> list[tuple[bool, BaseException | None]]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from headstart.engine.batching import BatchCollector
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_batch_rows, thread_name_prefix="headstart-step")
+        collector = BatchCollector(self._pool, self.max_batch_tokens)
+        outcomes = collector.run([(job.step, self._rank(job)) for job in jobs])
+        self.batched_groups += 1
+        self.batched_forwards += collector.forwards
+        self.batched_rows += collector.rows
+        return outcomes

@@ -1,0 +1,232 @@
+"""Cross-session batching: one forward pass over many sessions' extensions.
+
+On a device whose forward pass is bound by reading the weights (a CPU, or a
+GPU at small token counts), one pass over 8 sessions' few new tokens costs
+about as much as one pass over one session's. So the worker runs a *group*
+of ready jobs at once (typing prefill, submits, decode steps, answer-ahead;
+at most one job per owner, so no two rows share a cache) and their forward
+passes meet here:
+
+* `BatchCollector` runs each job's step on its own thread. The step code is
+  unchanged: when it calls `kv.extend`, the call is parked here instead of
+  running. When every step of the group has either parked a call or returned,
+  the collector runs the parked calls as one padded forward (`extend_rows`),
+  hands each its result and lets the steps go on. Steps that park a second
+  call meet again in a next round.
+* `extend_rows` pads the rows to one batch: cache i (length L_i) is copied
+  left-aligned into a batch cache of length max L, the new tokens follow at
+  max L, and a 4-D boolean mask lets row i see its own L_i cached keys and
+  its new tokens causally, nothing else. Positions are per row (L_i + j), so
+  RoPE is the same as in a lone extension. The row's new K/V are then
+  appended to its own cache.
+
+Exactness: masked keys get weight exactly 0, positions are the same, so a
+batched extension equals a lone one up to floating-point reassociation in the
+matrix products (the padded shapes change the blocking). The exactness tests
+run in float64, with several sessions sharing batches, where that can't flip
+a token; a group of one job runs the lone path unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from transformers import DynamicCache
+
+from headstart.engine import kv as kv_module
+from headstart.engine.kv import KVState, Superseded
+
+_current = threading.local()  # .collector on a step thread of a group
+
+
+def active_collector() -> "BatchCollector | None":
+    return getattr(_current, "collector", None)
+
+
+@dataclass
+class ParkedCall:
+    """An `extend` call waiting for the group's next forward."""
+
+    model: object
+    state: KVState
+    new_ids: list[int]
+    want_logits: bool
+    should_abort: Callable[[], bool] | None
+    rank: tuple  # the job's scheduling rank: lower runs in an earlier forward when over budget
+    done: threading.Event = field(default_factory=threading.Event)
+    result: bool | None = None
+    error: BaseException | None = None
+
+
+class BatchCollector:
+    """Runs one group of job steps with their forwards batched (see module doc).
+
+    `run(steps)` returns, per step, `(more, error)` as a lone step would."""
+
+    def __init__(self, pool, max_batch_tokens: int):
+        self.pool = pool
+        self.max_batch_tokens = max_batch_tokens
+        self._cv = threading.Condition()
+        self._parked: list[ParkedCall] = []
+        self._running = 0
+        self.forwards = 0
+        self.rows = 0
+
+    # -- step threads --------------------------------------------------------
+
+    def park(self, call: ParkedCall) -> bool:
+        with self._cv:
+            self._parked.append(call)
+            self._running -= 1
+            self._cv.notify_all()
+        call.done.wait()  # the worker counted us as running again before waking us
+        if call.error is not None:
+            raise call.error
+        return bool(call.result)
+
+    def _run_step(self, step: Callable[[], bool], rank: tuple):
+        _current.collector, _current.rank = self, rank
+        try:
+            return step(), None
+        except BaseException as exc:  # reported like a lone step's failure
+            return False, exc
+        finally:
+            _current.collector = None
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
+
+    # -- the worker thread -----------------------------------------------------
+
+    def run(self, steps: list[tuple[Callable[[], bool], tuple]]) -> list[tuple[bool, BaseException | None]]:
+        with self._cv:
+            self._running = len(steps)
+        futures = [self.pool.submit(self._run_step, step, rank) for step, rank in steps]
+        while True:
+            with self._cv:
+                # every step has either parked a call or returned
+                self._cv.wait_for(lambda: self._running == 0)
+                if not self._parked:
+                    break
+                batch = self._take_batch_locked()
+            self._forward(batch)
+        return [f.result() for f in futures]
+
+    def _take_batch_locked(self) -> list[ParkedCall]:
+        """The parked calls of the most urgent jobs, within the token budget
+        (always at least one); the rest wait for the next forward."""
+        self._parked.sort(key=lambda c: c.rank)
+        batch, tokens = [], 0
+        for call in list(self._parked):
+            if batch and tokens + len(call.new_ids) > self.max_batch_tokens:
+                break
+            batch.append(call)
+            tokens += len(call.new_ids)
+        del self._parked[: len(batch)]
+        return batch
+
+    def _forward(self, batch: list[ParkedCall]) -> None:
+        self.forwards += 1
+        self.rows += len(batch)
+        try:
+            if len(batch) == 1:
+                call = batch[0]
+                # the worker thread has no collector: this is the lone path
+                results = [kv_module.extend(call.model, call.state, call.new_ids, call.want_logits,
+                                            call.should_abort)]
+            else:
+                results = extend_rows(batch[0].model, batch)
+            for call, ok in zip(batch, results):
+                call.result = ok
+        except BaseException as exc:
+            for call in batch:
+                call.error = exc
+        with self._cv:  # counted before they wake, so the next rendezvous waits for them
+            self._running += len(batch)
+        for call in batch:
+            call.done.set()
+
+
+def park_extend(model, state: KVState, new_ids: list[int], want_logits: bool,
+                should_abort: Callable[[], bool] | None) -> bool:
+    """`kv.extend` on a step thread of a group: wait for the batched forward."""
+    collector = active_collector()
+    call = ParkedCall(model, state, new_ids, want_logits, should_abort, getattr(_current, "rank", ()))
+    return collector.park(call)
+
+
+@torch.inference_mode()
+def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
+    """One padded forward over several states' extensions (see module doc).
+
+    Returns one bool per call: False when the whole forward was stopped
+    because every row's `should_abort` asked for it (states unchanged)."""
+    device = next(model.parameters()).device
+    lengths = [c.state.num_tokens for c in calls]
+    counts = [len(c.new_ids) for c in calls]
+    batch, max_len, max_new = len(calls), max(lengths), max(counts)
+
+    input_ids = torch.zeros((batch, max_new), dtype=torch.long, device=device)
+    positions = torch.zeros((batch, max_new), dtype=torch.long, device=device)
+    # mask[b, 0, q, k]: row b's query q may attend to key k
+    mask = torch.zeros((batch, 1, max_new, max_len + max_new), dtype=torch.bool, device=device)
+    causal = torch.tril(torch.ones((max_new, max_new), dtype=torch.bool, device=device))
+    for b, (call, length, count) in enumerate(zip(calls, lengths, counts)):
+        input_ids[b, :count] = torch.tensor(call.new_ids, dtype=torch.long, device=device)
+        input_ids[b, count:] = call.new_ids[-1]  # padding queries: any token, never seen by real rows
+        positions[b] = torch.arange(length, length + max_new, device=device)
+        mask[b, 0, :, :length] = True
+        mask[b, 0, :, max_len:] = causal
+        mask[b, 0, :, max_len + count:] = False  # padding queries still see this row's real new keys
+
+    cache = DynamicCache()
+    if max_len:
+        layers = _layers(calls)
+        for i in range(len(layers)):
+            ref = layers[i]
+            keys = ref.keys.new_zeros((batch, ref.keys.shape[1], max_len, ref.keys.shape[3]))
+            values = ref.values.new_zeros((batch, ref.values.shape[1], max_len, ref.values.shape[3]))
+            for b, (call, length) in enumerate(zip(calls, lengths)):
+                if length:
+                    keys[b, :, :length] = call.state.cache.layers[i].keys[0]
+                    values[b, :, :length] = call.state.cache.layers[i].values[0]
+            cache.update(keys, values, i)
+
+    keep = sorted({count - 1 for call, count in zip(calls, counts) if call.want_logits})
+    checks = [c.should_abort for c in calls]
+    hooks = kv_module._abort_hooks(model) if all(checks) else None
+    if hooks is not None:
+        hooks.check = lambda: all(check() for check in checks)
+    try:
+        out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=torch.tensor(keep or [0], device=device))
+    except Superseded:
+        return [False] * batch
+    finally:
+        if hooks is not None:
+            hooks.check = None
+
+    for b, (call, length, count) in enumerate(zip(calls, lengths, counts)):
+        state = call.state
+        if state.cache is None:
+            state.cache = DynamicCache()
+        for i, layer in enumerate(cache.layers):
+            state.cache.update(layer.keys[b:b + 1, :, max_len:max_len + count].contiguous(),
+                               layer.values[b:b + 1, :, max_len:max_len + count].contiguous(), i)
+        state.ids.extend(call.new_ids)
+        if call.want_logits:
+            logits = out.logits[b, keep.index(count - 1)]
+            state.last_logits = logits if logits.dtype == torch.float64 else logits.float()
+        else:
+            state.last_logits = None
+    return [True] * batch
+
+
+def _layers(calls: list[ParkedCall]):
+    for call in calls:
+        if call.state.cache is not None and call.state.num_tokens:
+            return call.state.cache.layers
+    raise AssertionError("a batch with cached tokens has no cache")
