@@ -257,3 +257,35 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
         assert tokens == cold(text)
     forwards, rows = worker.batched_forwards - before[0], worker.batched_rows - before[1]
     assert forwards > 0 and rows > forwards, "the workload must have shared forward passes"
+
+
+def test_first_answer_token_is_ready_when_typing_catches_up(tiny_runtime, cold):
+    """The typing step that brings the cache to the whole prompt also picks
+    the first answer token (no forward needed), so a submit right after it
+    streams that token at once even while the worker is busy elsewhere."""
+    import threading
+
+    from headstart.engine.worker import Priority
+
+    question = QUESTIONS[3]
+    session = tiny_runtime.open_session("world_1", "headstart")
+    gate, held = threading.Event(), threading.Event()
+
+    def hold_worker_next(seq, cached, total):  # inside the typing step, before it returns
+        if cached == total and not held.is_set():
+            tiny_runtime.worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
+
+    session.on_progress = hold_worker_next
+    try:
+        session.update(1, question)
+        assert held.wait(10)  # the worker is held: no answer-ahead step can run
+        request = session.submit(2, question, PARAMS)
+        assert request.first_token_at is not None
+        assert next(request.stream()) == cold(question)[0]
+        gate.set()
+        result = request.result()
+    finally:
+        gate.set()
+        tiny_runtime.close_session(session.session_id)
+    assert result.token_ids == cold(question)
+    assert result.computed_tokens_at_submit == 0

@@ -310,10 +310,12 @@ def test_stream_jobs_run_least_recently_changed_first():
     assert order == ["unkeyed", "paused-longest", "paused", "typing-now"]
 
 
-def test_new_request_prefills_before_others_decode_steps(tiny_runtime):
+def test_new_request_prefills_before_others_decode_steps(tiny_runtime, monkeypatch):
     """A request before its first token goes ahead of a request that is
-    already decoding in the same class (TTFT first)."""
+    already decoding in the same class (TTFT first). Without batching, so the
+    order is visible (with it, the order decides who fits a full group)."""
     worker, params = tiny_runtime.worker, SamplingParams(max_new_tokens=4)
+    monkeypatch.setattr(worker, "max_batch_rows", 1)
     gate1, gate2, held = threading.Event(), threading.Event(), threading.Event()
     worker.enqueue(lambda: held.set() or (gate1.wait(10) and False), Priority.FLASH, "gate1")
     held.wait(10)
@@ -443,3 +445,24 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     for state in states.values():
         assert state.ids == [1, 2, 3, 4, 5]
         assert torch.allclose(state.last_logits, reference.last_logits, atol=1e-10)
+
+
+def test_groups_fit_the_token_budget():
+    """Jobs join a group in scheduling order while their cost hints fit
+    `max_batch_tokens`; one that does not fit waits, a smaller one after it joins."""
+    worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64)
+    gate, held = threading.Event(), threading.Event()
+    worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
+    held.wait(10)
+    seen: dict[str, int] = {}
+
+    def step(name):
+        return lambda: seen.setdefault(name, worker.batched_groups) and False
+
+    for name, cost in [("big", 40), ("too-big", 30), ("small", 10), ("tiny", 1)]:
+        worker.enqueue(step(name), Priority.STREAM, name, owner=name, cost=lambda c=cost: c)
+    gate.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+    first = seen["big"]
+    assert seen["small"] == seen["tiny"] == first and seen["too-big"] != first

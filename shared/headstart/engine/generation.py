@@ -88,6 +88,7 @@ class GenerationRequest:
         started: float | None = None,
         ahead: Callable[[], list[int]] | None = None,
         known: list[int] | None = None,
+        expected_cached: int = 0,
     ):
         self.model, self._decode = model, decode
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
@@ -95,6 +96,7 @@ class GenerationRequest:
         self.state, self._prepare, self._on_finish = state, prepare, on_finish
         self.token_ids: list[int] = []
         self._ahead = ahead  # greedy answer tokens decoded before the submit
+        self._expected_cached = expected_cached  # what `prepare` will hold (a cost hint)
         self.ahead_used = 0
         self._known: list[int] = []
         self._prefilled = False  # the prompt is cached: later steps decode
@@ -164,6 +166,15 @@ class GenerationRequest:
         chunk per new submit, while a new submit no longer waits for one
         decode step of every request already streaming."""
         return 1.0 if self._prefilled else 0.0
+
+    def pending_tokens(self) -> int:
+        """About how many tokens the next step runs through the model (the
+        worker's group-forming hint; racy reads are fine for a hint)."""
+        if self._prefilled:
+            return 1
+        state = self.state
+        cached = common_prefix_len(list(state.ids), self.prompt_ids) if state is not None else self._expected_cached
+        return max(1, min(self.chunk_tokens, len(self.prompt_ids) - cached))
 
     def step(self) -> bool:
         """One bounded unit of work; True while more remains."""

@@ -215,10 +215,10 @@ class EngineRuntime:
         request = GenerationRequest(
             self.loaded.model, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,
-            started=started,
+            started=started, expected_cached=base.num_tokens if base is not None else 0,
         )
         self.worker.enqueue(request.step, priority, f"{mode}:{db}", order_key=request.schedule_key,
-                            owner=f"request-{id(request)}")
+                            owner=f"request-{id(request)}", cost=request.pending_tokens)
         return request
 
     def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,

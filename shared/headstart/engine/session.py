@@ -142,7 +142,8 @@ class Session:
             self._generation = request
             if not request.finished_early:
                 self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}",
-                                    order_key=request.schedule_key, owner=self.session_id)
+                                    order_key=request.schedule_key, owner=self.session_id,
+                                    cost=request.pending_tokens)
         if request.finished_early:  # outside the lock: the finish callback takes it
             request.finish_now()
         return request
@@ -207,7 +208,8 @@ class Session:
             self._stop_speculation_locked(abort=True)
         if self._job is None and (self._generation is None or self._generation.done.is_set()):
             self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order, owner=self.session_id)
+                                            order_key=self._typing_order, owner=self.session_id,
+                                            cost=self._typing_cost)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
         """Stop the extension in flight if the new target keeps none of what it
@@ -260,6 +262,11 @@ class Session:
             if more or self._dirty:
                 return True
             self._job = None
+            if wanted and not self._closed and not self._ahead.tokens and self._ahead.wants_more(self._kv, target.ids):
+                # The first answer token needs no forward pass (it is the argmax
+                # of the logits at hand): pick it now, so a submit that comes
+                # before the worker's next turn streams it from its own thread.
+                self._ahead.step(self.model, self._kv, should_abort=None)
             if wanted and not self._closed and self._ahead.wants_more(self._kv, target.ids):
                 self._ahead_prompt, self._speculating = target.ids, True
                 self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
@@ -271,6 +278,12 @@ class Session:
         A user who paused is about to press Enter, and their text is stable;
         one still typing would have part of the extension cropped anyway."""
         return self._last_change
+
+    def _typing_cost(self) -> int:
+        """Tokens the next typing step will likely run (the worker's group
+        hint): the newest full prompt past what the cache shares with it."""
+        target = self.prompt.prompt_ids(self._text)
+        return max(1, min(self.limits.chunk_tokens, len(target) - common_prefix_len(list(self._kv.ids), target)))
 
     def _should_stop(self) -> bool:
         """Polled between decoder layers: stop for a newer snapshot, or for a
@@ -354,4 +367,5 @@ class Session:
         with self._lock:
             if self._dirty and not self._closed and self._job is None:
                 self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order, owner=self.session_id)
+                                            order_key=self._typing_order, owner=self.session_id,
+                                            cost=self._typing_cost)

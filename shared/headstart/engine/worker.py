@@ -45,10 +45,14 @@ class Job:
     """A unit of work on the worker. `step()` returns True while more remains."""
 
     def __init__(self, step: Callable[[], bool], priority: Priority, name: str = "",
-                 order_key: Callable[[], float] | None = None, owner: str | None = None):
+                 order_key: Callable[[], float] | None = None, owner: str | None = None,
+                 cost: Callable[[], int] | None = None):
         self.step = step
         # Whose cache the step touches; None: never batched with other jobs.
         self.owner = owner
+        # About how many tokens the next step will run through the model (read
+        # when a group is formed, so a group fits one forward's token budget).
+        self.cost = cost
         # Within a priority class, a smaller key runs first (read at each
         # (re)queue); jobs without one keep arrival order ahead of keyed ones.
         self.order_key = order_key
@@ -102,9 +106,10 @@ class ForwardWorker:
         return len(self._heap) < self.max_queued
 
     def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "",
-                order_key: Callable[[], float] | None = None, owner: str | None = None) -> Job:
+                order_key: Callable[[], float] | None = None, owner: str | None = None,
+                cost: Callable[[], int] | None = None) -> Job:
         """Queue a job; raises ResourceExhausted when the queue is full."""
-        job = Job(step, priority, name, order_key, owner)
+        job = Job(step, priority, name, order_key, owner, cost)
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
@@ -143,7 +148,9 @@ class ForwardWorker:
     def _pop_group_locked(self) -> list[Job]:
         """The most urgent job and, when it can be batched, the next ready
         jobs of other owners in scheduling order (any class: on a device
-        bound by weight reads, a row of a few tokens costs little)."""
+        bound by weight reads, a row of a few tokens costs little), as long
+        as their tokens fit `max_batch_tokens`: a group is one forward, so a
+        submit that arrives meanwhile waits for one bounded step."""
         first = self._pop_locked()
         if self.max_batch_rows <= 1 or first.owner is None or first.cancelled:
             return [first]
@@ -151,18 +158,30 @@ class ForwardWorker:
             (self._rank(job, counter), job) for _, _, counter, job in self._heap
             if job.owner is not None and not job.cancelled
         )
-        group, owners = [first], {first.owner}
+        group, owners, tokens = [first], {first.owner}, self._cost(first)
         for _, job in candidates:
             if len(group) >= self.max_batch_rows:
                 break
-            if job.owner not in owners:
-                group.append(job)
-                owners.add(job.owner)
+            if job.owner in owners:
+                continue
+            cost = self._cost(job)
+            if tokens + cost > self.max_batch_tokens:
+                continue  # a smaller job further down may still fit
+            group.append(job)
+            owners.add(job.owner)
+            tokens += cost
         if len(group) > 1:
             taken = {id(job) for job in group}
             self._heap = [entry for entry in self._heap if id(entry[3]) not in taken]
             heapq.heapify(self._heap)
         return group
+
+    @staticmethod
+    def _cost(job: Job) -> int:
+        try:
+            return max(1, int(job.cost())) if job.cost is not None else 1
+        except Exception:  # a hint only: never let it stop the worker
+            return 1
 
     @staticmethod
     def _rank(job: Job, counter: int = 0) -> tuple:
