@@ -205,7 +205,7 @@ def test_known_answer_can_finish_without_the_worker(tiny_runtime, cold):
 
 
 @pytest.mark.parametrize("policy", ["headstart", "paper"])
-def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy):
+def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy, monkeypatch):
     """Several sessions type at once (every kind of edit) next to stateless
     requests, so the worker batches their forward passes (typing rows, submit
     prefills, decode steps and answer-ahead in one padded forward): every
@@ -216,6 +216,7 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
     from headstart.engine.worker import Priority
 
     worker = tiny_runtime.worker
+    monkeypatch.setattr(worker, "max_batch_rows", 8)
     before = (worker.batched_forwards, worker.batched_rows)
     kinds = sorted(KINDS)
     results, errors = {}, []

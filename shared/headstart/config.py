@@ -30,8 +30,11 @@ class EngineSettings(BaseSettings):
     max_text_chars: int = Field(4000, ge=1, description="longest question text accepted")
     max_prompt_tokens: int = Field(8192, ge=16, description="prompt + new tokens limit per request")
     chunk_tokens: int = Field(256, ge=1, description="prefill chunk: the most a submit waits for typing work")
+    # Off by default: on the 2-core CPU we measure on, a batched forward of
+    # several rows costs about a lone multi-token one but is not preemptible
+    # by a submit, and `bench serve` TTFT got worse for every mode (README).
     max_batch_rows: int = Field(
-        8, ge=1, description="jobs of different sessions whose forward passes run as one batch (1 = no batching)"
+        1, ge=1, description="jobs of different sessions whose forward passes run as one batch (1 = no batching)"
     )
     max_batch_tokens: int = Field(
         64, ge=1, description="new tokens in one batched forward; its first row always runs whatever its size (bounds a step)"
