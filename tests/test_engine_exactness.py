@@ -10,6 +10,7 @@ import pytest
 
 from headstart.engine.generation import SamplingParams
 from tests.typing_traces import KINDS, QUESTIONS
+from tests.worker_gates import hold_worker, queue_gate
 
 MAX_NEW = 12
 PARAMS = SamplingParams(max_new_tokens=MAX_NEW)
@@ -170,17 +171,13 @@ def test_known_answer_streams_before_the_step_in_flight(tiny_runtime, cold):
     already known from the caller's thread; the rest follows from the worker."""
     import threading
 
-    from headstart.engine.worker import Priority
-
     question = QUESTIONS[1]
     session = tiny_runtime.open_session("world_1", "headstart")
-    gate, started = threading.Event(), threading.Event()
+    gate = threading.Event()
     try:
         session.update(1, question)
         session.wait_idle(speculation=True)
-        # hold the worker so the submit cannot run there
-        tiny_runtime.worker.enqueue(lambda: started.set() or (gate.wait(10) and False), Priority.FLASH)
-        started.wait(10)
+        hold_worker(tiny_runtime.worker, gate=gate)  # so the submit cannot run there
         request = session.submit(2, question, PARAMS)
         first = next(request.stream())  # available while the worker is still held
         assert first == cold(question)[0] and request.first_token_at is not None
@@ -213,17 +210,13 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
     import threading
     import time
 
-    from headstart.engine.worker import Priority
-
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
     before = (worker.batched_forwards, worker.batched_rows)
     kinds = sorted(KINDS)
     results, errors = {}, []
-    gate, held = threading.Event(), threading.Event()
     # hold the worker while every typist sends its first snapshots, so the first groups are full
-    worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
-    held.wait(10)
+    gate = hold_worker(worker)
 
     def typist(i: int) -> None:
         rng = random.Random(f"batch-{policy}-{i}")
@@ -266,15 +259,13 @@ def test_first_answer_token_is_ready_when_typing_catches_up(tiny_runtime, cold):
     streams that token at once even while the worker is busy elsewhere."""
     import threading
 
-    from headstart.engine.worker import Priority
-
     question = QUESTIONS[3]
     session = tiny_runtime.open_session("world_1", "headstart")
     gate, held = threading.Event(), threading.Event()
 
     def hold_worker_next(seq, cached, total):  # inside the typing step, before it returns
         if cached == total and not held.is_set():
-            tiny_runtime.worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
+            queue_gate(tiny_runtime.worker, gate, held)
 
     session.on_progress = hold_worker_next
     try:

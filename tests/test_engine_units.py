@@ -17,6 +17,7 @@ from headstart.engine.kv import KVState, extend, prefill
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import HeadstartPolicy, PaperPolicy, make_policy
 from headstart.engine.worker import ForwardWorker, Priority
+from tests.worker_gates import hold_worker, queue_gate
 from headstart.prompt import common_prefix_len
 
 
@@ -298,9 +299,8 @@ def test_runtime_bounds_table_order_prompts(tiny_runtime, monkeypatch):
 
 def test_stream_jobs_run_least_recently_changed_first():
     worker = ForwardWorker()
-    gate, started, order = threading.Event(), threading.Event(), []
-    worker.enqueue(lambda: started.set() or (gate.wait(10) and False), Priority.STREAM, "blocker")
-    started.wait(10)
+    order = []
+    gate = hold_worker(worker, Priority.STREAM, "blocker")
     for name, key in [("typing-now", 3.0), ("paused-longest", 1.0), ("paused", 2.0)]:
         worker.enqueue(lambda n=name: order.append(n) and False, Priority.STREAM, name, order_key=lambda k=key: k)
     worker.enqueue(lambda: order.append("unkeyed") and False, Priority.STREAM, "unkeyed")
@@ -316,10 +316,8 @@ def test_new_request_prefills_before_others_decode_steps(tiny_runtime, monkeypat
     order is visible (with it, the order decides who fits a full group)."""
     worker, params = tiny_runtime.worker, SamplingParams(max_new_tokens=4)
     monkeypatch.setattr(worker, "max_batch_rows", 1)
-    gate1, gate2, held = threading.Event(), threading.Event(), threading.Event()
-    worker.enqueue(lambda: held.set() or (gate1.wait(10) and False), Priority.FLASH, "gate1")
-    held.wait(10)
-    held.clear()
+    gate1 = hold_worker(worker, name="gate1")
+    gate2, held = threading.Event(), threading.Event()
     first = tiny_runtime.start_complete("world_1", "How many countries?", "prefix", params)
     times: list[float] = []
     emit = first._emit
@@ -327,7 +325,7 @@ def test_new_request_prefills_before_others_decode_steps(tiny_runtime, monkeypat
     def timed_emit(token):  # on the worker: hold it right after the first token
         times.append(time.perf_counter())
         if len(times) == 1:
-            worker.enqueue(lambda: held.set() or (gate2.wait(10) and False), Priority.FLASH, "gate2")
+            queue_gate(worker, gate2, held, name="gate2")
         return emit(token)
 
     first._emit = timed_emit
@@ -344,10 +342,8 @@ def test_new_request_prefills_before_others_decode_steps(tiny_runtime, monkeypat
 def test_typing_order_is_read_when_popped():
     """A queued job's key can change (its user typed again): the pop uses the key now."""
     worker = ForwardWorker()
-    gate, started, order = threading.Event(), threading.Event(), []
-    keys = {"a": 1.0, "b": 2.0}
-    worker.enqueue(lambda: started.set() or (gate.wait(10) and False), Priority.STREAM, "blocker")
-    started.wait(10)
+    order, keys = [], {"a": 1.0, "b": 2.0}
+    gate = hold_worker(worker, Priority.STREAM, "blocker")
     for name in "ab":
         worker.enqueue(lambda n=name: order.append(n) and False, Priority.STREAM, name, order_key=lambda n=name: keys[n])
     keys["a"] = 3.0  # a typed again after being queued
@@ -411,9 +407,7 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
 
     model = tiny_runtime.model
     worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64)
-    gate, held = threading.Event(), threading.Event()
-    worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
-    held.wait(10)
+    gate = hold_worker(worker)
     states = {name: prefill(model, [1, 2, 3]) for name in "ab"}
     groups: list[int] = []
 
@@ -451,9 +445,7 @@ def test_groups_fit_the_token_budget():
     """Jobs join a group in scheduling order while their cost hints fit
     `max_batch_tokens`; one that does not fit waits, a smaller one after it joins."""
     worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64)
-    gate, held = threading.Event(), threading.Event()
-    worker.enqueue(lambda: held.set() or (gate.wait(10) and False), Priority.FLASH, "gate")
-    held.wait(10)
+    gate = hold_worker(worker)
     seen: dict[str, int] = {}
 
     def step(name):

@@ -36,6 +36,13 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return i
 
 
+def uncached_tokens(cached_ids: list[int], target: list[int], chunk_tokens: int) -> int:
+    """About how many tokens the next step toward `target` runs from a cache
+    holding `cached_ids`: at least 1, at most one chunk. A scheduling hint
+    that may be read off the worker (the ids are copied first)."""
+    return max(1, min(chunk_tokens, len(target) - common_prefix_len(list(cached_ids), target)))
+
+
 @dataclass(frozen=True)
 class PromptParts:
     """The rendered template split around the question.

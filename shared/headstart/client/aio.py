@@ -8,7 +8,7 @@ from typing import Callable
 import grpc
 
 from headstart.client.errors import ApiError, from_rpc_error
-from headstart.client.sync import auth_metadata, submit_request
+from headstart.client.sync import auth_metadata, complete_request, complete_result, submit_request
 from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
 
 
@@ -34,15 +34,11 @@ class AsyncHeadstartClient:
                        on_text: Callable[[str], None] | None = None,
                        tables: list[str] | None = None) -> types_pb2.Result:
         """`HeadstartClient.complete`, awaited."""
-        params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
-        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode,
-                                                tables=tables or [])
+        request = complete_request(db, question, max_new_tokens, mode, tables)
         try:
             async for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
-                if response.WhichOneof("kind") == "tokens" and on_text:
-                    on_text(response.tokens.text)
-                elif response.WhichOneof("kind") == "result":
-                    return response.result
+                if (result := complete_result(response, on_text)) is not None:
+                    return result
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         raise ApiError("INTERNAL", "the stream ended without a result")

@@ -25,6 +25,21 @@ def submit_request(seq: int, text: str, max_new_tokens: int | None) -> headstart
     return headstart_pb2.TypeRequest(submit=headstart_pb2.Submit(seq=seq, text=text, params=params))
 
 
+def complete_request(db: str, question: str, max_new_tokens: int | None, mode: str,
+                     tables: list[str] | None) -> headstart_pb2.CompleteRequest:
+    params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
+    return headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode, tables=tables or [])
+
+
+def complete_result(response: headstart_pb2.CompleteResponse,
+                    on_text: Callable[[str], None] | None) -> types_pb2.Result | None:
+    """One `Complete` stream message: text goes to `on_text`; the result is returned."""
+    kind = response.WhichOneof("kind")
+    if kind == "tokens" and on_text:
+        on_text(response.tokens.text)
+    return response.result if kind == "result" else None
+
+
 class HeadstartClient:
     """A connection to a gateway's public gRPC port."""
 
@@ -53,15 +68,11 @@ class HeadstartClient:
         the whole schema); a name the database lacks raises ApiError
         INVALID_ARGUMENT.
         """
-        params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
-        request = headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode,
-                                                tables=tables or [])
+        request = complete_request(db, question, max_new_tokens, mode, tables)
         try:
             for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
-                if response.WhichOneof("kind") == "tokens" and on_text:
-                    on_text(response.tokens.text)
-                elif response.WhichOneof("kind") == "result":
-                    return response.result
+                if (result := complete_result(response, on_text)) is not None:
+                    return result
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         raise ApiError("INTERNAL", "the stream ended without a result")

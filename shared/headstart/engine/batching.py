@@ -39,7 +39,7 @@ from transformers import DynamicCache
 from headstart.engine import kv as kv_module
 from headstart.engine.kv import KVState, Superseded
 
-_current = threading.local()  # .collector on a step thread of a group
+_current = threading.local()  # .collector and .rank on a step thread of a group
 
 
 def active_collector() -> "BatchCollector | None":
@@ -77,7 +77,10 @@ class BatchCollector:
 
     # -- step threads --------------------------------------------------------
 
-    def park(self, call: ParkedCall) -> bool:
+    def extend(self, model, state: KVState, new_ids: list[int], want_logits: bool,
+               should_abort: Callable[[], bool] | None) -> bool:
+        """`kv.extend` on a step thread of this group: wait for the batched forward."""
+        call = ParkedCall(model, state, new_ids, want_logits, should_abort, _current.rank)
         with self._cv:
             self._parked.append(call)
             self._running -= 1
@@ -120,7 +123,7 @@ class BatchCollector:
         (always at least one); the rest wait for the next forward."""
         self._parked.sort(key=lambda c: c.rank)
         batch, tokens = [], 0
-        for call in list(self._parked):
+        for call in self._parked:
             if batch and tokens + len(call.new_ids) > self.max_batch_tokens:
                 break
             batch.append(call)
@@ -148,14 +151,6 @@ class BatchCollector:
             self._running += len(batch)
         for call in batch:
             call.done.set()
-
-
-def park_extend(model, state: KVState, new_ids: list[int], want_logits: bool,
-                should_abort: Callable[[], bool] | None) -> bool:
-    """`kv.extend` on a step thread of a group: wait for the batched forward."""
-    collector = active_collector()
-    call = ParkedCall(model, state, new_ids, want_logits, should_abort, getattr(_current, "rank", ()))
-    return collector.park(call)
 
 
 @torch.inference_mode()
@@ -217,11 +212,7 @@ def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
             state.cache.update(layer.keys[b:b + 1, :, max_len:max_len + count].contiguous(),
                                layer.values[b:b + 1, :, max_len:max_len + count].contiguous(), i)
         state.ids.extend(call.new_ids)
-        if call.want_logits:
-            logits = out.logits[b, keep.index(count - 1)]
-            state.last_logits = logits if logits.dtype == torch.float64 else logits.float()
-        else:
-            state.last_logits = None
+        state.last_logits = kv_module.kept_logits(out.logits[b, keep.index(count - 1)]) if call.want_logits else None
     return [True] * batch
 
 

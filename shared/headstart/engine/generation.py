@@ -19,7 +19,7 @@ import torch
 
 from headstart.engine.errors import Cancelled
 from headstart.engine.kv import KVState, extend
-from headstart.prompt import common_prefix_len
+from headstart.prompt import common_prefix_len, uncached_tokens
 
 
 @dataclass(frozen=True)
@@ -173,8 +173,8 @@ class GenerationRequest:
         if self._prefilled:
             return 1
         state = self.state
-        cached = common_prefix_len(list(state.ids), self.prompt_ids) if state is not None else self._expected_cached
-        return max(1, min(self.chunk_tokens, len(self.prompt_ids) - cached))
+        cached = state.ids if state is not None else self.prompt_ids[: self._expected_cached]
+        return uncached_tokens(cached, self.prompt_ids, self.chunk_tokens)
 
     def step(self) -> bool:
         """One bounded unit of work; True while more remains."""

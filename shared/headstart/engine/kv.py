@@ -101,10 +101,11 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
     """
     if not new_ids:
         return True
-    from headstart.engine.batching import active_collector, park_extend
+    from headstart.engine.batching import active_collector
 
-    if active_collector() is not None:  # a step of a batched group: join its forward
-        return park_extend(model, state, new_ids, want_logits, should_abort)
+    collector = active_collector()
+    if collector is not None:  # a step of a batched group: join its forward
+        return collector.extend(model, state, new_ids, want_logits, should_abort)
     old_len, fresh = state.num_tokens, state.cache is None
     if fresh:
         state.cache = DynamicCache()
@@ -125,13 +126,14 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
         if hooks is not None:
             hooks.check = None
     state.ids.extend(new_ids)
-    if want_logits:
-        logits = out.logits[0, -1]
-        # keep float64 logits as they are (exactness tests); widen low precision
-        state.last_logits = logits if logits.dtype == torch.float64 else logits.float()
-    else:
-        state.last_logits = None
+    state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
     return True
+
+
+def kept_logits(logits: torch.Tensor) -> torch.Tensor:
+    """The last logits as a KVState keeps them: float64 as they are
+    (exactness tests), lower precisions widened to float32."""
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def prefill(model, ids: list[int]) -> KVState:

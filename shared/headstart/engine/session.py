@@ -23,7 +23,7 @@ from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import KVState, extend
 from headstart.engine.policy import ConfirmationPolicy
 from headstart.engine.worker import ForwardWorker, Job, Priority
-from headstart.prompt import PromptBuilder, common_prefix_len
+from headstart.prompt import PromptBuilder, common_prefix_len, uncached_tokens
 
 
 @dataclass(frozen=True)
@@ -207,9 +207,12 @@ class Session:
         if self._speculating:  # the text changed: the speculative answer is moot
             self._stop_speculation_locked(abort=True)
         if self._job is None and (self._generation is None or self._generation.done.is_set()):
-            self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order, owner=self.session_id,
-                                            cost=self._typing_cost)
+            self._enqueue_typing_locked()
+
+    def _enqueue_typing_locked(self) -> None:
+        self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
+                                        order_key=self._typing_order, owner=self.session_id,
+                                        cost=self._typing_cost)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
         """Stop the extension in flight if the new target keeps none of what it
@@ -262,12 +265,14 @@ class Session:
             if more or self._dirty:
                 return True
             self._job = None
-            if wanted and not self._closed and not self._ahead.tokens and self._ahead.wants_more(self._kv, target.ids):
+            if not wanted or self._closed or not self._ahead.wants_more(self._kv, target.ids):
+                return False
+            if not self._ahead.tokens:
                 # The first answer token needs no forward pass (it is the argmax
                 # of the logits at hand): pick it now, so a submit that comes
                 # before the worker's next turn streams it from its own thread.
                 self._ahead.step(self.model, self._kv, should_abort=None)
-            if wanted and not self._closed and self._ahead.wants_more(self._kv, target.ids):
+            if self._ahead.wants_more(self._kv, target.ids):
                 self._ahead_prompt, self._speculating = target.ids, True
                 self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
                                                 owner=self.session_id)
@@ -282,8 +287,7 @@ class Session:
     def _typing_cost(self) -> int:
         """Tokens the next typing step will likely run (the worker's group
         hint): the newest full prompt past what the cache shares with it."""
-        target = self.prompt.prompt_ids(self._text)
-        return max(1, min(self.limits.chunk_tokens, len(target) - common_prefix_len(list(self._kv.ids), target)))
+        return uncached_tokens(self._kv.ids, self.prompt.prompt_ids(self._text), self.limits.chunk_tokens)
 
     def _should_stop(self) -> bool:
         """Polled between decoder layers: stop for a newer snapshot, or for a
@@ -366,6 +370,4 @@ class Session:
         self.wasted_tokens += request.dropped_at_submit
         with self._lock:
             if self._dirty and not self._closed and self._job is None:
-                self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order, owner=self.session_id,
-                                            cost=self._typing_cost)
+                self._enqueue_typing_locked()

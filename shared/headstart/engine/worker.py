@@ -124,8 +124,7 @@ class ForwardWorker:
         return job
 
     def _push_locked(self, job: Job) -> None:
-        order = job.order_key() if job.order_key is not None else 0.0
-        heapq.heappush(self._heap, (int(job.priority), order, next(self._counter), job))
+        heapq.heappush(self._heap, self._rank(job, next(self._counter)) + (job,))
 
     def _pop_locked(self) -> Job:
         """The most urgent job. Within the top priority class, keyed jobs are
@@ -136,7 +135,7 @@ class ForwardWorker:
         for i, (prio, _, counter, job) in enumerate(self._heap):
             if prio != top:
                 continue
-            rank = (job.order_key() if job.order_key is not None else 0.0, counter)
+            rank = self._rank(job, counter)
             if best is None or rank < best:
                 best_i, best = i, rank
         job = self._heap[best_i][3]
