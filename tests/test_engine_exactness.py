@@ -166,6 +166,16 @@ def test_sampling_with_answer_ahead_matches_cold_sampling(tiny_runtime):
     assert result.extra["answer_tokens_ready_at_submit"] == 0  # greedy-only shortcut
 
 
+def submit_while_held(session, question: str, gate, cold):
+    """Submit while the worker is held: the first token must stream from the
+    caller's thread at once; then release the worker and return the result."""
+    request = session.submit(2, question, PARAMS)
+    assert request.first_token_at is not None
+    assert next(request.stream()) == cold(question)[0]
+    gate.set()
+    return request.result()
+
+
 def test_known_answer_streams_before_the_step_in_flight(tiny_runtime, cold):
     """A submit while an answer-ahead step is still running emits the tokens
     already known from the caller's thread; the rest follows from the worker."""
@@ -178,11 +188,7 @@ def test_known_answer_streams_before_the_step_in_flight(tiny_runtime, cold):
         session.update(1, question)
         session.wait_idle(speculation=True)
         hold_worker(tiny_runtime.worker, gate=gate)  # so the submit cannot run there
-        request = session.submit(2, question, PARAMS)
-        first = next(request.stream())  # available while the worker is still held
-        assert first == cold(question)[0] and request.first_token_at is not None
-        gate.set()
-        result = request.result()
+        result = submit_while_held(session, question, gate, cold)
     finally:
         gate.set()
         tiny_runtime.close_session(session.session_id)
@@ -271,11 +277,7 @@ def test_first_answer_token_is_ready_when_typing_catches_up(tiny_runtime, cold):
     try:
         session.update(1, question)
         assert held.wait(10)  # the worker is held: no answer-ahead step can run
-        request = session.submit(2, question, PARAMS)
-        assert request.first_token_at is not None
-        assert next(request.stream()) == cold(question)[0]
-        gate.set()
-        result = request.result()
+        result = submit_while_held(session, question, gate, cold)
     finally:
         gate.set()
         tiny_runtime.close_session(session.session_id)
