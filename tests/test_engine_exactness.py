@@ -207,22 +207,30 @@ def test_known_answer_can_finish_without_the_worker(tiny_runtime, cold):
     assert result.token_ids == cold(question)[:3] and result.finish_reason == "length"
 
 
-@pytest.mark.parametrize("policy", ["headstart", "paper"])
-def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy, monkeypatch):
+@pytest.mark.parametrize(("policy", "scope"), [("headstart", "typing"), ("headstart", "typing+decode"),
+                                               ("headstart", "all"), ("paper", "all")])
+def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy, scope, monkeypatch):
     """Several sessions type at once (every kind of edit) next to stateless
-    requests, so the worker batches their forward passes (typing rows, submit
-    prefills, decode steps and answer-ahead in one padded forward): every
-    output still equals its cold run."""
+    requests, so the worker batches their forward passes (typing rows; with
+    scope "all" also submit prefills, decode steps and answer-ahead in one
+    padded forward): every output still equals its cold run. (The paper
+    policy extends only on word boundaries, too rarely at once for typing
+    rows alone to be sure to meet.)"""
     import threading
     import time
 
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
+    monkeypatch.setattr(worker, "batch_scope", scope)
     before = (worker.batched_forwards, worker.batched_rows)
     kinds = sorted(KINDS)
     results, errors = {}, []
     # hold the worker while every typist sends its first snapshots, so the first groups are full
     gate = hold_worker(worker)
+    # Typing rows alone meet only while no submit is pending: with that scope
+    # every typist sends its snapshots, the worker is let go, and they submit
+    # once their typing is done.
+    typed = threading.Barrier(7) if scope != "all" else None
 
     def typist(i: int) -> None:
         rng = random.Random(f"batch-{policy}-{i}")
@@ -233,6 +241,9 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
                 session.update(seq, text)
                 if rng.random() < 0.2:
                     time.sleep(rng.random() * 0.01)
+            if typed is not None:
+                typed.wait(30)
+                session.wait_idle(60)
             results[i] = (snapshots[-1], session.submit(len(snapshots) + 1, snapshots[-1], PARAMS).result().token_ids)
         except Exception as exc:  # reported below
             errors.append(exc)
@@ -247,7 +258,10 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
     threads += [threading.Thread(target=stateless, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    if typed is not None:
+        typed.wait(30)
+    else:
+        time.sleep(0.2)
     gate.set()
     for t in threads:
         t.join(120)

@@ -339,6 +339,163 @@ def test_new_request_prefills_before_others_decode_steps(tiny_runtime, monkeypat
     assert times[0] < second.first_token_at < times[1]
 
 
+def _ran_in_group() -> bool:
+    return threading.current_thread().name.startswith("headstart-step")
+
+
+@pytest.mark.parametrize("scope", ["typing", "typing+decode"])
+def test_batch_scopes_keep_prefills_alone(scope):
+    """Typing jobs of different sessions share a group; with the default
+    scope decode steps join them; a submit's prefill and answer-ahead run alone."""
+    worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64, batch_scope=scope)
+    gate = hold_worker(worker)
+    grouped: dict[str, bool] = {}
+
+    def step(name):
+        return lambda: grouped.setdefault(name, _ran_in_group()) and False
+
+    for name, priority, decoding in [("type-a", Priority.STREAM, False), ("type-b", Priority.STREAM, False),
+                                     ("submit-c", Priority.SUBMIT, False), ("ahead-d", Priority.IDLE, False),
+                                     ("pool-e", Priority.POOL, False), ("decode-f", Priority.SUBMIT, True)]:
+        worker.enqueue(step(name), priority, name, owner=name, decoding=lambda d=decoding: d)
+    gate.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+    assert grouped == {"type-a": True, "type-b": True, "submit-c": False, "ahead-d": False, "pool-e": False,
+                       "decode-f": scope == "typing+decode"}
+    assert worker.batched_groups == 1
+    assert ForwardWorker().batch_scope == "typing"
+    with pytest.raises(ValueError):
+        ForwardWorker(batch_scope="everything")
+
+
+def test_a_new_submit_stops_a_deferred_decode_step_but_typing_does_not():
+    worker = ForwardWorker(decode_defer_ms=60_000)
+    started, seen, job = threading.Event(), [], []
+
+    def decode_step():
+        started.set()
+        deadline = time.monotonic() + 5
+        while not job[0].preempt_requested and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen.append(job[0].preempt_requested)
+        return False
+
+    job.append(worker.enqueue(decode_step, Priority.SUBMIT, "decode", decoding=lambda: True))
+    assert started.wait(5)
+    worker.enqueue(lambda: False, Priority.STREAM, "typing")
+    time.sleep(0.05)
+    assert not job[0].preempt_requested  # typing waits for the decode step
+    worker.enqueue(lambda: False, Priority.SUBMIT, "submit", decoding=lambda: False)
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+    assert seen == [True]
+
+
+def test_a_decode_step_stopped_midway_runs_again_and_stays_exact(tiny_runtime):
+    """A decode step whose job is asked to yield stops between layers with
+    the cache unchanged, is queued again, and the answer equals the cold one."""
+    worker = tiny_runtime.worker
+    question = "How many countries?"
+    cold = tiny_runtime.complete("world_1", question, "cold", max_new_tokens=5)
+    tiny_runtime.complete("world_1", question, "prefix", max_new_tokens=1)  # P0 is at hand
+    gate1 = hold_worker(worker, name="gate1")
+    gate2, held = threading.Event(), threading.Event()
+    request = tiny_runtime.start_complete("world_1", question, "prefix", SamplingParams(max_new_tokens=5))
+    emit = request._emit
+
+    def first_emit(token):  # on the worker, after the first token: hold it before the first decode step
+        if not request.token_ids:
+            queue_gate(worker, gate2, held, name="gate2")
+        return emit(token)
+
+    request._emit = first_emit
+    gate1.set()
+    assert held.wait(10)
+    request.job.preempt_requested = True  # as a new submit would while the step runs
+    gate2.set()
+    assert request.result(30).token_ids == cold.token_ids
+    assert request.decode_yields == 1
+
+
+def test_decode_steps_wait_behind_typing_until_their_bound():
+    """A decode step ranks behind typing prefill until it has waited
+    `decode_defer_ms`; a prefill step, a FLASH decode step and an overdue
+    decode step keep their class."""
+    worker = ForwardWorker(decode_defer_ms=60_000)
+    order: list[str] = []
+    gate = hold_worker(worker)
+
+    def step(name):
+        return lambda: order.append(name) and False
+
+    worker.enqueue(step("decode"), Priority.SUBMIT, "decode", decoding=lambda: True)
+    worker.enqueue(step("flash-decode"), Priority.FLASH, "flash-decode", decoding=lambda: True)
+    worker.enqueue(step("prefill"), Priority.SUBMIT, "prefill", decoding=lambda: False)
+    worker.enqueue(step("typing"), Priority.STREAM, "typing")
+    worker.enqueue(step("ahead"), Priority.IDLE, "ahead")
+    gate.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    assert order == ["flash-decode", "prefill", "typing", "decode", "ahead"]
+
+    order.clear()
+    worker.decode_defer_s = 0.05
+    gate = hold_worker(worker)
+    worker.enqueue(step("decode"), Priority.SUBMIT, "decode", decoding=lambda: True)
+    time.sleep(0.1)  # past its bound: the decode step takes its class back
+    worker.enqueue(step("typing"), Priority.STREAM, "typing")
+    gate.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+    assert order == ["decode", "typing"]
+
+
+def test_typing_runs_between_another_requests_decode_steps(tiny_runtime, monkeypatch):
+    """On the runtime's worker: a session's typing runs right after another
+    request's first token, before its next decode step, and the request
+    still streams its cold tokens."""
+    worker = tiny_runtime.worker
+    monkeypatch.setattr(worker, "decode_defer_s", 60.0)
+    question = "How many countries?"
+    cold = tiny_runtime.complete("world_1", question, "cold", max_new_tokens=6)
+    tiny_runtime.complete("world_1", question, "prefix", max_new_tokens=1)  # P0 is at hand
+    session = tiny_runtime.open_session("world_1")
+    progress: list[float] = []
+    session.on_progress = lambda *_: progress.append(time.perf_counter())
+    try:
+        gate = hold_worker(worker)
+        request = tiny_runtime.start_complete("world_1", question, "prefix", SamplingParams(max_new_tokens=6))
+        tokens: list[float] = []
+        emit = request._emit
+        request._emit = lambda token: tokens.append(time.perf_counter()) or emit(token)
+        session.update(1, "Which cities are big?")
+        gate.set()
+        assert request.result(30).token_ids == cold.token_ids
+        session.wait_idle(30)
+        assert len(tokens) >= 2 and progress
+        assert tokens[0] < progress[0] < tokens[1]
+    finally:
+        tiny_runtime.close_session(session.session_id)
+
+
+def test_the_shortest_waiting_prefill_runs_first(tiny_runtime):
+    """Among requests before their first token, the one with the fewest
+    tokens to compute goes first (its key is read when the worker pops)."""
+    worker = tiny_runtime.worker
+    tiny_runtime.complete("world_1", "warm", "prefix", max_new_tokens=1)  # P0 is at hand
+    gate = hold_worker(worker)
+    params = SamplingParams(max_new_tokens=1)
+    long = tiny_runtime.start_complete(
+        "world_1", "List every country with its capital, population and continent, sorted by name.", "prefix", params)
+    short = tiny_runtime.start_complete("world_1", "Countries?", "prefix", params)
+    assert 0 < short.schedule_key() < long.schedule_key() < 1
+    gate.set()
+    long.result(30)
+    short.result(30)
+    assert short.first_token_at < long.first_token_at
+    assert short.schedule_key() == 1.0  # prefilled: behind every waiting prefill
+
+
 def test_typing_order_is_read_when_popped():
     """A queued job's key can change (its user typed again): the pop uses the key now."""
     worker = ForwardWorker()
@@ -406,7 +563,7 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     from headstart.engine.kv import prefill
 
     model = tiny_runtime.model
-    worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64)
+    worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64, batch_scope="all")
     gate = hold_worker(worker)
     states = {name: prefill(model, [1, 2, 3]) for name in "ab"}
     groups: list[int] = []

@@ -113,6 +113,8 @@ class GenerationRequest:
         self.done = threading.Event()
         self._stream: queue.SimpleQueue = queue.SimpleQueue()
         self._cancelled = False
+        self.job = None  # the worker job running the steps (see enqueue_on)
+        self.decode_yields = 0  # decode steps stopped midway for a new submit
         self._generator = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
         # Answer tokens already known at submit stream from the caller's
         # thread at once, without waiting for the step in flight on the worker.
@@ -160,12 +162,37 @@ class GenerationRequest:
 
     def schedule_key(self) -> float:
         """The worker's order within this request's class (pass it as the
-        job's `order_key`): a request still before its first token runs ahead
-        of other requests' decode steps. TTFT first, as prefill-first
-        schedulers do; a decoding request then waits at most one prefill
-        chunk per new submit, while a new submit no longer waits for one
-        decode step of every request already streaming."""
-        return 1.0 if self._prefilled else 0.0
+        job's `order_key`). TTFT first, as prefill-first schedulers do:
+        a request before its first token runs ahead of other requests'
+        decode steps (key 1.0), and among those the shortest prefill first
+        (key in [0, 1): tokens still to compute over one chunk; 0 when the
+        first answer tokens are already known). A decoding request then
+        waits at most one prefill chunk per new submit, and a submit that
+        needs no forward pass is not held behind one that needs a long one."""
+        if self._prefilled:
+            return 1.0
+        try:
+            if self._ahead is not None and self.params.temperature == 0 and self._ahead():
+                return 0.0
+            return self.pending_tokens() / (self.chunk_tokens + 1)
+        except Exception:  # a racy hint read off the caller's thread: never fail the worker
+            return 0.5
+
+    def is_decoding(self) -> bool:
+        """The next step is a decode step (the worker may defer it, see
+        `headstart.engine.worker`)."""
+        return self._prefilled
+
+    def enqueue_on(self, worker, priority, name: str, owner: str | None = None):
+        """Queue this request's steps on `worker` with its scheduling hints;
+        returns the job (whose preemption flag a decode step polls)."""
+        self.job = worker.enqueue(self.step, priority, name, order_key=self.schedule_key, owner=owner,
+                                  cost=self.pending_tokens, decoding=self.is_decoding)
+        return self.job
+
+    def _yield_requested(self) -> bool:
+        job = self.job
+        return job is not None and job.preempt_requested
 
     def pending_tokens(self) -> int:
         """About how many tokens the next step runs through the model (the
@@ -218,7 +245,9 @@ class GenerationRequest:
         return self._emit(pick_token(kv.last_logits, self.params, self._generator))
 
     def _decode_step(self) -> bool:
-        extend(self.model, self.state, [self.token_ids[-1]])
+        if not extend(self.model, self.state, [self.token_ids[-1]], should_abort=self._yield_requested):
+            self.decode_yields += 1
+            return True  # a new submit came first; the cache is unchanged, the step runs again
         return self._emit(pick_token(self.state.last_logits, self.params, self._generator))
 
     def _emit(self, token: int) -> bool:

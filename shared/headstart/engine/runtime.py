@@ -50,7 +50,8 @@ class EngineRuntime:
             settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed
         )
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
-                                    max_batch_tokens=settings.max_batch_tokens)
+                                    max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
+                                    decode_defer_ms=settings.decode_defer_ms)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
@@ -208,7 +209,7 @@ class EngineRuntime:
             from headstart.tables.requests import table_request
 
             request = table_request(self, db, prompt, ids, params)
-            self.worker.enqueue(request.step, priority, f"tables:{db}", order_key=request.schedule_key)
+            request.enqueue_on(self.worker, priority, f"tables:{db}")
             return request
         base = self.base_state(prompt) if mode == "prefix" else None
         prepare = (lambda: base.copy()) if base is not None else KVState
@@ -217,8 +218,7 @@ class EngineRuntime:
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,
             started=started, expected_cached=base.num_tokens if base is not None else 0,
         )
-        self.worker.enqueue(request.step, priority, f"{mode}:{db}", order_key=request.schedule_key,
-                            owner=f"request-{id(request)}", cost=request.pending_tokens)
+        request.enqueue_on(self.worker, priority, f"{mode}:{db}", owner=f"request-{id(request)}")
         return request
 
     def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,

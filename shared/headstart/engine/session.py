@@ -141,9 +141,7 @@ class Session:
             )
             self._generation = request
             if not request.finished_early:
-                self.worker.enqueue(request.step, Priority.SUBMIT, f"submit:{self.session_id}",
-                                    order_key=request.schedule_key, owner=self.session_id,
-                                    cost=request.pending_tokens)
+                request.enqueue_on(self.worker, Priority.SUBMIT, f"submit:{self.session_id}", owner=self.session_id)
         if request.finished_early:  # outside the lock: the finish callback takes it
             request.finish_now()
         return request

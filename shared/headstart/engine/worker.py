@@ -6,11 +6,27 @@ A job is a callable that does one bounded step (one prefill chunk, one decode
 token) and says whether it has more to do; the worker re-queues it behind the
 jobs of its class that were already waiting, so sessions share the device.
 
+TTFT first. A request's decode step (a job whose `decoding()` is true) is
+*deferred*: it ranks behind typing prefill (STREAM) until it has waited
+`decode_defer_ms`, then takes its class back. A typing step is a future
+submit's TTFT; a decode step delayed by one typing forward costs one
+inter-token gap, and the bound keeps every stream moving. Prefills of
+submits still run before everything but FLASH.
+
 Jobs that name an `owner` (a session, a request) may run as a group: with
 `max_batch_rows > 1` the worker takes the most urgent job and the next ready
 jobs of other owners, runs their steps together and batches their forward
 passes into one (`headstart.engine.batching`). At most one job per owner is
-in a group, so no two rows touch one cache.
+in a group, so no two rows touch one cache. `batch_scope` says which jobs
+may share a group: "typing" (the default: typing prefill only),
+"typing+decode" (and decode steps, one token each) or "all" (also prefills
+of submits and answer-ahead). A submit's prefill runs alone in the
+first two: it is the TTFT, and a batched forward costs more than a lone one.
+
+Preemption: a step in flight polls `preempt_requested` between decoder
+layers. Typing and answer-ahead steps yield to any more urgent new job; a
+deferred decode step yields to a new prefill (a submit), not to typing. A
+group stops only when every row yields (`batching.extend_rows`).
 """
 
 from __future__ import annotations
@@ -41,13 +57,22 @@ class Priority(IntEnum):
     IDLE = 4
 
 
+# Where a deferred decode step ranks: behind typing, ahead of answer-ahead.
+DEFERRED_DECODE = Priority.STREAM + 0.5
+BATCH_SCOPES = ("typing", "typing+decode", "all")
+
+
 class Job:
     """A unit of work on the worker. `step()` returns True while more remains."""
 
     def __init__(self, step: Callable[[], bool], priority: Priority, name: str = "",
                  order_key: Callable[[], float] | None = None, owner: str | None = None,
-                 cost: Callable[[], int] | None = None):
+                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None):
         self.step = step
+        # True while the job is a request's decode step (deferrable, see module doc).
+        self.decoding = decoding
+        self.queued_at = 0.0  # set at each (re)queue: a deferred step's wait counts from here
+        self.running_class = float(priority)  # its rank class when it last started (preemption)
         # Whose cache the step touches; None: never batched with other jobs.
         self.owner = owner
         # About how many tokens the next step will run through the model (read
@@ -83,10 +108,15 @@ class ForwardWorker:
     """A single thread draining a priority queue of jobs."""
 
     def __init__(self, max_queued: int = 1024, name: str = "headstart-forward",
-                 max_batch_rows: int = 1, max_batch_tokens: int = 64):
+                 max_batch_rows: int = 1, max_batch_tokens: int = 64, batch_scope: str = "typing",
+                 decode_defer_ms: float = 0.0):
+        if batch_scope not in BATCH_SCOPES:
+            raise ValueError(f"batch_scope must be one of {BATCH_SCOPES}, not {batch_scope!r}")
         self.max_queued = max_queued
         self.max_batch_rows = max_batch_rows
         self.max_batch_tokens = max_batch_tokens
+        self.batch_scope = batch_scope
+        self.decode_defer_s = decode_defer_ms / 1000.0
         self._pool = None  # step threads of batched groups, made on first use
         self.batched_groups = 0
         self.batched_forwards = 0
@@ -107,16 +137,16 @@ class ForwardWorker:
 
     def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "",
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
-                cost: Callable[[], int] | None = None) -> Job:
+                cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None) -> Job:
         """Queue a job; raises ResourceExhausted when the queue is full."""
-        job = Job(step, priority, name, order_key, owner, cost)
+        job = Job(step, priority, name, order_key, owner, cost, decoding)
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
             if not self.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.max_queued} jobs)")
             self._push_locked(job)
-            urgent = [r for r in self._running if r.priority >= Priority.STREAM and priority < r.priority]
+            urgent = [r for r in self._running if self._preempts(priority, r)]
             for running in urgent:
                 running.preempt_requested = True
             self.preemptions += bool(urgent)
@@ -124,21 +154,21 @@ class ForwardWorker:
         return job
 
     def _push_locked(self, job: Job) -> None:
+        job.queued_at = time.perf_counter()
         heapq.heappush(self._heap, self._rank(job, next(self._counter)) + (job,))
 
     def _pop_locked(self) -> Job:
-        """The most urgent job. Within the top priority class, keyed jobs are
-        ordered by their key *now* (a queued typing job's key changes as its
-        user keeps typing), so the class is rescanned: O(queued jobs)."""
-        top = self._heap[0][0]
+        """The most urgent job by its rank *now*: a queued typing job's key
+        changes as its user keeps typing and a deferred decode step takes its
+        class back after `decode_defer_ms`, so the queue is rescanned: O(queued
+        jobs), a few dozen at most per replica."""
+        now = time.perf_counter()
         best_i, best = 0, None
-        for i, (prio, _, counter, job) in enumerate(self._heap):
-            if prio != top:
-                continue
-            rank = self._rank(job, counter)
+        for i, entry in enumerate(self._heap):
+            rank = self._rank(entry[-1], entry[-2], now)
             if best is None or rank < best:
                 best_i, best = i, rank
-        job = self._heap[best_i][3]
+        job = self._heap[best_i][-1]
         self._heap[best_i] = self._heap[-1]
         self._heap.pop()
         heapq.heapify(self._heap)
@@ -151,11 +181,13 @@ class ForwardWorker:
         as their tokens fit `max_batch_tokens`: a group is one forward, so a
         submit that arrives meanwhile waits for one bounded step."""
         first = self._pop_locked()
-        if self.max_batch_rows <= 1 or first.owner is None or first.cancelled:
+        if self.max_batch_rows <= 1 or not self._batchable(first) or first.cancelled:
             return [first]
+        now = time.perf_counter()
         candidates = sorted(
-            (self._rank(job, counter), job) for _, _, counter, job in self._heap
-            if job.owner is not None and not job.cancelled
+            ((self._rank(entry[-1], entry[-2], now), entry[-1]) for entry in self._heap
+             if self._batchable(entry[-1]) and not entry[-1].cancelled),
+            key=lambda pair: pair[0],
         )
         group, owners, tokens = [first], {first.owner}, self._cost(first)
         for _, job in candidates:
@@ -171,7 +203,7 @@ class ForwardWorker:
             tokens += cost
         if len(group) > 1:
             taken = {id(job) for job in group}
-            self._heap = [entry for entry in self._heap if id(entry[3]) not in taken]
+            self._heap = [entry for entry in self._heap if id(entry[-1]) not in taken]
             heapq.heapify(self._heap)
         return group
 
@@ -183,8 +215,41 @@ class ForwardWorker:
             return 1
 
     @staticmethod
-    def _rank(job: Job, counter: int = 0) -> tuple:
-        return (int(job.priority), job.order_key() if job.order_key is not None else 0.0, counter)
+    def _preempts(priority: Priority, running: Job) -> bool:
+        """Whether a new job of `priority` asks `running` to stop (module doc)."""
+        cls = running.running_class
+        if cls == DEFERRED_DECODE:
+            return priority <= Priority.POOL
+        return cls >= Priority.STREAM and priority < cls
+
+    def _batchable(self, job: Job) -> bool:
+        if job.owner is None:
+            return False
+        if self.batch_scope == "all" or job.priority == Priority.STREAM:
+            return True
+        return self.batch_scope == "typing+decode" and self._decoding(job)
+
+    @staticmethod
+    def _decoding(job: Job) -> bool:
+        try:
+            return job.decoding is not None and bool(job.decoding())
+        except Exception:  # a hint only: never let it stop the worker
+            return False
+
+    def _deferred(self, job: Job, now: float) -> bool:
+        """A decode step of a submit or pool request that has waited less than
+        `decode_defer_ms` (FLASH answers are never deferred)."""
+        if self.decode_defer_s <= 0 or job.decoding is None or job.priority < Priority.SUBMIT:
+            return False
+        return now - job.queued_at < self.decode_defer_s and self._decoding(job)
+
+    def _rank(self, job: Job, counter: int = 0, now: float | None = None) -> tuple:
+        """(class, priority, key, arrival): lower runs first."""
+        cls = float(job.priority)
+        if self._deferred(job, time.perf_counter() if now is None else now):
+            cls = DEFERRED_DECODE
+        key = job.order_key() if job.order_key is not None else 0.0
+        return (cls, int(job.priority), key, counter)
 
     def run_sync(self, fn: Callable[[], object], priority: Priority = Priority.POOL, name: str = ""):
         """Run `fn` once on the worker thread and return its result."""
@@ -222,6 +287,9 @@ class ForwardWorker:
                 if self._stopping:
                     return
                 group = self._pop_group_locked()
+                now = time.perf_counter()
+                for job in group:
+                    job.running_class = self._rank(job, 0, now)[0]
                 self._running = group
             live = []
             for job in group:

@@ -91,8 +91,7 @@ def serve_batch(runtime, items: list[BatchItem], params: SamplingParams = Sampli
         for i, blocks in zip(batch, loaded):
             item, prompt, ids, _ = prepared[i]
             request = table_request(runtime, item.db, prompt, ids, params, blocks=blocks)
-            runtime.worker.enqueue(request.step, priority, f"tables-batch:{item.db}",
-                                  order_key=request.schedule_key)
+            request.enqueue_on(runtime.worker, priority, f"tables-batch:{item.db}")
             result = request.result()
             ttft_ms = (request.first_token_at - clock["free_at"]) * 1000.0
             clock["free_at"] = request.finished_at
