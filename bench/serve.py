@@ -20,6 +20,7 @@ from pathlib import Path
 from bench.common import percentile as common_percentile
 from bench.common import spider_questions
 from bench.serve_typists import Sample, grpc_typist, ws_typist
+from headstart.config import EngineSettings
 from headstart.typist import Typist
 
 PATHS = ("ws", "grpc")
@@ -82,7 +83,7 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
                     rounds: int = 2, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
                     db: str = "world_1", seed: int = 0, say=print) -> dict:
     """Run the benchmark on a local stack it starts and stops; returns the JSON it writes."""
-    from services.launcher import serve_command
+    from services.launcher import default_replica_threads, serve_command
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -98,6 +99,9 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
     finally:
         stack.stop()
     report = {"config": {"model": model, "dtype": dtype, "device": device, "replicas": replicas,
+                         "threads_per_replica": default_replica_threads(device, replicas),
+                         "decode_defer_ms": EngineSettings().decode_defer_ms,
+                         "batch_scope": EngineSettings().batch_scope, "max_batch_rows": EngineSettings().max_batch_rows,
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
                          "max_new_tokens": max_new_tokens, "db": db},
               "rows": rows, "samples": samples}

@@ -122,7 +122,7 @@ def serve(
     token: list[str] = typer.Option([], help="bearer token, TOKEN or TENANT=TOKEN (repeat)"),
     redis_url: Optional[str] = typer.Option(None, "--redis", help="redis:// URL; a local one is started if needed"),
     max_sessions: int = typer.Option(64, help="sessions per replica"),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads per replica"),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads per replica (default: cores / replicas)"),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
 ):
     """Start the local stack: Ray, the engine deployment, the gateway (and Redis). Ctrl-C stops it all."""
