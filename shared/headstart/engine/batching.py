@@ -3,9 +3,9 @@
 On a device whose forward pass is bound by reading the weights (a CPU, or a
 GPU at small token counts), one pass over 8 sessions' few new tokens costs
 about as much as one pass over one session's. So the worker runs a *group*
-of ready jobs at once (typing prefill, submits, decode steps, answer-ahead;
-at most one job per owner, so no two rows share a cache) and their forward
-passes meet here:
+of ready jobs at once (typing prefill by default; `ForwardWorker.batch_scope`
+adds decode steps, or every job; at most one job per owner, so no two rows
+share a cache) and their forward passes meet here:
 
 * `BatchCollector` runs each job's step on its own thread. The step code is
   unchanged: when it calls `kv.extend`, the call is parked here instead of
