@@ -98,10 +98,11 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
                                                 max_new_tokens, say))
     finally:
         stack.stop()
+    engine = EngineSettings()  # the replicas' scheduler settings (from HEADSTART_* like theirs)
     report = {"config": {"model": model, "dtype": dtype, "device": device, "replicas": replicas,
                          "threads_per_replica": default_replica_threads(device, replicas),
-                         "decode_defer_ms": EngineSettings().decode_defer_ms,
-                         "batch_scope": EngineSettings().batch_scope, "max_batch_rows": EngineSettings().max_batch_rows,
+                         "decode_defer_ms": engine.decode_defer_ms, "batch_scope": engine.batch_scope,
+                         "max_batch_rows": engine.max_batch_rows,
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
                          "max_new_tokens": max_new_tokens, "db": db},
               "rows": rows, "samples": samples}

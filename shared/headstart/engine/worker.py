@@ -31,7 +31,6 @@ group stops only when every row yields (`batching.extend_rows`).
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import threading
@@ -121,7 +120,9 @@ class ForwardWorker:
         self.batched_groups = 0
         self.batched_forwards = 0
         self.batched_rows = 0
-        self._heap: list[tuple[int, float, int, Job]] = []
+        # (arrival counter, job): ranks change while jobs wait (typing keys,
+        # deferral bounds), so the queue is a list ranked afresh at each pop.
+        self._queue: list[tuple[int, Job]] = []
         self._counter = itertools.count()
         self._cv = threading.Condition()
         self._stopping = False
@@ -133,7 +134,7 @@ class ForwardWorker:
         self._thread.start()
 
     def can_enqueue(self) -> bool:
-        return len(self._heap) < self.max_queued
+        return len(self._queue) < self.max_queued
 
     def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "",
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
@@ -155,56 +156,38 @@ class ForwardWorker:
 
     def _push_locked(self, job: Job) -> None:
         job.queued_at = time.perf_counter()
-        heapq.heappush(self._heap, self._rank(job, next(self._counter)) + (job,))
+        self._queue.append((next(self._counter), job))
 
-    def _pop_locked(self) -> Job:
-        """The most urgent job by its rank *now*: a queued typing job's key
+    def _pop_group_locked(self) -> list[tuple[Job, tuple]]:
+        """The most urgent job and, when it can be batched (`batch_scope`),
+        the next ready batchable jobs of other owners in scheduling order, as
+        long as their tokens fit `max_batch_tokens`: a group is one forward,
+        so a submit that arrives meanwhile waits for one bounded step.
+
+        Every queued job is ranked once, *now*: a queued typing job's key
         changes as its user keeps typing and a deferred decode step takes its
-        class back after `decode_defer_ms`, so the queue is rescanned: O(queued
-        jobs), a few dozen at most per replica."""
+        class back after `decode_defer_ms`. O(queued jobs), a few dozen at
+        most per replica. Returns (job, rank) pairs."""
         now = time.perf_counter()
-        best_i, best = 0, None
-        for i, entry in enumerate(self._heap):
-            rank = self._rank(entry[-1], entry[-2], now)
-            if best is None or rank < best:
-                best_i, best = i, rank
-        job = self._heap[best_i][-1]
-        self._heap[best_i] = self._heap[-1]
-        self._heap.pop()
-        heapq.heapify(self._heap)
-        return job
-
-    def _pop_group_locked(self) -> list[Job]:
-        """The most urgent job and, when it can be batched, the next ready
-        jobs of other owners in scheduling order (any class: on a device
-        bound by weight reads, a row of a few tokens costs little), as long
-        as their tokens fit `max_batch_tokens`: a group is one forward, so a
-        submit that arrives meanwhile waits for one bounded step."""
-        first = self._pop_locked()
-        if self.max_batch_rows <= 1 or not self._batchable(first) or first.cancelled:
-            return [first]
-        now = time.perf_counter()
-        candidates = sorted(
-            ((self._rank(entry[-1], entry[-2], now), entry[-1]) for entry in self._heap
-             if self._batchable(entry[-1]) and not entry[-1].cancelled),
-            key=lambda pair: pair[0],
-        )
-        group, owners, tokens = [first], {first.owner}, self._cost(first)
-        for _, job in candidates:
-            if len(group) >= self.max_batch_rows:
-                break
-            if job.owner in owners:
-                continue
-            cost = self._cost(job)
-            if tokens + cost > self.max_batch_tokens:
-                continue  # a smaller job further down may still fit
-            group.append(job)
-            owners.add(job.owner)
-            tokens += cost
-        if len(group) > 1:
-            taken = {id(job) for job in group}
-            self._heap = [entry for entry in self._heap if id(entry[-1]) not in taken]
-            heapq.heapify(self._heap)
+        ranked = sorted(((self._rank(job, counter, now), job) for counter, job in self._queue),
+                        key=lambda pair: pair[0])
+        first_rank, first = ranked[0]
+        group = [(first, first_rank)]
+        if self.max_batch_rows > 1 and self._batchable(first) and not first.cancelled:
+            owners, tokens = {first.owner}, self._cost(first)
+            for rank, job in ranked[1:]:
+                if len(group) >= self.max_batch_rows:
+                    break
+                if job.owner in owners or job.cancelled or not self._batchable(job):
+                    continue
+                cost = self._cost(job)
+                if tokens + cost > self.max_batch_tokens:
+                    continue  # a smaller job further down may still fit
+                group.append((job, rank))
+                owners.add(job.owner)
+                tokens += cost
+        taken = {id(job) for job, _ in group}
+        self._queue = [entry for entry in self._queue if id(entry[1]) not in taken]
         return group
 
     @staticmethod
@@ -239,14 +222,13 @@ class ForwardWorker:
     def _deferred(self, job: Job, now: float) -> bool:
         """A decode step of a submit or pool request that has waited less than
         `decode_defer_ms` (FLASH answers are never deferred)."""
-        if self.decode_defer_s <= 0 or job.decoding is None or job.priority < Priority.SUBMIT:
-            return False
-        return now - job.queued_at < self.decode_defer_s and self._decoding(job)
+        return (job.priority >= Priority.SUBMIT and now - job.queued_at < self.decode_defer_s
+                and self._decoding(job))
 
-    def _rank(self, job: Job, counter: int = 0, now: float | None = None) -> tuple:
+    def _rank(self, job: Job, counter: int, now: float) -> tuple:
         """(class, priority, key, arrival): lower runs first."""
         cls = float(job.priority)
-        if self._deferred(job, time.perf_counter() if now is None else now):
+        if self._deferred(job, now):
             cls = DEFERRED_DECODE
         key = job.order_key() if job.order_key is not None else 0.0
         return (cls, int(job.priority), key, counter)
@@ -264,13 +246,13 @@ class ForwardWorker:
 
     @property
     def num_queued(self) -> int:
-        return len(self._heap)
+        return len(self._queue)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._cv:
             self._stopping = True
-            pending = [job for *_, job in self._heap]
-            self._heap.clear()
+            pending = [job for _, job in self._queue]
+            self._queue.clear()
             self._cv.notify_all()
         for job in pending:
             job.error = Cancelled("the worker shut down")
@@ -282,25 +264,24 @@ class ForwardWorker:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._heap and not self._stopping:
+                while not self._queue and not self._stopping:
                     self._cv.wait()
                 if self._stopping:
                     return
                 group = self._pop_group_locked()
-                now = time.perf_counter()
-                for job in group:
-                    job.running_class = self._rank(job, 0, now)[0]
-                self._running = group
+                for job, rank in group:
+                    job.running_class = rank[0]
+                self._running = [job for job, _ in group]
             live = []
-            for job in group:
+            for job, rank in group:
                 if job.cancelled:
                     job.error = job.error or Cancelled(f"job {job.name!r} was cancelled")
                     job.done.set()
                 else:
-                    live.append(job)
+                    live.append((job, rank))
             started = time.perf_counter()
             if len(live) == 1:
-                outcomes = [self._step_alone(live[0])]
+                outcomes = [self._step_alone(live[0][0])]
             elif live:
                 outcomes = self._step_group(live)
             else:
@@ -308,7 +289,7 @@ class ForwardWorker:
             self.busy_seconds += time.perf_counter() - started
             with self._cv:
                 self._running = []
-            for job, (more, error) in zip(live, outcomes):
+            for (job, _), (more, error) in zip(live, outcomes):
                 self.steps_run += 1
                 if error is not None:
                     log.debug("job %s failed: %r", job.name, error)
@@ -331,7 +312,7 @@ class ForwardWorker:
         except BaseException as exc:  # the job's owner re-raises it in wait()
             return False, exc
 
-    def _step_group(self, jobs: list[Job]) -> list[tuple[bool, BaseException | None]]:
+    def _step_group(self, jobs: list[tuple[Job, tuple]]) -> list[tuple[bool, BaseException | None]]:
         from concurrent.futures import ThreadPoolExecutor
 
         from headstart.engine.batching import BatchCollector
@@ -339,7 +320,7 @@ class ForwardWorker:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.max_batch_rows, thread_name_prefix="headstart-step")
         collector = BatchCollector(self._pool, self.max_batch_tokens)
-        outcomes = collector.run([(job.step, self._rank(job)) for job in jobs])
+        outcomes = collector.run([(job.step, rank) for job, rank in jobs])
         self.batched_groups += 1
         self.batched_forwards += collector.forwards
         self.batched_rows += collector.rows
