@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from bench.common import percentile as common_percentile
 from bench.common import spider_questions
 from bench.serve_typists import Sample, grpc_typist, ws_typist
 from headstart.config import EngineSettings
+from headstart.models.loader import CPU_BLAS_ENV
 from headstart.typist import Typist
 
 PATHS = ("ws", "grpc")
@@ -45,42 +47,52 @@ def summarize(samples: list[Sample], rtts: list[float]) -> dict:
     }
 
 
-async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str], rounds: int, db: str,
+async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str], r: int, rounds: int, db: str,
                  typist: Typist, max_new: int, token: str | None) -> list[Sample]:
-    async def one(i: int) -> list[Sample]:
-        out = []
-        for r in range(rounds):
-            trace = typist.trace(questions[(i * rounds + r) % len(questions)])
-            if path == "ws":
-                out.append(await ws_typist(stack.http_url.replace("http", "ws", 1), token, db, trace, anticipate, max_new))
-            else:
-                out.append(await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new))
-        return out
+    """Round `r`: N typists each type one question (typist i: question i*rounds + r) and press Enter."""
+    async def one(i: int) -> Sample:
+        trace = typist.trace(questions[(i * rounds + r) % len(questions)])
+        if path == "ws":
+            return await ws_typist(stack.http_url.replace("http", "ws", 1), token, db, trace, anticipate, max_new)
+        return await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new)
 
-    results = await asyncio.gather(*(one(i) for i in range(n)))
-    return [s for group in results for s in group]
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
 async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say):
+    """Rounds of the two modes alternate (anticipatory, prefix, prefix,
+    anticipatory, ...), so a machine whose speed drifts during the run (a
+    shared CPU does) weighs on both sides of each ratio alike."""
     metrics = stack.gateway.service.metrics
     rows, samples = [], []
     for n in concurrency:
+        got: dict[tuple[bool, str], list[Sample]] = {}
+        rtts: dict[tuple[bool, str], list[float]] = {}
+        wall: dict[tuple[bool, str], float] = {}
+        for r in range(rounds):
+            for path in PATHS:
+                for anticipate in ((True, False) if r % 2 == 0 else (False, True)):
+                    key = (anticipate, path)
+                    metrics.rtt_samples.clear()
+                    started = time.perf_counter()
+                    got.setdefault(key, []).extend(await _round(stack, path, anticipate, n, questions, r, rounds, db,
+                                                                typist, max_new_tokens, None))
+                    wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
+                    rtts.setdefault(key, []).extend(metrics.rtt_samples)
         for anticipate in (True, False):
             for path in PATHS:
-                metrics.rtt_samples.clear()
-                started = time.perf_counter()
-                got = await _round(stack, path, anticipate, n, questions, rounds, db, typist, max_new_tokens, None)
+                key = (anticipate, path)
                 row = {"mode": "anticipatory" if anticipate else "prefix", "path": path, "n": n,
-                       "wall_s": time.perf_counter() - started, **summarize(got, list(metrics.rtt_samples))}
+                       "wall_s": wall[key], **summarize(got[key], rtts[key])}
                 rows.append(row)
-                samples += [dict(s.as_dict(), n=n) for s in got]
+                samples += [dict(s.as_dict(), n=n) for s in got[key]]
                 say(_format_row(row))
     return rows, samples
 
 
 def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
-                    rounds: int = 2, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
+                    rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
                     db: str = "world_1", seed: int = 0, say=print) -> dict:
     """Run the benchmark on a local stack it starts and stops; returns the JSON it writes."""
     from services.launcher import default_replica_threads, serve_command
@@ -99,10 +111,11 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
     finally:
         stack.stop()
     engine = EngineSettings()  # the replicas' scheduler settings (from HEADSTART_* like theirs)
+    blas = {name: os.environ.get(name, value) for name, value in CPU_BLAS_ENV.items()}  # as the replicas' loader sets it
     report = {"config": {"model": model, "dtype": dtype, "device": device, "replicas": replicas,
                          "threads_per_replica": default_replica_threads(device, replicas),
                          "decode_defer_ms": engine.decode_defer_ms, "batch_scope": engine.batch_scope,
-                         "max_batch_rows": engine.max_batch_rows,
+                         "max_batch_rows": engine.max_batch_rows, "cpu_blas_env": blas if device == "cpu" else {},
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
                          "max_new_tokens": max_new_tokens, "db": db},
               "rows": rows, "samples": samples}

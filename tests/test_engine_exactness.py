@@ -207,7 +207,8 @@ def test_known_answer_can_finish_without_the_worker(tiny_runtime, cold):
     assert result.token_ids == cold(question)[:3] and result.finish_reason == "length"
 
 
-@pytest.mark.parametrize(("policy", "scope"), [("headstart", "typing"), ("headstart", "typing+decode"),
+@pytest.mark.parametrize(("policy", "scope"), [("headstart", "typing"), ("headstart", "typing,decode"),
+                                               ("headstart", "typing+decode"),
                                                ("headstart", "all"), ("paper", "all")])
 def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy, scope, monkeypatch):
     """Several sessions type at once (every kind of edit) next to stateless

@@ -3,6 +3,7 @@ store, worker priorities, typed errors, session bounds."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -343,34 +344,56 @@ def _ran_in_group() -> bool:
     return threading.current_thread().name.startswith("headstart-step")
 
 
-@pytest.mark.parametrize("scope", ["typing", "typing+decode"])
-def test_batch_scopes_keep_prefills_alone(scope):
-    """Typing jobs of different sessions share a group; with the default
-    scope decode steps join them; a submit's prefill and answer-ahead run alone."""
+TYPING, DECODE, ALONE = {"type-a", "type-b"}, {"decode-f", "decode-g"}, {"submit-c", "ahead-d", "pool-e"}
+
+
+@pytest.mark.parametrize(("scope", "groups"), [
+    ("typing", [TYPING]),
+    ("typing,decode", [TYPING, DECODE]),
+    ("typing+decode", [TYPING | DECODE]),
+    ("all", [TYPING | DECODE | ALONE]),
+])
+def test_batch_scopes_say_which_jobs_share_a_group(scope, groups):
+    """Typing jobs of different sessions share a group in every scope;
+    "typing,decode" batches decode steps among themselves, "typing+decode"
+    with typing rows; only "all" batches a submit's prefill, answer-ahead
+    and pool prefills."""
     worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64, batch_scope=scope)
     gate = hold_worker(worker)
-    grouped: dict[str, bool] = {}
+    ran_with: dict[str, frozenset] = {}
 
     def step(name):
-        return lambda: grouped.setdefault(name, _ran_in_group()) and False
+        def run():
+            ran_with[name] = frozenset(job.name for job in worker._running)
+            return False
+        return run
 
     for name, priority, decoding in [("type-a", Priority.STREAM, False), ("type-b", Priority.STREAM, False),
                                      ("submit-c", Priority.SUBMIT, False), ("ahead-d", Priority.IDLE, False),
-                                     ("pool-e", Priority.POOL, False), ("decode-f", Priority.SUBMIT, True)]:
+                                     ("pool-e", Priority.POOL, False), ("decode-f", Priority.SUBMIT, True),
+                                     ("decode-g", Priority.POOL, True)]:
         worker.enqueue(step(name), priority, name, owner=name, decoding=lambda d=decoding: d)
     gate.set()
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()
-    assert grouped == {"type-a": True, "type-b": True, "submit-c": False, "ahead-d": False, "pool-e": False,
-                       "decode-f": scope == "typing+decode"}
-    assert worker.batched_groups == 1
+    expected = {name: frozenset({name}) for name in TYPING | DECODE | ALONE}
+    for group in groups:
+        expected.update({name: frozenset(group) for name in group})
+    assert ran_with == expected
+    assert worker.batched_groups == len(groups)
+
+
+def test_batch_scope_default_and_errors():
     assert ForwardWorker().batch_scope == "typing"
     with pytest.raises(ValueError):
         ForwardWorker(batch_scope="everything")
 
 
-def test_a_new_submit_stops_a_deferred_decode_step_but_typing_does_not():
-    worker = ForwardWorker(decode_defer_ms=60_000)
+@pytest.mark.parametrize("defer_ms", [60_000, 0])
+def test_a_new_submit_stops_a_decode_step_but_typing_does_not(defer_ms):
+    """Deferred (behind typing) or not, a decode step in flight yields to a
+    new submit's prefill; typing waits for it."""
+    worker = ForwardWorker(decode_defer_ms=defer_ms)
     started, seen, job = threading.Event(), [], []
 
     def decode_step():
@@ -544,16 +567,50 @@ def test_extend_rows_equals_lone_extensions(tiny_runtime):
             assert many.last_logits is None
 
 
-def test_extend_rows_stops_only_when_every_row_asks(tiny_runtime):
+def _assert_same_state(one: KVState, other: KVState) -> None:
+    assert one.ids == other.ids
+    for la, lb in zip(one.cache.layers, other.cache.layers):
+        assert la.keys.shape == lb.keys.shape
+        assert torch.allclose(la.keys, lb.keys, atol=1e-12) and torch.allclose(la.values, lb.values, atol=1e-12)
+    assert (one.last_logits is None) == (other.last_logits is None)
+    if one.last_logits is not None:
+        assert torch.allclose(one.last_logits, other.last_logits, atol=1e-10)
+
+
+def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
+    """A row whose `should_abort` asks leaves the batched forward (its state
+    untouched) and the others finish, equal to their lone extensions; the
+    forward stops only when every row asks."""
     from headstart.engine.batching import ParkedCall, extend_rows
 
     model, states, news = _states_for_rows(tiny_runtime)
-    before = [(list(s.ids), s.nbytes()) for s in states]
-    calls = [ParkedCall(model, s, n, True, lambda: True, ()) for s, n in zip(states, news)]
-    assert extend_rows(model, calls) == [False, False, False]
-    assert [(list(s.ids), s.nbytes()) for s in states] == before  # untouched
-    calls = [ParkedCall(model, s, n, True, check, ()) for s, n, check in zip(states, news, [lambda: True, None, lambda: True])]
-    assert extend_rows(model, calls) == [True, True, True]  # one row cannot stop: the forward runs
+    assert len(model.model.layers) >= 2
+    lone = [s.copy() for s in states]
+    for state, new in zip(lone, news):
+        extend(model, state, new)
+
+    def run(checks):
+        rows = [s.copy() for s in states]
+        calls = [ParkedCall(model, s, n, True, check, ()) for s, n, check in zip(rows, news, checks)]
+        return extend_rows(model, calls), rows
+
+    done, rows = run([lambda: True] * 3)
+    assert done == [False, False, False]
+    for before, after in zip(states, rows):
+        assert after.ids == before.ids and after.nbytes() == before.nbytes()  # untouched
+
+    done, rows = run([lambda: True, None, lambda: True])  # leave before the first layer
+    assert done == [False, True, False]
+    _assert_same_state(lone[1], rows[1])
+    assert rows[0].ids == states[0].ids and rows[2].ids == states[2].ids
+
+    polls = itertools.count()
+    done, rows = run([None, lambda: next(polls) >= 1, None])  # the middle row leaves before the second layer
+    assert done == [True, False, True]
+    assert next(polls) == 2  # polled before layers 0 and 1, then gone
+    _assert_same_state(lone[0], rows[0])
+    _assert_same_state(lone[2], rows[2])
+    assert rows[1].ids == states[1].ids and rows[1].nbytes() == states[1].nbytes()
 
 
 def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_runtime):
@@ -615,3 +672,45 @@ def test_groups_fit_the_token_budget():
     worker.shutdown()
     first = seen["big"]
     assert seen["small"] == seen["tiny"] == first and seen["too-big"] != first
+
+
+def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeypatch):
+    """A submit that arrives while its session's typing row shares a batched
+    forward: the other session's row leaves the batch at the next layer, its
+    own row finishes alone, and both answers still equal their cold runs."""
+    from headstart.engine import batching
+
+    worker = tiny_runtime.worker
+    monkeypatch.setattr(worker, "max_batch_rows", 8)
+    monkeypatch.setattr(worker, "batch_scope", "typing,decode")
+    qa, qb = "How many cities are there?", "List every country name"
+    params = SamplingParams(max_new_tokens=3)
+    cold_a = tiny_runtime.complete("world_1", qa, "cold", max_new_tokens=3).token_ids
+    cold_b = tiny_runtime.complete("world_1", qb, "cold", max_new_tokens=3).token_ids
+    a, b = tiny_runtime.open_session("world_1"), tiny_runtime.open_session("world_1")
+    plans, submits = [], []
+    before_layer = batching._RowPlan.before_layer
+
+    def submit_during_the_group(plan, index, args, kwargs):
+        if plan.batch == 2 and not submits:  # on the worker, before the group's first layer
+            plans.append(plan)
+            submits.append(a.submit(2, qa, params))
+        return before_layer(plan, index, args, kwargs)
+
+    monkeypatch.setattr(batching._RowPlan, "before_layer", submit_during_the_group)
+    try:
+        gate = hold_worker(worker)
+        a.update(1, qa)
+        b.update(1, qb)
+        gate.set()
+        deadline = time.monotonic() + 30
+        while not submits and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert submits, "the two typing rows never shared a forward"
+        assert submits[0].result(30).token_ids == cold_a
+        assert len(plans[0].rows) == 1  # the other row left; the submitting session's row finished
+        b.wait_idle(30)
+        assert b.submit(2, qb, params).result(30).token_ids == cold_b
+    finally:
+        tiny_runtime.close_session(a.session_id)
+        tiny_runtime.close_session(b.session_id)

@@ -192,7 +192,7 @@ def bench_serve(
     device: str = typer.Option("cpu"),
     replicas: int = typer.Option(1),
     concurrency: list[int] = typer.Option([1, 4, 8], help="numbers of concurrent typists (repeat)"),
-    rounds: int = typer.Option(2),
+    rounds: int = typer.Option(3, help="questions per typist and mode; the modes alternate round by round"),
     wpm: float = typer.Option(60.0),
     pause: float = typer.Option(0.3),
     max_new_tokens: int = typer.Option(32),

@@ -39,9 +39,12 @@ class EngineSettings(BaseSettings):
     # On the 2-core CPU we measure on, a batched forward of 8 sessions' few
     # tokens costs about what one session's lone multi-token forward does,
     # so batching typing rows (which a new submit preempts) multiplies typing
-    # throughput. Wider scopes measured worse TTFT there (README).
-    batch_scope: Literal["typing", "typing+decode", "all"] = Field(
-        "typing", description="which jobs may share a batch: typing prefill, + decode steps, or every job"
+    # throughput, and batching the answers' decode steps among themselves
+    # (continuous batching) frees the time for it. Wider scopes measured
+    # worse TTFT there (README).
+    batch_scope: Literal["typing", "typing,decode", "typing+decode", "all"] = Field(
+        "typing,decode",
+        description="which jobs may share a batch: typing prefill; and decode steps apart (,) or with it (+); every job",
     )
     decode_defer_ms: float = Field(
         1000.0, ge=0, description="a decode step waits behind typing prefill for at most this long (0: never)"

@@ -3,9 +3,10 @@
 On a device whose forward pass is bound by reading the weights (a CPU, or a
 GPU at small token counts), one pass over 8 sessions' few new tokens costs
 about as much as one pass over one session's. So the worker runs a *group*
-of ready jobs at once (typing prefill by default; `ForwardWorker.batch_scope`
-adds decode steps, or every job; at most one job per owner, so no two rows
-share a cache) and their forward passes meet here:
+of ready jobs of one kind at once (typing prefill rows together and decode
+steps together by default; `ForwardWorker.batch_scope` says which; at most
+one job per owner, so no two rows share a cache) and their forward passes
+meet here:
 
 * `BatchCollector` runs each job's step on its own thread. The step code is
   unchanged: when it calls `kv.extend`, the call is parked here instead of
@@ -19,6 +20,15 @@ share a cache) and their forward passes meet here:
   its new tokens causally, nothing else. Positions are per row (L_i + j), so
   RoPE is the same as in a lone extension. The row's new K/V are then
   appended to its own cache.
+
+* Rows leave a forward between decoder layers. Each row's `should_abort`
+  is polled before every layer; a row that asks (a newer snapshot made it
+  useless, or a more urgent job arrived) is dropped from the batch there
+  and its state is left as it was, and the other rows go on, smaller. So
+  when a submit arrives while its own session's typing row is in a group,
+  the other rows yield and that row finishes at a lone row's cost, instead
+  of the submit waiting for the whole group. When every row asks, the
+  forward stops.
 
 Exactness: masked keys get weight exactly 0, positions are the same, so a
 batched extension equals a lone one up to floating-point reassociation in the
@@ -37,7 +47,7 @@ import torch
 from transformers import DynamicCache
 
 from headstart.engine import kv as kv_module
-from headstart.engine.kv import KVState, Superseded
+from headstart.engine.kv import KVState, Superseded, kept_logits
 
 _current = threading.local()  # .collector and .rank on a step thread of a group
 
@@ -157,8 +167,9 @@ class BatchCollector:
 def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
     """One padded forward over several states' extensions (see module doc).
 
-    Returns one bool per call: False when the whole forward was stopped
-    because every row's `should_abort` asked for it (states unchanged)."""
+    Returns one bool per call: False for a row that left the forward because
+    its `should_abort` asked (its state unchanged; see the module doc).
+    """
     device = next(model.parameters()).device
     lengths = [c.state.num_tokens for c in calls]
     counts = [len(c.new_ids) for c in calls]
@@ -191,29 +202,92 @@ def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
             cache.update(keys, values, i)
 
     keep = sorted({count - 1 for call, count in zip(calls, counts) if call.want_logits})
-    checks = [c.should_abort for c in calls]
-    hooks = kv_module._abort_hooks(model) if all(checks) else None
-    if hooks is not None:
-        hooks.check = lambda: all(check() for check in checks)
+    drops = _row_drop_hooks(model)
+    plan = _RowPlan(cache, [c.should_abort for c in calls], len(model.model.layers))
+    drops.plan = plan
     try:
         out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                     use_cache=True, logits_to_keep=torch.tensor(keep or [0], device=device))
     except Superseded:
         return [False] * batch
     finally:
-        if hooks is not None:
-            hooks.check = None
+        drops.plan = None
 
-    for b, (call, length, count) in enumerate(zip(calls, lengths, counts)):
+    kept = set(plan.rows)
+    for final, b in enumerate(plan.rows):
+        call, count = calls[b], counts[b]
         state = call.state
         if state.cache is None:
             state.cache = DynamicCache()
         for i, layer in enumerate(cache.layers):
-            state.cache.update(layer.keys[b:b + 1, :, max_len:max_len + count].contiguous(),
-                               layer.values[b:b + 1, :, max_len:max_len + count].contiguous(), i)
+            at = plan.layer_rows[i].index(b)  # rows that left earlier are missing from later layers
+            state.cache.update(layer.keys[at:at + 1, :, max_len:max_len + count].contiguous(),
+                               layer.values[at:at + 1, :, max_len:max_len + count].contiguous(), i)
         state.ids.extend(call.new_ids)
-        state.last_logits = kv_module.kept_logits(out.logits[b, keep.index(count - 1)]) if call.want_logits else None
-    return [True] * batch
+        state.last_logits = kept_logits(out.logits[final, keep.index(count - 1)]) if call.want_logits else None
+    return [b in kept for b in range(batch)]
+
+
+class _RowPlan:
+    """Which rows of one batched forward are still in it, layer by layer."""
+
+    def __init__(self, cache: DynamicCache, checks: list, num_layers: int):
+        self.cache = cache
+        self.checks = checks
+        self.batch = len(checks)
+        self.rows = list(range(self.batch))  # original indices still running
+        self.layer_rows = [self.rows] * num_layers  # rows present in each layer's cache
+
+    def before_layer(self, index: int, args: tuple, kwargs: dict):
+        leaving = [b for b in self.rows if self.checks[b] is not None and self.checks[b]()]
+        if len(leaving) == len(self.rows):
+            raise Superseded()
+        if leaving:
+            local = torch.tensor([at for at, b in enumerate(self.rows) if b not in leaving],
+                                 device=args[0].device)
+            self.rows = [b for b in self.rows if b not in leaving]
+            for i in range(index, len(self.layer_rows)):
+                layer = self.cache.layers[i]
+                layer.keys, layer.values = layer.keys.index_select(0, local), layer.values.index_select(0, local)
+                self.layer_rows[i] = self.rows
+            args = (args[0].index_select(0, local),) + tuple(args[1:])
+        if len(self.rows) == self.batch:
+            return None
+        # the model passes every layer the full batch's mask, positions and
+        # rotary embeddings: cut them to the rows still running
+        rows = torch.tensor(self.rows, device=args[0].device)
+        kwargs = dict(kwargs)
+        for name in ("attention_mask", "position_ids"):
+            if isinstance(kwargs.get(name), torch.Tensor):
+                kwargs[name] = kwargs[name].index_select(0, rows)
+        if kwargs.get("position_embeddings") is not None:
+            kwargs["position_embeddings"] = tuple(t.index_select(0, rows) for t in kwargs["position_embeddings"])
+        return args, kwargs
+
+
+class _RowDropHooks:
+    """Forward pre-hooks (with kwargs) on every decoder layer that run the
+    active `_RowPlan`. Installed once per model; only the worker thread runs
+    forwards, so one plan slot per model is enough."""
+
+    def __init__(self, model):
+        self.plan: _RowPlan | None = None
+        for index, layer in enumerate(model.model.layers):
+            layer.register_forward_pre_hook(self._hook(index), with_kwargs=True)
+
+    def _hook(self, index: int):
+        def hook(module, args, kwargs):
+            plan = self.plan
+            return None if plan is None else plan.before_layer(index, args, kwargs)
+        return hook
+
+
+def _row_drop_hooks(model) -> _RowDropHooks:
+    hooks = getattr(model, "_headstart_row_drop_hooks", None)
+    if hooks is None:
+        hooks = _RowDropHooks(model)
+        model._headstart_row_drop_hooks = hooks
+    return hooks
 
 
 def _layers(calls: list[ParkedCall]):

@@ -19,14 +19,17 @@ jobs of other owners, runs their steps together and batches their forward
 passes into one (`headstart.engine.batching`). At most one job per owner is
 in a group, so no two rows touch one cache. `batch_scope` says which jobs
 may share a group: "typing" (the default: typing prefill only),
-"typing+decode" (and decode steps, one token each) or "all" (also prefills
-of submits and answer-ahead). A submit's prefill runs alone in the
-first two: it is the TTFT, and a batched forward costs more than a lone one.
+"typing,decode" (typing rows together, and decode steps together in groups
+of their own: continuous batching of the answers being streamed),
+"typing+decode" (decode steps join typing rows) or "all" (also prefills of
+submits and answer-ahead). A submit's prefill runs alone in the first
+three: it is the TTFT, and a batched forward costs more than a lone one.
 
 Preemption: a step in flight polls `preempt_requested` between decoder
 layers. Typing and answer-ahead steps yield to any more urgent new job; a
-deferred decode step yields to a new prefill (a submit), not to typing. A
-group stops only when every row yields (`batching.extend_rows`).
+decode step yields to a new prefill at least as urgent as its request (a
+submit), deferred or not, never to typing. A group stops only when every
+row yields (`batching.extend_rows`).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ class Priority(IntEnum):
 
 # Where a deferred decode step ranks: behind typing, ahead of answer-ahead.
 DEFERRED_DECODE = Priority.STREAM + 0.5
-BATCH_SCOPES = ("typing", "typing+decode", "all")
+# "," keeps kinds in groups of their own, "+" lets them share one (module doc).
+BATCH_SCOPES = ("typing", "typing,decode", "typing+decode", "all")
 
 
 class Job:
@@ -72,6 +76,7 @@ class Job:
         self.decoding = decoding
         self.queued_at = 0.0  # set at each (re)queue: a deferred step's wait counts from here
         self.running_class = float(priority)  # its rank class when it last started (preemption)
+        self.running_decode = False  # whether that step was a decode step (preemption)
         # Whose cache the step touches; None: never batched with other jobs.
         self.owner = owner
         # About how many tokens the next step will run through the model (read
@@ -173,12 +178,13 @@ class ForwardWorker:
                         key=lambda pair: pair[0])
         first_rank, first = ranked[0]
         group = [(first, first_rank)]
-        if self.max_batch_rows > 1 and self._batchable(first) and not first.cancelled:
+        kind = self._batch_kind(first)
+        if self.max_batch_rows > 1 and kind is not None and not first.cancelled:
             owners, tokens = {first.owner}, self._cost(first)
             for rank, job in ranked[1:]:
                 if len(group) >= self.max_batch_rows:
                     break
-                if job.owner in owners or job.cancelled or not self._batchable(job):
+                if job.owner in owners or job.cancelled or self._batch_kind(job) != kind:
                     continue
                 cost = self._cost(job)
                 if tokens + cost > self.max_batch_tokens:
@@ -203,14 +209,26 @@ class ForwardWorker:
         cls = running.running_class
         if cls == DEFERRED_DECODE:
             return priority <= Priority.POOL
+        if running.running_decode:
+            # an overdue decode step still yields to a new prefill at least as
+            # urgent as its request: one inter-token gap against a whole TTFT
+            return priority <= running.priority
         return cls >= Priority.STREAM and priority < cls
 
-    def _batchable(self, job: Job) -> bool:
+    def _batch_kind(self, job: Job) -> str | None:
+        """Which group `job` may join (None: it runs alone). Jobs join only
+        groups of their own kind, so with "typing,decode" typing rows (a few
+        tokens each) and decode steps (one token) each batch among
+        themselves and no decode row is padded to a typing row's length."""
         if job.owner is None:
-            return False
-        if self.batch_scope == "all" or job.priority == Priority.STREAM:
-            return True
-        return self.batch_scope == "typing+decode" and self._decoding(job)
+            return None
+        if self.batch_scope == "all":
+            return "any"
+        if job.priority == Priority.STREAM:
+            return "typing" if self.batch_scope != "typing+decode" else "shared"
+        if self.batch_scope == "typing" or not self._decoding(job):
+            return None
+        return "decode" if self.batch_scope == "typing,decode" else "shared"
 
     @staticmethod
     def _decoding(job: Job) -> bool:
@@ -271,6 +289,7 @@ class ForwardWorker:
                 group = self._pop_group_locked()
                 for job, rank in group:
                     job.running_class = rank[0]
+                    job.running_decode = self._decoding(job)
                 self._running = [job for job, _ in group]
             live = []
             for job, rank in group:
