@@ -201,17 +201,30 @@ def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
                     values[b, :, :length] = call.state.cache.layers[i].values[0]
             cache.update(keys, values, i)
 
-    keep = sorted({count - 1 for call, count in zip(calls, counts) if call.want_logits})
     drops = _row_drop_hooks(model)
     plan = _RowPlan(cache, [c.should_abort for c in calls], len(model.model.layers))
     drops.plan = plan
     try:
-        out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                    use_cache=True, logits_to_keep=torch.tensor(keep or [0], device=device))
+        # the decoder stack only: the LM head runs below on each row's own last
+        # position, not on every row at every position some row needs (a
+        # group of 8 typing rows of 8 lengths would run it on 64 positions)
+        hidden = model.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                             past_key_values=cache, use_cache=True).last_hidden_state
     except Superseded:
         return [False] * batch
     finally:
         drops.plan = None
+
+    wanted = [(final, b) for final, b in enumerate(plan.rows) if calls[b].want_logits]
+    logits = {}
+    if wanted:
+        which = torch.tensor([final for final, _ in wanted], device=device)
+        last = torch.tensor([counts[b] - 1 for _, b in wanted], device=device)
+        rows = model.lm_head(hidden[which, last])  # (rows wanting logits, vocab)
+        cap = getattr(model.config, "final_logit_softcapping", None)
+        if cap:  # as the causal-LM classes that have it apply it (Gemma 2)
+            rows = torch.tanh(rows / cap) * cap
+        logits = {b: rows[i] for i, (_, b) in enumerate(wanted)}
 
     kept = set(plan.rows)
     for final, b in enumerate(plan.rows):
@@ -224,7 +237,7 @@ def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
             state.cache.update(layer.keys[at:at + 1, :, max_len:max_len + count].contiguous(),
                                layer.values[at:at + 1, :, max_len:max_len + count].contiguous(), i)
         state.ids.extend(call.new_ids)
-        state.last_logits = kept_logits(out.logits[final, keep.index(count - 1)]) if call.want_logits else None
+        state.last_logits = kept_logits(logits[b]) if call.want_logits else None
     return [b in kept for b in range(batch)]
 
 
