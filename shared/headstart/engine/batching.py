@@ -201,9 +201,9 @@ def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
                     values[b, :, :length] = call.state.cache.layers[i].values[0]
             cache.update(keys, values, i)
 
-    drops = _row_drop_hooks(model)
+    hooks = kv_module.layer_hooks(model)
     plan = _RowPlan(cache, [c.should_abort for c in calls], len(model.model.layers))
-    drops.plan = plan
+    hooks.before_layer = plan.before_layer
     try:
         # the decoder stack only: the LM head runs below on each row's own last
         # position, not on every row at every position some row needs (a
@@ -213,7 +213,7 @@ def extend_rows(model, calls: list[ParkedCall]) -> list[bool]:
     except Superseded:
         return [False] * batch
     finally:
-        drops.plan = None
+        hooks.before_layer = None
 
     wanted = [(final, b) for final, b in enumerate(plan.rows) if calls[b].want_logits]
     logits = {}
@@ -276,31 +276,6 @@ class _RowPlan:
         if kwargs.get("position_embeddings") is not None:
             kwargs["position_embeddings"] = tuple(t.index_select(0, rows) for t in kwargs["position_embeddings"])
         return args, kwargs
-
-
-class _RowDropHooks:
-    """Forward pre-hooks (with kwargs) on every decoder layer that run the
-    active `_RowPlan`. Installed once per model; only the worker thread runs
-    forwards, so one plan slot per model is enough."""
-
-    def __init__(self, model):
-        self.plan: _RowPlan | None = None
-        for index, layer in enumerate(model.model.layers):
-            layer.register_forward_pre_hook(self._hook(index), with_kwargs=True)
-
-    def _hook(self, index: int):
-        def hook(module, args, kwargs):
-            plan = self.plan
-            return None if plan is None else plan.before_layer(index, args, kwargs)
-        return hook
-
-
-def _row_drop_hooks(model) -> _RowDropHooks:
-    hooks = getattr(model, "_headstart_row_drop_hooks", None)
-    if hooks is None:
-        hooks = _RowDropHooks(model)
-        model._headstart_row_drop_hooks = hooks
-    return hooks
 
 
 def _layers(calls: list[ParkedCall]):

@@ -7,6 +7,7 @@ worker thread touches a KVState (it is not thread-safe by design: one owner).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,27 +19,36 @@ class Superseded(Exception):
     """Raised between decoder layers when the extension in flight is no longer wanted."""
 
 
-class _AbortHooks:
-    """Forward pre-hooks on every decoder layer that ask `check()` whether to
-    stop. Installed once per model; only the worker thread runs forwards, so
-    one `check` slot per model is enough."""
+class LayerHooks:
+    """One forward pre-hook (with kwargs) on every decoder layer, calling the
+    active `before_layer(index, args, kwargs)`: it may raise `Superseded`
+    to stop the forward, or return new (args, kwargs) for the layer, as the
+    batched path does to drop rows (`batching._RowPlan`). Installed once per
+    model; only the worker thread runs forwards, so one slot is enough."""
 
     def __init__(self, model):
-        self.check: Callable[[], bool] | None = None
-        for layer in model.model.layers:
-            layer.register_forward_pre_hook(self._hook)
+        self.before_layer: Callable[[int, tuple, dict], tuple | None] | None = None
+        for index, layer in enumerate(model.model.layers):
+            layer.register_forward_pre_hook(functools.partial(self._hook, index), with_kwargs=True)
 
-    def _hook(self, module, args):
-        if self.check is not None and self.check():
-            raise Superseded()
+    def _hook(self, index, module, args, kwargs):
+        before = self.before_layer
+        return None if before is None else before(index, args, kwargs)
 
 
-def _abort_hooks(model) -> _AbortHooks:
-    hooks = getattr(model, "_headstart_abort_hooks", None)
+def layer_hooks(model) -> LayerHooks:
+    hooks = getattr(model, "_headstart_layer_hooks", None)
     if hooks is None:
-        hooks = _AbortHooks(model)
-        model._headstart_abort_hooks = hooks
+        hooks = LayerHooks(model)
+        model._headstart_layer_hooks = hooks
     return hooks
+
+
+def _stop_when(should_abort: Callable[[], bool]):
+    def before_layer(index, args, kwargs):
+        if should_abort():
+            raise Superseded()
+    return before_layer
 
 
 def _truncate_layers(cache: DynamicCache, length: int) -> None:
@@ -111,9 +121,9 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
         state.cache = DynamicCache()
     device = next(model.parameters()).device
     input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
-    hooks = _abort_hooks(model) if should_abort is not None else None
+    hooks = layer_hooks(model) if should_abort is not None else None
     if hooks is not None:
-        hooks.check = should_abort
+        hooks.before_layer = _stop_when(should_abort)
     try:
         out = model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
     except Superseded:
@@ -124,7 +134,7 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
         return False
     finally:
         if hooks is not None:
-            hooks.check = None
+            hooks.before_layer = None
     state.ids.extend(new_ids)
     state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
     return True

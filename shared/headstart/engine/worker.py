@@ -18,7 +18,8 @@ Jobs that name an `owner` (a session, a request) may run as a group: with
 jobs of other owners, runs their steps together and batches their forward
 passes into one (`headstart.engine.batching`). At most one job per owner is
 in a group, so no two rows touch one cache. `batch_scope` says which jobs
-may share a group: "typing" (the default: typing prefill only),
+may share a group: "typing" (this class's default: typing prefill only;
+the engine setting defaults to "typing,decode"),
 "typing,decode" (typing rows together, and decode steps together in groups
 of their own: continuous batching of the answers being streamed),
 "typing+decode" (decode steps join typing rows) or "all" (also prefills of
@@ -28,8 +29,9 @@ three: it is the TTFT, and a batched forward costs more than a lone one.
 Preemption: a step in flight polls `preempt_requested` between decoder
 layers. Typing and answer-ahead steps yield to any more urgent new job; a
 decode step yields to a new prefill at least as urgent as its request (a
-submit), deferred or not, never to typing. A group stops only when every
-row yields (`batching.extend_rows`).
+submit), deferred or not, never to typing. In a group, a row that yields
+leaves the batched forward and the others go on; the forward stops when
+every row has left (`batching.extend_rows`).
 """
 
 from __future__ import annotations
@@ -76,7 +78,10 @@ class Job:
         self.decoding = decoding
         self.queued_at = 0.0  # set at each (re)queue: a deferred step's wait counts from here
         self.running_class = float(priority)  # its rank class when it last started (preemption)
-        self.running_decode = False  # whether that step was a decode step (preemption)
+        # Whether its next step is a decode step: read from `decoding` when it
+        # is (re)queued (only its own step changes it) and used by ranking,
+        # batching and preemption alike.
+        self.decode_step = False
         # Whose cache the step touches; None: never batched with other jobs.
         self.owner = owner
         # About how many tokens the next step will run through the model (read
@@ -161,6 +166,7 @@ class ForwardWorker:
 
     def _push_locked(self, job: Job) -> None:
         job.queued_at = time.perf_counter()
+        job.decode_step = self._decoding(job)
         self._queue.append((next(self._counter), job))
 
     def _pop_group_locked(self) -> list[tuple[Job, tuple]]:
@@ -209,7 +215,7 @@ class ForwardWorker:
         cls = running.running_class
         if cls == DEFERRED_DECODE:
             return priority <= Priority.POOL
-        if running.running_decode:
+        if running.decode_step:
             # an overdue decode step still yields to a new prefill at least as
             # urgent as its request: one inter-token gap against a whole TTFT
             return priority <= running.priority
@@ -226,7 +232,7 @@ class ForwardWorker:
             return "any"
         if job.priority == Priority.STREAM:
             return "typing" if self.batch_scope != "typing+decode" else "shared"
-        if self.batch_scope == "typing" or not self._decoding(job):
+        if self.batch_scope == "typing" or not job.decode_step:
             return None
         return "decode" if self.batch_scope == "typing,decode" else "shared"
 
@@ -240,8 +246,7 @@ class ForwardWorker:
     def _deferred(self, job: Job, now: float) -> bool:
         """A decode step of a submit or pool request that has waited less than
         `decode_defer_ms` (FLASH answers are never deferred)."""
-        return (job.priority >= Priority.SUBMIT and now - job.queued_at < self.decode_defer_s
-                and self._decoding(job))
+        return job.decode_step and job.priority >= Priority.SUBMIT and now - job.queued_at < self.decode_defer_s
 
     def _rank(self, job: Job, counter: int, now: float) -> tuple:
         """(class, priority, key, arrival): lower runs first."""
@@ -289,7 +294,6 @@ class ForwardWorker:
                 group = self._pop_group_locked()
                 for job, rank in group:
                     job.running_class = rank[0]
-                    job.running_decode = self._decoding(job)
                 self._running = [job for job, _ in group]
             live = []
             for job, rank in group:
