@@ -164,6 +164,15 @@ class RedisStore(BlockStore):
         with self._errors(f"exists {block_id.key}"):
             return bool(self._client.exists(block_id.key))
 
+    def payload_bytes(self, block_ids: list[BlockId]) -> int:
+        """Encoded bytes of these blocks' payloads in Redis (absent ones count 0),
+        without transferring them (STRLEN). Used by the table-cache service's status."""
+        with self._errors("payload_bytes"):
+            pipe = self._client.pipeline(transaction=False)
+            for block_id in block_ids:
+                pipe.strlen(block_id.key)
+            return int(sum(pipe.execute()))
+
     def list(self, scope: BlockScope) -> list[str]:
         with self._errors(f"list {scope.index_key}"):
             fields = self._client.hkeys(scope.index_key)

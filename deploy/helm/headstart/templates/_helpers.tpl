@@ -1,0 +1,137 @@
+{{/* Names, labels and shared snippets of the headstart chart. */}}
+
+{{- define "headstart.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "headstart.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object; call with (dict "root" $ "component" "gateway"). */}}
+{{- define "headstart.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: headstart
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{ include "headstart.selectorLabels" . }}
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels that select one component's pods. */}}
+{{- define "headstart.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "headstart.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* image: a component's override or the global one; call with (dict "root" $ "image" .Values.gateway.image). */}}
+{{- define "headstart.image" -}}
+{{- $repo := default .root.Values.image.repository .image.repository -}}
+{{- $tag := default (default .root.Chart.AppVersion .root.Values.image.tag) .image.tag -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+
+{{- define "headstart.podSecurityContext" -}}
+{{ toYaml .Values.podSecurityContext }}
+{{- end -}}
+
+{{- define "headstart.containerSecurityContext" -}}
+{{ toYaml .Values.containerSecurityContext }}
+{{- end -}}
+
+{{/* Ray writes its session files and logs beside its install: a writable root, the rest as strict. */}}
+{{- define "headstart.rayContainerSecurityContext" -}}
+{{ toYaml (merge (dict "readOnlyRootFilesystem" false) (deepCopy .Values.containerSecurityContext)) }}
+{{- end -}}
+
+{{/* Secret (name) and key that hold the Redis URL used by the engine and the table-cache service. */}}
+{{- define "headstart.redisUrlSecret" -}}
+{{- if and .Values.redis.enabled .Values.redis.auth.existingSecret -}}
+{{ .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled -}}
+{{ include "headstart.fullname" . }}-redis
+{{- else if .Values.redis.external.existingSecret -}}
+{{ .Values.redis.external.existingSecret }}
+{{- else -}}
+{{ include "headstart.fullname" . }}-redis-external
+{{- end -}}
+{{- end -}}
+
+{{- define "headstart.redisConfigured" -}}
+{{- if or .Values.redis.enabled .Values.redis.external.url .Values.redis.external.existingSecret -}}true{{- end -}}
+{{- end -}}
+
+{{/* The model the engine and the table-cache service load. */}}
+{{- define "headstart.modelPath" -}}
+{{- if eq .Values.model.source "pvc" -}}
+{{- printf "/models/%s" (trimPrefix "/" .Values.model.pvc.path) -}}
+{{- else -}}
+{{- .Values.model.id -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Volumes for the model (PVC or hub cache) and a writable /tmp; call with the root context. */}}
+{{- define "headstart.modelVolumes" -}}
+- name: tmp
+  emptyDir: {}
+- name: model-cache
+  emptyDir:
+    sizeLimit: {{ .Values.model.cacheSizeLimit }}
+{{- if eq .Values.model.source "pvc" }}
+- name: model
+  persistentVolumeClaim:
+    claimName: {{ .Values.model.pvc.claimName }}
+    readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "headstart.modelVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: model-cache
+  mountPath: /cache
+{{- if eq .Values.model.source "pvc" }}
+- name: model
+  mountPath: /models
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Environment of processes that load the model and read/write table blocks (engine, table cache). */}}
+{{- define "headstart.modelEnv" -}}
+- name: HF_HOME
+  value: /cache/huggingface
+- name: HEADSTART_HOME
+  value: /tmp/headstart
+{{- if .Values.model.hfToken.secretName }}
+- name: HF_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.model.hfToken.secretName }}
+      key: {{ .Values.model.hfToken.secretKey }}
+{{- end }}
+{{- if include "headstart.redisConfigured" . }}
+- name: HEADSTART_TABLE_STORE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "headstart.redisUrlSecret" . }}
+      key: url
+{{- end }}
+{{- end -}}
+
+{{/* Secret (name) holding the Redis password of the chart's own Redis. */}}
+{{- define "headstart.redisPasswordSecret" -}}
+{{- default (printf "%s-redis" (include "headstart.fullname" .)) .Values.redis.auth.existingSecret -}}
+{{- end -}}
