@@ -195,9 +195,11 @@ class TableCacheCore:
         return reg
 
     def _check_target(self, model: str, dtype: str, mode: str) -> None:
-        mine = {"model": self.model_id, "dtype": self.loaded.dtype_name, "mode": self.mode}
+        # the model as configured (a hub id, `random:tiny`) or as keyed (`random:tiny@seed0`)
+        mine = {"model": {self.model_id, self.settings.model}, "dtype": {self.loaded.dtype_name},
+                "mode": {self.mode}}
         asked = {"model": model, "dtype": dtype, "mode": mode}
-        wrong = [f"{k}={v!r}" for k, v in asked.items() if v and v != mine[k]]
+        wrong = [f"{k}={v!r}" for k, v in asked.items() if v and v not in mine[k]]
         if wrong:
             raise TableCacheError(f"this service precomputes for model={self.model_id!r} "
                                   f"dtype={self.loaded.dtype_name!r} mode={self.mode!r}, not {', '.join(wrong)}")

@@ -66,11 +66,11 @@ def register_all(stub: tablecache_pb2_grpc.TableCacheStub, specs: list[str], *, 
     failed = 0
     for spec in specs:
         try:
-            status = stub.RegisterDatabase(tablecache_pb2.DatabaseRef(spec=spec))
+            status = stub.RegisterDatabase(tablecache_pb2.TableCacheDatabaseRef(spec=spec))
             say(f"{status.name}: registered db_id={status.db_id} schema={status.schema_hash[:12]} "
                 f"tables={status.num_tables} blocks={status.num_blocks}")
             if precompute:
-                for step in stub.Precompute(tablecache_pb2.PrecomputeRequest(spec=spec)):
+                for step in stub.Precompute(tablecache_pb2.TableCachePrecomputeRequest(spec=spec)):
                     if step.HasField("status"):
                         s = step.status
                         say(f"{s.name}: {s.num_blocks}/{s.num_tables} blocks, {s.num_bytes / 2**20:.1f} MiB")

@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = tablecache_pb2.DESCRIPTOR.services_by_name["TableCache"].full_name
 
 
-def status_message(status: DatabaseStatus) -> tablecache_pb2.DatabaseStatus:
-    return tablecache_pb2.DatabaseStatus(
+def status_message(status: DatabaseStatus) -> tablecache_pb2.TableCacheDatabaseStatus:
+    return tablecache_pb2.TableCacheDatabaseStatus(
         name=status.name, db_id=status.db_id, schema_hash=status.schema_hash, model=status.model,
         dtype=status.dtype, mode=status.mode, num_tables=status.num_tables, num_groups=status.num_groups,
         num_blocks=status.num_blocks, num_bytes=status.num_bytes, complete=status.complete,
@@ -73,11 +73,11 @@ class TableCacheServicer(tablecache_pb2_grpc.TableCacheServicer):
                                              force=request.force):
                 if not context.is_active():  # the client left: stop between groups
                     return
-                yield tablecache_pb2.PrecomputeProgress(
+                yield tablecache_pb2.TableCachePrecomputeProgress(
                     db_id=step.db_id, group_index=step.group_index, num_groups=step.num_groups,
                     tables=list(step.tables), num_tokens=step.num_tokens, num_bytes=step.num_bytes,
                     skipped=step.skipped, seconds=step.seconds)
-            yield tablecache_pb2.PrecomputeProgress(status=status_message(self.core.status(spec)))
+            yield tablecache_pb2.TableCachePrecomputeProgress(status=status_message(self.core.status(spec)))
 
     def GetStatus(self, request, context):  # noqa: N802
         with _status_codes(context):
@@ -85,12 +85,12 @@ class TableCacheServicer(tablecache_pb2_grpc.TableCacheServicer):
 
     def ListDatabases(self, request, context):  # noqa: N802
         with _status_codes(context):
-            return tablecache_pb2.ListDatabasesReply(databases=[status_message(s) for s in self.core.list()])
+            return tablecache_pb2.TableCacheListReply(databases=[status_message(s) for s in self.core.list()])
 
     def Invalidate(self, request, context):  # noqa: N802
         with _status_codes(context):
             result = self.core.invalidate(_spec(request.spec, context))
-            return tablecache_pb2.InvalidateReply(
+            return tablecache_pb2.TableCacheInvalidateReply(
                 changed=result.changed, old_schema_hash=result.old_schema_hash,
                 new_schema_hash=result.new_schema_hash, num_blocks_deleted=result.num_blocks_deleted,
                 status=status_message(result.status))
@@ -101,8 +101,8 @@ class TableCacheServicer(tablecache_pb2_grpc.TableCacheServicer):
                 raise TableCacheError(f"grace_s must be >= 0, got {request.grace_s}")
             report = self.core.clean_orphans(request.grace_s)
             if report is None:
-                return tablecache_pb2.CleanOrphansReply()
-            return tablecache_pb2.CleanOrphansReply(
+                return tablecache_pb2.TableCacheCleanOrphansReply()
+            return tablecache_pb2.TableCacheCleanOrphansReply(
                 num_index_entries_removed=report.num_index_entries_removed,
                 num_payloads_removed=report.num_payloads_removed,
                 num_payloads_kept_young=report.num_payloads_kept_young)
