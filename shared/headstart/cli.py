@@ -10,11 +10,13 @@ from typing import Optional
 import typer
 
 from headstart.tables.cli import tables_app
+from services.deploy.cli import deploy_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print a table, write JSON and a plot).")
 app.add_typer(bench_app, name="bench")
 app.add_typer(tables_app, name="tables")
+app.add_typer(deploy_app, name="deploy")
 
 MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
 TABLE_CACHE_MODES = ("off", "pfk", "independent")
