@@ -134,9 +134,22 @@ def render_chart(values_files: Sequence[str | Path] = (), sets: Sequence[str] = 
     return parse_manifests(render_manifests(values, release=release, namespace=namespace, chart_dir=chart_dir))
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (a RayService's serveConfigV2) as readable `|` blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
 def to_yaml(objects: Sequence[RenderedObject]) -> str:
     """A multi-document YAML stream, each object preceded by its template (as `helm template`)."""
-    parts = [f"---\n# Source: {o.template}\n" + yaml.safe_dump(o.obj, sort_keys=False) for o in objects]
+    parts = [f"---\n# Source: {o.template}\n" + yaml.dump(o.obj, Dumper=_BlockDumper, sort_keys=False)
+             for o in objects]
     return "".join(parts)
 
 

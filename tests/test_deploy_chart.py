@@ -1,0 +1,141 @@
+"""The Helm chart renders (defaults, every component on, each one off), lints clean, and
+rejects misspelled or mistyped values with a message naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.deploy_helpers import ALL_ON, COMPONENTS, component_of, render
+
+from services.deploy.chart import CHART_DIR, ChartValuesError, lint_chart, render_chart  # noqa: E402
+
+EXPECTED_DEFAULT = {
+    ("gateway", "Deployment"), ("gateway", "Service"), ("gateway", "HorizontalPodAutoscaler"),
+    ("gateway", "PodDisruptionBudget"), ("gateway", "ConfigMap"), ("gateway", "Secret"),
+    ("gateway", "NetworkPolicy"),
+    ("engine", "RayService"), ("engine", "NetworkPolicy"),
+    ("tablecache", "Deployment"), ("tablecache", "Service"), ("tablecache", "ConfigMap"),
+    ("tablecache", "NetworkPolicy"), ("tablecache-register", "Job"), ("tablecache-register", "Secret"),
+    ("redis", "StatefulSet"), ("redis", "Service"), ("redis", "Secret"), ("redis", "NetworkPolicy"),
+}
+
+
+def kinds(objects) -> set[tuple[str, str]]:
+    return {(component_of(o), o.kind) for o in objects}
+
+
+def test_defaults_render_every_component():
+    assert kinds(render()) == EXPECTED_DEFAULT
+
+
+def test_everything_on_adds_the_optional_objects():
+    assert kinds(render(ALL_ON)) == EXPECTED_DEFAULT | {("gateway", "ServiceMonitor")}
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_a_component_off_omits_its_objects(component):
+    sets = (f"{component}.enabled=false",)
+    if component == "redis":
+        sets += ("redis.external.url=redis://:pw@redis.example:6379/0",)
+    objects = render(sets)
+    present = {component_of(o) for o in objects}
+    assert component not in present
+    if component == "tablecache":
+        assert "tablecache-register" not in present
+    others = {c for c in COMPONENTS if c != component}
+    assert others <= present
+    if component == "redis":  # the external URL goes to a Secret of its own
+        assert [o.ref for o in objects if component_of(o) == "redis-external"] == ["Secret/headstart-redis-external"]
+
+
+def test_optional_gateway_objects_follow_their_flags():
+    objects = render(("gateway.autoscaling.enabled=false", "gateway.podDisruptionBudget.enabled=false",
+                      "networkPolicy.enabled=false"))
+    found = {o.kind for o in objects}
+    assert not found & {"HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy"}
+    gateway = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "gateway")
+    assert gateway.obj["spec"]["replicas"] == 2
+
+
+def test_no_redis_means_no_table_cache_in_the_engine():
+    import yaml
+
+    objects = render(("redis.enabled=false", "tablecache.enabled=false"))
+    service = next(o for o in objects if o.kind == "RayService")
+    settings = yaml.safe_load(service.obj["spec"]["serveConfigV2"])["applications"][0]["args"]["settings"]
+    assert settings["table_cache"] == "off"
+    env = service.obj["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    assert "HEADSTART_TABLE_STORE_URL" not in {e["name"] for e in env}
+
+
+@pytest.mark.parametrize("sets, words", [
+    (("redis.enabled=false",), "tablecache.enabled needs Redis"),
+    (("tableCache.mode=off",), "tablecache.enabled needs tableCache.mode"),
+])
+def test_a_table_cache_service_without_its_needs_fails_clearly(sets, words):
+    from services.deploy.chart import ChartError
+
+    with pytest.raises(ChartError, match=words):
+        render_chart(sets=sets)
+
+
+@pytest.mark.parametrize("sets, words", [
+    (("gateway.replcas=3",), ["/gateway", "replcas"]),
+    (("enginee.replicas=3",), ["enginee"]),
+    (("engine.worker.resorces.requests.cpu=1",), ["/engine/worker", "resorces"]),
+    (("redis.persistence.sise=1Gi",), ["/redis/persistence", "sise"]),
+    (("engine.gpusPerReplica=one",), ["/engine/gpusPerReplica", "integer"]),
+    (("gateway.autoscaling.enabled=maybe",), ["/gateway/autoscaling/enabled", "boolean"]),
+    (("model.dtype=float8",), ["/model/dtype"]),
+    (("tableCache.mode=everything",), ["/tableCache/mode"]),
+    (("gateway.service.grpcPort=70000",), ["/gateway/service/grpcPort"]),
+    (("containerSecurityContext.runAsNonRoot=false",), ["/containerSecurityContext/runAsNonRoot"]),
+    (("model.source=pvc",), ["/model/pvc/claimName"]),
+])
+def test_a_misspelled_or_mistyped_key_fails_naming_it(sets, words):
+    with pytest.raises(ChartValuesError) as err:
+        render_chart(sets=sets)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_values_files_then_sets_in_order(tmp_path):
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("gateway:\n  replicas: 3\n  autoscaling:\n    enabled: false\n")
+    second.write_text("gateway:\n  replicas: 4\n")
+    objects = render_chart([first, second], ["gateway.replicas=5"])
+    gateway = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "gateway")
+    assert gateway.obj["spec"]["replicas"] == 5
+    assert next(o for o in render_chart([first, second]) if o.name == gateway.name
+                and o.kind == "Deployment").obj["spec"]["replicas"] == 4
+
+
+def test_a_values_file_that_is_not_a_map_is_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ChartValuesError, match="map"):
+        render_chart([bad])
+
+
+@pytest.mark.parametrize("sets", [(), ALL_ON])
+def test_helm_lint_strict_is_clean(sets):
+    from services.deploy.chart import compose_values
+
+    assert lint_chart(compose_values((), sets), kube_version="v1.33.0") == []
+
+
+def test_gpu_example_renders_two_gpu_replicas_with_external_redis():
+    objects = render(values_files=(str(CHART_DIR.parent / "examples" / "gpu-values.yaml"),))
+    assert "redis" not in {component_of(o) for o in objects if o.kind in ("StatefulSet", "Service")}
+    service = next(o for o in objects if o.kind == "RayService")
+    worker = service.obj["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    assert worker["replicas"] == 2
+    limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 1
+    import yaml
+
+    app = yaml.safe_load(service.obj["spec"]["serveConfigV2"])["applications"][0]
+    assert app["args"]["settings"]["model"] == "Qwen/Qwen2.5-Coder-7B-Instruct"
+    assert app["args"]["settings"]["dtype"] == "bfloat16"
+    assert app["deployments"][0]["num_replicas"] == 2
+    assert app["deployments"][0]["ray_actor_options"]["num_gpus"] == 1
