@@ -16,6 +16,7 @@ EXPECTED_DEFAULT = {
     ("engine", "RayService"), ("engine", "NetworkPolicy"),
     ("tablecache", "Deployment"), ("tablecache", "Service"), ("tablecache", "ConfigMap"),
     ("tablecache", "NetworkPolicy"), ("tablecache-register", "Job"), ("tablecache-register", "Secret"),
+    ("tablecache-register", "NetworkPolicy"),
     ("redis", "StatefulSet"), ("redis", "Service"), ("redis", "Secret"), ("redis", "NetworkPolicy"),
 }
 
