@@ -102,11 +102,42 @@ def serve_config_errors(rayservice: dict[str, Any]) -> list[str]:
     text = rayservice.get("spec", {}).get("serveConfigV2")
     if not text:
         return ["spec.serveConfigV2 is missing"]
+    config = yaml.safe_load(text)
     try:
-        ServeDeploySchema.parse_obj(yaml.safe_load(text))
-    except Exception as exc:  # pydantic's ValidationError (v1 API inside Ray)
+        ServeDeploySchema.model_validate(config)
+    except Exception as exc:  # pydantic's ValidationError
         return [f"serveConfigV2: {exc}"]
-    return []
+    # Serve ignores keys it does not know; a typo there would silently do nothing.
+    return [f"serveConfigV2: unknown key {path}" for path in unknown_keys(ServeDeploySchema, config)]
+
+
+def unknown_keys(model, data: Any, path: str = "") -> list[str]:
+    """Keys of `data` (a dict for pydantic `model`) that the model and its nested models lack."""
+    if not isinstance(data, dict):
+        return []
+    fields = model.model_fields
+    names = {n for n, f in fields.items()} | {f.alias for f in fields.values() if f.alias}
+    out = [f"{path}{key}" for key in data if key not in names]
+    for name, field in fields.items():
+        value = data.get(field.alias or name, data.get(name))
+        for nested in _models_in(field.annotation):
+            if isinstance(value, dict):
+                out += unknown_keys(nested, value, f"{path}{name}.")
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    out += unknown_keys(nested, item, f"{path}{name}[{i}].")
+    return out
+
+
+def _models_in(annotation) -> list:
+    """Pydantic model classes inside an annotation (Optional[...], List[...], unions)."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def validate_objects(objects: Sequence[RenderedObject], version: str = KUBERNETES_VERSION) -> list[Finding]:
