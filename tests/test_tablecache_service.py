@@ -193,3 +193,23 @@ def test_engine_reads_the_blocks_the_service_wrote(service, tmp_path, redis_url)
         assert local.complete(spec, question, "prefix", max_new_tokens=8).token_ids == result.token_ids
     finally:
         local.shutdown()
+
+
+def test_a_postgres_database_registers_and_precomputes(service, postgres_database):
+    import psycopg
+
+    _, _, stub = service
+    with psycopg.connect(postgres_database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE region (id integer PRIMARY KEY, name text NOT NULL)")
+        conn.execute("CREATE TABLE store (id integer PRIMARY KEY, region_id integer REFERENCES region(id))")
+    steps = list(stub.Precompute(pb.TableCachePrecomputeRequest(spec=postgres_database)))
+    status = steps[-1].status
+    assert (status.num_tables, status.num_groups, status.complete) == (2, 1, True)
+
+
+@pytest.mark.parametrize("spec, shown", [
+    ("postgresql://reader:s3cret@db.example/sales", "postgresql://reader:***@db.example/sales"),
+    ("/data/shop.sqlite", "/data/shop.sqlite"),
+])
+def test_a_dsn_password_is_never_shown(spec, shown):
+    assert register.display_name(spec) == shown

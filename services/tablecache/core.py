@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from headstart.config import EngineSettings
 from headstart.models import load_model
 from headstart.prompt import PromptBuilder
-from headstart.schema.dsn import is_postgres_dsn, redact_dsn
 from headstart.schema.resolve import resolve_database
 from headstart.tables.device_tier import DeviceTier
 from headstart.tables.layout import TableLayout
 from headstart.tables.precompute import GroupProgress
 from headstart.tables.service import TableCacheService
 from headstart.tables.store import open_store
+from services.tablecache.register import display_name
 from services.tablecache.registry import DatabaseRegistry, Registration
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,6 @@ class Invalidation:
     new_schema_hash: str
     num_blocks_deleted: int
     status: DatabaseStatus
-
-
-def display_name(spec: str) -> str:
-    """The spec as it may be shown: a DSN's password redacted."""
-    return redact_dsn(spec) if is_postgres_dsn(spec) else spec
 
 
 class TableCacheCore:

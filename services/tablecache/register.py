@@ -23,6 +23,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from headstart.schema.dsn import is_postgres_dsn, redact_dsn
 from headstart.v1 import tablecache_pb2, tablecache_pb2_grpc
 
 
@@ -79,14 +80,13 @@ def register_all(stub: tablecache_pb2_grpc.TableCacheStub, specs: list[str], *, 
                         say(f"  group {step.group_index + 1}/{step.num_groups} {','.join(step.tables)}: {what}")
         except grpc.RpcError as exc:
             failed += 1
-            say(f"error: {spec if '://' not in spec else status_name(spec)}: {exc.code().name}: {exc.details()}")
+            say(f"error: {display_name(spec)}: {exc.code().name}: {exc.details()}")
     return failed
 
 
-def status_name(spec: str) -> str:
-    from services.tablecache.core import display_name
-
-    return display_name(spec)
+def display_name(spec: str) -> str:
+    """The spec as it may be printed: a DSN's password redacted."""
+    return redact_dsn(spec) if is_postgres_dsn(spec) else spec
 
 
 def main(argv: list[str] | None = None) -> int:
