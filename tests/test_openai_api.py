@@ -35,6 +35,7 @@ def test_models_are_the_databases(serve_stack):
     assert all(i.startswith("headstart/") for i in ids)
     model = client(serve_stack, "tok-bob").models.retrieve("headstart/world_1")
     assert (model.id, model.owned_by) == ("headstart/world_1", "headstart")
+    assert httpx.get(f"{serve_stack.http_url}/health", timeout=30).json() == {"status": "ok"}  # vLLM's route
 
 
 def test_chat_completion_matches_cold_with_usage(serve_stack, cold):

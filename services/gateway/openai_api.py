@@ -1,5 +1,6 @@
 """OpenAI-compatible endpoints at the gateway, for the clients and load tools that speak it.
 
+    GET  /health                    liveness, as vLLM answers it (load tools check it)
     GET  /v1/models                 the databases, as models `headstart/<db_id>`
     GET  /v1/models/{model}
     POST /v1/chat/completions       the last user message is the question
@@ -60,6 +61,11 @@ def build_openai_router(service: GatewayService) -> APIRouter:
 
     def model_entry(model_id: str) -> dict:
         return {"id": model_id, "object": "model", "created": 0, "owned_by": OWNER}
+
+    @router.get("/health")
+    async def health():
+        """vLLM's liveness route: OpenAI-API load tools (guidellm) check it before a run."""
+        return {"status": "ok"}
 
     @router.get("/v1/models")
     async def list_models(request: Request):
