@@ -20,6 +20,7 @@ from fastapi.staticfiles import StaticFiles
 
 from headstart.client.errors import ApiError
 from services.gateway.grpc_server import start_grpc_server
+from services.gateway.openai_api import build_openai_router
 from services.gateway.rest import build_router, error_response
 from services.gateway.service import GatewayService
 from services.gateway.settings import GatewaySettings
@@ -54,6 +55,7 @@ def create_app(settings: GatewaySettings, service: GatewayService | None = None)
         return error_response(exc)
 
     app.include_router(build_router(service))
+    app.include_router(build_openai_router(service))  # /v1/models, /v1/chat/completions, /v1/completions
 
     @app.websocket("/v1/sessions/ws")
     async def ws_endpoint(ws: WebSocket):

@@ -130,12 +130,14 @@ class GatewayService:
     # -- stateless ----------------------------------------------------------
 
     async def complete(self, db: str, question: object, max_new_tokens: object = None,
-                       mode: str = "prefix", tables: object = None) -> AsyncIterator[engine_pb2.EngineEvent]:
+                       mode: str = "prefix", tables: object = None,
+                       sampling: types_pb2.SamplingParams | None = None) -> AsyncIterator[engine_pb2.EngineEvent]:
         """Tokens events then a Result (or one Error) from any replica.
 
         `tables` (None or []: the whole schema) prompts with those tables of
         `db` in that order; a name the database lacks comes back as an Error
-        event with INVALID_ARGUMENT from the replica.
+        event with INVALID_ARGUMENT from the replica. `sampling` (temperature,
+        top_p, seed; greedy when absent) is checked by the replica.
         """
         question = check_text(question, self.settings.max_text_chars)
         if mode not in MODES:
@@ -143,7 +145,10 @@ class GatewayService:
         if not isinstance(db, str) or not db.strip() or len(db) > MAX_DB_CHARS:
             raise ApiError("INVALID_ARGUMENT", "db must be a non-empty database id")
         tables = check_tables(tables)
-        request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=self.params(max_new_tokens),
+        params = self.params(max_new_tokens)
+        if sampling is not None:
+            params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
+        request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=params,
                                                    mode=mode, tables=tables or [])
         call = self._stub.Complete(request, metadata=(("application", self.settings.engine_app),))
         try:
