@@ -124,7 +124,7 @@ def test_complete_with_bad_tables_is_invalid_argument(serve_stack, tables, named
 
 def test_stickiness_through_serve_router(serve_engine):
     """Every call of a session reaches one replica; different sessions spread."""
-    md = lambda sid: (("application", serve_engine.app_name), ("session_id", sid))  # noqa: E731
+    md = lambda sid: serve_engine.metadata(sid)  # noqa: E731
     with grpc.insecure_channel(serve_engine.grpc_target) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
 
