@@ -171,7 +171,7 @@ def test_list_databases_and_run(serve_stack):
     headers = {"authorization": "Bearer tok-alice"}
     ok = httpx.post(f"{serve_stack.http_url}/v1/execute", headers=headers,
                     json={"db": "world_1", "sql": "SELECT count(*) FROM country"})
-    assert ok.status_code == 200 and ok.json() == {"columns": ["count(*)"], "rows": [[239]]}
+    assert ok.status_code == 200 and ok.json() == {"columns": ["count(*)"], "rows": [[239]], "truncated": False}
     denied = httpx.post(f"{serve_stack.http_url}/v1/execute", headers=headers,
                         json={"db": "world_1", "sql": "DELETE FROM country"})
     assert denied.status_code == 400 and denied.json()["code"] == "INVALID_ARGUMENT"

@@ -84,11 +84,13 @@ class EngineDeployment:
             yield event
 
     async def Describe(self, request: engine_pb2.EngineSessionRef, grpc_context=None):  # noqa: N802
-        _refuse_unless(self.guard, grpc_context)
+        if not _allowed(self.guard, grpc_context):
+            return engine_pb2.EngineSessionInfo()
         return self._info(request.session_id)
 
     async def CloseSession(self, request: engine_pb2.EngineSessionRef, grpc_context=None):  # noqa: N802
-        _refuse_unless(self.guard, grpc_context)
+        if not _allowed(self.guard, grpc_context):
+            return engine_pb2.EngineSessionInfo()
         self.core.close(request.session_id)
         return self._info(request.session_id)
 
@@ -125,17 +127,23 @@ def _metadata(grpc_context) -> list[tuple[str, str]]:
     return list(grpc_context.invocation_metadata()) if grpc_context is not None else []
 
 
-def _refuse_unless(guard: EngineGuard, grpc_context) -> None:
-    """Unary calls: an UNAUTHENTICATED status (the proxy sends the code set here)."""
+def _allowed(guard: EngineGuard, grpc_context) -> bool:
+    """Unary calls: False after setting an UNAUTHENTICATED status on the context.
+
+    NOTE: the status must be set and the call must *return*: Serve's proxy
+    copies a returned call's context code to the client, but turns a raised
+    exception into INTERNAL."""
     try:
         guard.check(_metadata(grpc_context))
+        return True
     except EngineUnauthenticated as exc:
-        if grpc_context is not None:
-            import grpc
+        if grpc_context is None:
+            raise
+        import grpc
 
-            grpc_context.set_code(grpc.StatusCode.UNAUTHENTICATED)
-            grpc_context.set_details(exc.message)
-        raise
+        grpc_context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+        grpc_context.set_details(exc.message)
+        return False
 
 
 def build_catalogue(settings: EngineSettings, config: dict[str, Any] | None):

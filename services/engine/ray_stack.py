@@ -17,6 +17,7 @@ from typing import Any
 from headstart.config import EngineSettings
 from services.engine.deployment import APP_NAME, SERVICER_FUNCTIONS, engine_app
 from services.engine.guard import SECRET_METADATA_KEY, configured_secret, generate_secret
+from services.engine.loopback import SETUP_HOOK
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,11 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> None:
     if len(str(temp_dir)) > 60:
         raise ValueError(f"Ray temp dir {temp_dir} is too long for unix socket paths (keep it under 60 chars)")
     # NOTE: _node_ip_address keeps Ray's own ports (GCS, raylet, object
-    # manager, workers) on loopback: a local stack has no other node to reach.
+    # manager, workers) on loopback: a local stack has no other node to reach;
+    # the setup hook does the same for Serve's gRPC servers (services/engine/loopback.py).
     ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
-             ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1")
+             ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
+             runtime_env={"worker_process_setup_hook": SETUP_HOOK})
 
 
 def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int | None = None,

@@ -67,6 +67,7 @@ class CatalogueEntry:
 def unknown(name: object) -> UnknownDatabase:
     """The one error for a name the catalogue lacks (shortened: the name may be huge)."""
     shown = name if isinstance(name, str) else type(name).__name__
+    shown = redact_dsn(shown) if is_postgres_dsn(shown) else shown  # not even the caller's own password echoed
     shown = shown if len(shown) <= 64 else shown[:61] + "..."
     return UnknownDatabase(f"unknown database {shown!r}; GET /v1/databases lists the ones served")
 
