@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import threading
+import time
 
 import grpc
 import httpx
@@ -143,8 +145,6 @@ def test_rest_sessions_expire_when_idle(make_gateway):
     for _ in range(100):
         if httpx.get(f"{stack.http_url}/healthz").json()["sessions"] == 0:
             break
-        import time
-
         time.sleep(0.1)
     r = httpx.delete(f"{stack.http_url}/v1/sessions/{sid['session_id']}", headers=ALICE)
     assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
@@ -189,8 +189,6 @@ def test_heavy_executes_do_not_hold_the_other_tenant(make_gateway):
     stack = make_gateway(execute_timeout_s=3.0)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         alice = [pool.submit(_run, stack, SLOW_SQL) for _ in range(6)]
-        import time
-
         time.sleep(0.5)  # alice's Runs hold her slots
         bob = _run(stack, "SELECT 1", headers=BOB)
         alice_pending_when_bob_done = sum(not f.done() for f in alice)
@@ -230,13 +228,20 @@ def test_grpc_invalid_utf8_is_a_typed_error_and_the_stream_goes_on(serve_stack):
     good = headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=2, text="How AB")).SerializeToString()
     bad = good.replace(b"AB", b"\xff\xfe").replace(b"\x08\x02", b"\x08\x01")  # seq 1, invalid UTF-8
 
+    caught_up = threading.Event()
+
     def frames():
         yield open_frame
         yield bad
         yield good
+        caught_up.wait(30)  # stay open until the answer to `good` came back
 
-    responses = _raw_type(serve_stack, frames(),
-                          until=lambda r: r.WhichOneof("kind") == "progress" and r.progress.seq == 2)
+    def until(response) -> bool:
+        if response.WhichOneof("kind") == "progress" and response.progress.seq == 2:
+            caught_up.set()
+        return caught_up.is_set()
+
+    responses = _raw_type(serve_stack, frames(), until=until)
     seen = [r.error.code if r.WhichOneof("kind") == "error" else r.WhichOneof("kind") for r in responses]
     assert seen[0] == "ready" and "INVALID_ARGUMENT" in seen and seen[-1] == "progress"
 
@@ -251,8 +256,6 @@ def test_grpc_oversize_message_carries_the_code_trailer(serve_stack):
 
 
 def test_type_stream_without_open_is_not_held(make_gateway):
-    import threading
-
     stack = make_gateway(type_open_timeout_s=0.5)
     never = threading.Event()
 
@@ -272,8 +275,6 @@ def test_rest_disconnect_cancels_generation(make_gateway):
     body = {"db": "world_1", "question": "List every country name and its population", "max_new_tokens": 512}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{stack.http_url}/v1/complete", json=body, headers=ALICE, timeout=httpx.Timeout(30, read=0.3))
-    import time
-
     end = time.monotonic() + 30
     while _metric(stack, "headstart_gateway_completions_total", outcome="cancelled") < 1:
         assert time.monotonic() < end, "the completion was not cancelled"
