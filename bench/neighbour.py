@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import os
 import socket
 import threading
@@ -60,10 +61,13 @@ def silent_listener():
 
 
 class NoisyTenant:
-    """Tenant A at its limits until `stop` is set; counts what it got done and what was refused."""
+    """Tenant A at its limits until `stop` is set; counts what it got done and what was refused.
 
-    def __init__(self, stack, share: int, text_chars: int):
-        self.stack, self.share, self.text_chars = stack, share, text_chars
+    Runs in a process of its own (`noisy_process`), so its client work does
+    not share an event loop or the GIL with B's client."""
+
+    def __init__(self, http_url: str, share: int, text_chars: int):
+        self.http_url, self.share, self.text_chars = http_url, share, text_chars
         self.counts: dict[str, int] = {}
 
     def _count(self, key: str) -> None:
@@ -81,7 +85,7 @@ class NoisyTenant:
     async def _typer(self, i: int, stop: asyncio.Event) -> None:
         from websockets.asyncio.client import connect
 
-        url = f"{self.stack.http_url.replace('http', 'ws', 1)}/v1/sessions/ws?db=world_1&token=tok-noisy"
+        url = f"{self.http_url.replace('http', 'ws', 1)}/v1/sessions/ws?db=world_1&token=tok-noisy"
         async with connect(url, max_size=4 << 20, open_timeout=60) as ws:
             ready = json.loads(await ws.recv())
             self._count("ws_" + ready.get("code", ready["type"]))
@@ -109,20 +113,42 @@ class NoisyTenant:
 
         async with httpx.AsyncClient(timeout=60) as client:
             while not stop.is_set():
-                r = await client.post(f"{self.stack.http_url}/v1/sessions", json={"db": SLOW_DB},
+                r = await client.post(f"{self.http_url}/v1/sessions", json={"db": SLOW_DB},
                                       headers={"authorization": "Bearer tok-noisy"})
                 self._count("slow_open_" + r.json().get("code", "OK"))
+                if r.json().get("code") == "RESOURCE_EXHAUSTED":
+                    await asyncio.sleep(0.05)  # at its limit, not flooding: floods are for a proxy in front
 
     async def _heavy_runs(self, stop: asyncio.Event) -> None:
         import httpx
 
         async with httpx.AsyncClient(timeout=60) as client:
             while not stop.is_set():
-                r = await client.post(f"{self.stack.http_url}/v1/execute", json={"db": "world_1", "sql": HEAVY_SQL},
+                r = await client.post(f"{self.http_url}/v1/execute", json={"db": "world_1", "sql": HEAVY_SQL},
                                       headers={"authorization": "Bearer tok-noisy"})
                 self._count("run_" + r.json().get("code", "OK"))
                 if r.json().get("code") == "RESOURCE_EXHAUSTED":
                     await asyncio.sleep(0.05)
+
+
+def noisy_process(http_url: str, share: int, text_chars: int, stop, counts) -> None:
+    """Process entry: tenant A until the multiprocessing Event `stop` is set; its counts into `counts`."""
+    noise = NoisyTenant(http_url, share, text_chars)
+
+    async def main():
+        done = asyncio.Event()
+
+        async def watch():
+            while not stop.is_set():
+                await asyncio.sleep(0.1)
+            done.set()
+
+        watcher = asyncio.create_task(watch())
+        await noise.run(done)
+        await watcher
+
+    asyncio.run(main())
+    counts.update(noise.counts)
 
 
 async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, text_chars, say):
@@ -132,11 +158,13 @@ async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, t
     q = 0
     for r in range(rounds):
         for noisy in ((False, True) if r % 2 == 0 else (True, False)):
-            stop, noisy_task, noise = asyncio.Event(), None, None
             if noisy:
-                noise = NoisyTenant(stack, share, text_chars)
-                noisy_task = asyncio.create_task(noise.run(stop))
-                await asyncio.sleep(2.0)  # A reaches its limits before B starts
+                ctx = multiprocessing.get_context("spawn")
+                manager = ctx.Manager()
+                stop, counts = manager.Event(), manager.dict()
+                proc = ctx.Process(target=noisy_process, args=(stack.http_url, share, text_chars, stop, counts))
+                proc.start()
+                await asyncio.sleep(5.0)  # A reaches its limits before B starts
             for _ in range(per_phase):
                 trace = typist.trace(questions[q % len(questions)])
                 q += 1
@@ -144,9 +172,10 @@ async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, t
                 samples["beside A" if noisy else "alone"].append(sample)
             if noisy:
                 stop.set()
-                await noisy_task
-                for key, n in noise.counts.items():
+                await asyncio.to_thread(proc.join, 120)
+                for key, n in dict(counts).items():
                     noisy_counts[key] = noisy_counts.get(key, 0) + n
+                manager.shutdown()
             say(f"round {r + 1}/{rounds} {'beside A' if noisy else 'alone'} done")
     return samples, noisy_counts
 
@@ -236,7 +265,8 @@ def plot(samples: dict[str, list[Sample]], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
     for ax, stat in zip(axes, ("ttft_ms", "answer_ms")):
         data = [[getattr(s, stat) for s in v if not s.error and getattr(s, stat) is not None] for v in samples.values()]
-        ax.boxplot(data, labels=list(samples))
+        ax.boxplot(data)
+        ax.set_xticks(range(1, len(samples) + 1), list(samples))
         ax.set_title(f"B's {stat.replace('_ms', '')} (ms)")
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -18,6 +18,7 @@ from headstart.client.errors import ApiError
 from headstart.schema.catalogue import Catalogue, CatalogueEntry, UnknownDatabase
 
 TRUNCATED_MARK = "…"
+PROGRESS_EVERY = 200_000  # SQLite VM steps between deadline checks (about a millisecond)
 MAX_RESULT_COLUMNS = 64  # SQLite's default allows 2000 columns of a Run's row
 
 
@@ -94,7 +95,8 @@ def run_read_only(path: Path, sql: str, limits: RunLimits) -> dict:
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.value_bytes)
     conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, MAX_RESULT_COLUMNS)
     deadline = time.monotonic() + limits.timeout_s
-    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    # NOTE: a coarse progress handler: each call takes the GIL from the event loop.
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_EVERY)
     rows, total, truncated = [], 0, False
     try:
         cursor = conn.execute(sql)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
+import threading
 from collections.abc import AsyncIterator
 
 import grpc
@@ -30,6 +32,18 @@ log = logging.getLogger(__name__)
 MODES = ("prefix", "cold")
 OPEN_ATTEMPTS = 4  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
 RUN_THREADS = 8
+RUN_NICENESS = 10
+
+
+def _lower_thread_priority() -> None:
+    """Run threads yield the CPU to the event loop (and to the engine on a shared machine).
+
+    Linux niceness is per thread: a CPU-bound Run then cannot slow every
+    other tenant's requests, only other Runs."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RUN_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not permitted: run at normal priority
+        pass
 
 
 class GatewayService:
@@ -45,7 +59,8 @@ class GatewayService:
         self._channel: grpc.aio.Channel | None = None
         self._stub: engine_pb2_grpc.EngineStub | None = None
         self._databases: list[DatabaseInfo] | None = None
-        self._runs = concurrent.futures.ThreadPoolExecutor(RUN_THREADS, thread_name_prefix="headstart-run")
+        self._runs = concurrent.futures.ThreadPoolExecutor(RUN_THREADS, thread_name_prefix="headstart-run",
+                                                           initializer=_lower_thread_priority)
         self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:

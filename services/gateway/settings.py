@@ -41,9 +41,10 @@ class GatewaySettings(BaseSettings):
                                  "share is capacity / tenants (0: only max_sessions_per_tenant)")
     session_idle_s: float = Field(900.0, gt=0, description="a REST/gRPC-opened session nobody is attached to "
                                   "closes after this long without a message")
-    tenant_chars_per_s: float = Field(20_000.0, gt=0, description="characters to prefill per second per tenant "
+    tenant_chars_per_s: float = Field(2_000.0, gt=0, description="characters to prefill per second per tenant "
                                       "(all its connections together)")
-    tenant_chars_burst: int = Field(40_000, ge=1, description="characters a tenant may send at once")
+    tenant_chars_burst: int = Field(8_000, ge=1, description="characters a tenant may send at once "
+                                    "(two pasted questions of max_text_chars)")
     completes_per_tenant: int = Field(4, ge=1, description="one-shot completions a tenant may run at once")
     execute_cell_bytes: int = Field(4096, ge=16, description="a Run cell longer than this is cut (marked)")
     execute_total_bytes: int = Field(262_144, ge=256, description="a Run stops adding rows past this many bytes")
