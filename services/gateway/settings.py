@@ -41,7 +41,7 @@ class GatewaySettings(BaseSettings):
                                  "share is capacity / tenants (0: only max_sessions_per_tenant)")
     session_idle_s: float = Field(900.0, gt=0, description="a REST/gRPC-opened session nobody is attached to "
                                   "closes after this long without a message")
-    tenant_chars_per_s: float = Field(2_000.0, gt=0, description="characters to prefill per second per tenant "
+    tenant_chars_per_s: float = Field(1_000.0, gt=0, description="characters to prefill per second per tenant "
                                       "(all its connections together)")
     tenant_chars_burst: int = Field(8_000, ge=1, description="characters a tenant may send at once "
                                     "(two pasted questions of max_text_chars)")
