@@ -159,3 +159,35 @@ def test_grpc_wire_deserializers_never_raise():
             checked(stand_in)
         codes.append(err.value.code)
     assert codes == ["INVALID_ARGUMENT", "MESSAGE_TOO_LARGE"]
+
+
+def test_schema_loader_deadline_and_single_flight():
+    """A database that never answers holds one load thread and its callers, never another database's open."""
+    import threading
+
+    from services.engine.loader import DatabaseUnavailable, SchemaLoader
+
+    release, calls = threading.Event(), []
+
+    def load(spec: str):
+        calls.append(spec)
+        if spec == "stuck":
+            release.wait(10)
+        elif spec == "broken":
+            raise RuntimeError("connection to postgresql://u:hunter22@h/db failed")
+
+    async def main():
+        loader = SchemaLoader(load, timeout_s=0.3, max_workers=2)
+        stuck = [asyncio.create_task(loader.ensure("stuck", "slow_pg")) for _ in range(5)]
+        await loader.ensure("fine", "fine")  # not held behind the stuck ones
+        outcomes = await asyncio.gather(*stuck, return_exceptions=True)
+        with pytest.raises(DatabaseUnavailable) as broken:
+            await loader.ensure("broken", "broken_db")
+        release.set()
+        loader.shutdown()
+        return outcomes, broken.value
+
+    outcomes, broken = asyncio.run(main())
+    assert all(isinstance(o, DatabaseUnavailable) and o.code == "UNAVAILABLE" for o in outcomes)
+    assert calls.count("stuck") == 1 and "fine" in calls
+    assert "hunter22" not in broken.message and "postgresql" not in broken.message
