@@ -7,6 +7,7 @@ blow up a response, or hold the other's requests; and the contract gaps
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import threading
 import time
@@ -118,22 +119,20 @@ def test_engine_port_refuses_calls_without_the_secret(serve_engine):
 
 
 def test_one_tenants_flood_leaves_the_other_its_share(serve_stack):
-    alice_ws, alice_codes, bob_ids = [], [], []
-    try:
+    alice_codes, bob_ids = [], []
+    with contextlib.ExitStack() as alice_ws:
         for _ in range(SHARE + 2):  # a WebSocket flood: each opens a session
-            ws = ws_connect(serve_stack)
-            first = recv(ws)
-            alice_ws.append(ws)
+            first = recv(alice_ws.enter_context(ws_connect(serve_stack)))
             alice_codes.append(first.get("code", first["type"]))
         r = httpx.post(f"{serve_stack.http_url}/v1/sessions", json={"db": "world_1"}, headers=ALICE, timeout=30)
-        for _ in range(SHARE):
-            opened = httpx.post(f"{serve_stack.http_url}/v1/sessions", json={"db": "world_1"}, headers=BOB, timeout=60)
-            bob_ids.append(opened.json().get("session_id", opened.json().get("code")))
-    finally:
-        for ws in alice_ws:
-            ws.close()
-        for sid in bob_ids:
-            httpx.delete(f"{serve_stack.http_url}/v1/sessions/{sid}", headers=BOB)
+        try:
+            for _ in range(SHARE):
+                opened = httpx.post(f"{serve_stack.http_url}/v1/sessions", json={"db": "world_1"}, headers=BOB,
+                                    timeout=60)
+                bob_ids.append(opened.json().get("session_id", opened.json().get("code")))
+        finally:
+            for sid in bob_ids:
+                httpx.delete(f"{serve_stack.http_url}/v1/sessions/{sid}", headers=BOB)
     assert alice_codes == ["ready"] * SHARE + ["RESOURCE_EXHAUSTED"] * 2
     assert r.json()["code"] == "RESOURCE_EXHAUSTED"
     assert len([s for s in bob_ids if len(s) == 32]) == SHARE, bob_ids
