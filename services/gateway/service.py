@@ -30,7 +30,7 @@ from services.gateway.tenancy import TenantQuotas
 
 log = logging.getLogger(__name__)
 MODES = ("prefix", "cold")
-OPEN_ATTEMPTS = 4  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
+OPEN_ATTEMPTS = 12  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
 RUN_THREADS = 8
 RUN_NICENESS = 10
 
