@@ -86,11 +86,11 @@ def build_openai_router(service: GatewayService) -> APIRouter:
     async def complete(request: Request, chat: bool):
         service.metrics.messages.labels(edge=EDGE, type="chat" if chat else "completion").inc()
         try:
-            authenticate(request)
+            tenant = authenticate(request)
             call = (parse_chat if chat else parse_completion)(await _json_body(request, service))
             _check_model(call.model, known_models())
             _check_limits(call, chat, service)
-            events = _engine_events(service, call)
+            events = _engine_events(service, tenant, call)
             first = await _first_event(events)
         except OpenAIError as exc:
             return error_response(exc)
@@ -148,10 +148,11 @@ async def _json_body(request: Request, service: GatewayService) -> dict:
     return data
 
 
-async def _engine_events(service: GatewayService, call: CompletionCall) -> AsyncIterator[engine_pb2.EngineEvent]:
+async def _engine_events(service: GatewayService, tenant: str,
+                         call: CompletionCall) -> AsyncIterator[engine_pb2.EngineEvent]:
     """The engine's events for `call`; an engine Error event is raised as OpenAIError."""
     try:
-        async for event in service.complete(call.db, call.question, call.max_tokens, "prefix", None,
+        async for event in service.complete(tenant, call.db, call.question, call.max_tokens, "prefix", None,
                                             sampling=call.sampling):
             if event.WhichOneof("kind") == "error":
                 raise OpenAIError.from_api(ApiError(event.error.code, event.error.message))
