@@ -171,12 +171,10 @@ class GenerationRequest:
         needs no forward pass is not held behind one that needs a long one."""
         if self._prefilled:
             return 1.0
-        try:
-            if self._ahead is not None and self.params.temperature == 0 and self._ahead():
-                return 0.0
-            return self.pending_tokens() / (self.chunk_tokens + 1)
-        except Exception:  # a racy hint read off the caller's thread: never fail the worker
-            return 0.5
+        # read on the worker thread between steps (the scheduler's rule): no race
+        if self._ahead is not None and self.params.temperature == 0 and self._ahead():
+            return 0.0
+        return self.pending_tokens() / (self.chunk_tokens + 1)
 
     def is_decoding(self) -> bool:
         """The next step is a decode step (the worker may defer it, see
@@ -196,7 +194,7 @@ class GenerationRequest:
 
     def pending_tokens(self) -> int:
         """About how many tokens the next step runs through the model (the
-        worker's group-forming hint; racy reads are fine for a hint)."""
+        scheduler's group-forming hint, read on the worker thread)."""
         if self._prefilled:
             return 1
         state = self.state
