@@ -546,7 +546,7 @@ def _states_for_rows(runtime):
 def test_extend_rows_equals_lone_extensions(tiny_runtime):
     """Rows of different cache lengths (one empty) and token counts, with and
     without logits: each equals its lone extension (float64, to rounding)."""
-    from headstart.engine.batching import ParkedCall, extend_rows
+    from headstart.engine.model_runner import RowExtension, extend_rows
 
     model, states, news = _states_for_rows(tiny_runtime)
     lone = [s.copy() for s in states]
@@ -554,7 +554,7 @@ def test_extend_rows_equals_lone_extensions(tiny_runtime):
         extend(model, state, new)
     wants = [True, False, True]
     batched = [s.copy() for s in states]
-    calls = [ParkedCall(model, s, n, w, None, ()) for s, n, w in zip(batched, news, wants)]
+    calls = [RowExtension(s, n, w, None) for s, n, w in zip(batched, news, wants)]
     assert extend_rows(model, calls) == [True, True, True]
     for one, many, want in zip(lone, batched, wants):
         assert one.ids == many.ids
@@ -581,7 +581,7 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
     """A row whose `should_abort` asks leaves the batched forward (its state
     untouched) and the others finish, equal to their lone extensions; the
     forward stops only when every row asks."""
-    from headstart.engine.batching import ParkedCall, extend_rows
+    from headstart.engine.model_runner import RowExtension, extend_rows
 
     model, states, news = _states_for_rows(tiny_runtime)
     assert len(model.model.layers) >= 2
@@ -591,7 +591,7 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
 
     def run(checks):
         rows = [s.copy() for s in states]
-        calls = [ParkedCall(model, s, n, True, check, ()) for s, n, check in zip(rows, news, checks)]
+        calls = [RowExtension(s, n, True, check) for s, n, check in zip(rows, news, checks)]
         return extend_rows(model, calls), rows
 
     done, rows = run([lambda: True] * 3)
@@ -678,7 +678,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     """A submit that arrives while its session's typing row shares a batched
     forward: the other session's row leaves the batch at the next layer, its
     own row finishes alone, and both answers still equal their cold runs."""
-    from headstart.engine import batching
+    from headstart.engine import model_runner
 
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
@@ -689,15 +689,15 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     cold_b = tiny_runtime.complete("world_1", qb, "cold", max_new_tokens=3).token_ids
     a, b = tiny_runtime.open_session("world_1"), tiny_runtime.open_session("world_1")
     plans, submits = [], []
-    before_layer = batching._RowPlan.before_layer
+    rows_leaving = model_runner._rows_leaving
 
-    def submit_during_the_group(plan, index, args, kwargs):
-        if plan.batch == 2 and not submits:  # on the worker, before the group's first layer
-            plans.append(plan)
+    def submit_during_the_group(live, calls):
+        if len(live.rows) == 2 and not submits:  # on the worker, before the group's first layer
+            plans.append(live)
             submits.append(a.submit(2, qa, params))
-        return before_layer(plan, index, args, kwargs)
+        return rows_leaving(live, calls)
 
-    monkeypatch.setattr(batching._RowPlan, "before_layer", submit_during_the_group)
+    monkeypatch.setattr(model_runner, "_rows_leaving", submit_during_the_group)
     try:
         gate = hold_worker(worker)
         a.update(1, qa)

@@ -2,7 +2,8 @@
 
 `KVState` holds the token ids `ids` whose keys/values are in `cache`, and the
 logits after the last of them when the last extension ended there. Only the
-worker thread touches a KVState (it is not thread-safe by design: one owner).
+worker (its thread, or a step thread of a batched group while the worker
+waits for it) touches a KVState: it is not thread-safe by design, one owner.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from headstart.engine import collector_slot
+
 
 class Superseded(Exception):
     """Raised between decoder layers when the extension in flight is no longer wanted."""
@@ -22,8 +25,8 @@ class Superseded(Exception):
 class LayerHooks:
     """One forward pre-hook (with kwargs) on every decoder layer, calling the
     active `before_layer(index, args, kwargs)`: it may raise `Superseded`
-    to stop the forward, or return new (args, kwargs) for the layer, as the
-    batched path does to drop rows (`batching._RowPlan`). Installed once per
+    to stop the forward (the lone extension's stop between layers; the
+    batched path runs its layers itself, `model_runner`). Installed once per
     model; only the worker thread runs forwards, so one slot is enough."""
 
     def __init__(self, model):
@@ -111,9 +114,7 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
     """
     if not new_ids:
         return True
-    from headstart.engine.batching import active_collector
-
-    collector = active_collector()
+    collector = collector_slot.active()
     if collector is not None:  # a step of a batched group: join its forward
         return collector.extend(model, state, new_ids, want_logits, should_abort)
     old_len, fresh = state.num_tokens, state.cache is None
