@@ -200,7 +200,11 @@ def test_session_table_evicts_idle_lru(tmp_path):
         c = runtime.open_session("world_1")  # b was used least recently
         assert (runtime.sessions.contains(a.session_id), runtime.sessions.contains(b.session_id)) == (True, False)
         assert b.closed and len(runtime.sessions) == 2 and runtime.sessions.evicted == 1
-        assert c.stats().memory_bytes == c.stats().cached_tokens * runtime.loaded.kv_bytes_per_token()
+        stats = c.stats()  # a fresh session shares its P0: nothing private yet
+        assert stats.memory_bytes == 0 and stats.shared_bytes == stats.cached_tokens * runtime.loaded.kv_bytes_per_token()
+        a.wait_idle(speculation=True)  # answer-ahead steps extend a's cache meanwhile
+        a_stats = a.stats()
+        assert a_stats.memory_bytes + a_stats.shared_bytes == a_stats.cached_tokens * runtime.loaded.kv_bytes_per_token()
     finally:
         runtime.shutdown()
 

@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from headstart.engine import collector_slot
+from headstart.engine.shared_prefix import SharedPrefixLayer
 
 
 class Superseded(Exception):
@@ -57,8 +58,8 @@ def _stop_when(should_abort: Callable[[], bool]):
 def _truncate_layers(cache: DynamicCache, length: int) -> None:
     """Undo a partial forward: layers that already appended new K/V drop them."""
     for layer in cache.layers:
-        if getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > length:
-            layer.crop(-(layer.keys.shape[-2] - length))
+        if getattr(layer, "is_initialized", False) and layer.get_seq_length() > length:
+            layer.crop(-(layer.get_seq_length() - length))
 
 
 @dataclass
@@ -87,9 +88,36 @@ class KVState:
         return dropped
 
     def nbytes(self) -> int:
+        """Bytes of keys/values this state holds privately (a shared prefix,
+        see `share`, is counted once, where it is stored)."""
         if self.cache is None:
             return 0
-        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+        return sum(layer.private_nbytes if isinstance(layer, SharedPrefixLayer)
+                   else layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+
+    def shared_nbytes(self) -> int:
+        """Bytes of the shared prefix this state reads (held once for all its sharers)."""
+        if self.cache is None:
+            return 0
+        return sum(layer.shared_nbytes for layer in self.cache.layers if isinstance(layer, SharedPrefixLayer))
+
+    def shared_prefix(self) -> torch.Tensor | None:
+        """The first layer's shared prefix keys (an identity for accounting), or None."""
+        if self.cache is None or not self.cache.layers:
+            return None
+        layer = self.cache.layers[0]
+        return layer.prefix_keys if isinstance(layer, SharedPrefixLayer) else None
+
+    def share(self) -> "KVState":
+        """A new state that starts from this one's tokens *without copying them*:
+        its cache references these keys/values read-only and keeps its own
+        extensions in a private tail (`SharedPrefixLayer`). How sessions and
+        prefix requests start from a P0."""
+        if self.cache is None:
+            return KVState(list(self.ids), None, self.last_logits)
+        new = DynamicCache()
+        new.layers = [SharedPrefixLayer(layer.keys, layer.values) for layer in self.cache.layers]
+        return KVState(list(self.ids), new, self.last_logits)
 
     def copy(self) -> "KVState":
         """A deep copy (a private cache for a new session from a shared P0)."""

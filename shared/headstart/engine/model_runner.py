@@ -38,6 +38,7 @@ from typing import Callable
 import torch
 
 from headstart.engine.kv import KVState, kept_logits
+from headstart.engine.shared_prefix import layer_segments
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
 
@@ -131,22 +132,20 @@ def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int
     # heads are kv-head-major: head h reads kv head h // group, so the group's
     # queries stack along the query axis and no key is repeated
     qg = q[0, :, start:start + n].reshape(kv_heads, group * n, dim)
-    cached = state.cache.layers[layer] if state.cache is not None and state.num_tokens else None
-    scores_new = torch.matmul(qg, k_new[0].transpose(-1, -2)) * attn.scaling  # [kv_heads, group*n, n]
+    # the cached pieces, read in place: P0 (shared) and the row's own tail
+    pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
+    pieces = pieces + [(k_new, v_new)]
+    scores = [torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling for keys, _ in pieces]
     causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
-    scores_new = scores_new.masked_fill(~causal, float("-inf"))
-    if cached is not None:
-        scores_old = torch.matmul(qg, cached.keys[0].transpose(-1, -2)) * attn.scaling  # [kv_heads, group*n, L]
-        scores = torch.cat([scores_old, scores_new], dim=-1)
-    else:
-        scores = scores_new
+    scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
+    joined = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]  # [kv_heads, group*n, L + n]
     # softmax in float32 at least, as the model's eager attention does
-    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
-    if cached is not None:
-        length = cached.keys.shape[-2]
-        out = torch.matmul(weights[..., :length], cached.values[0]) + torch.matmul(weights[..., length:], v_new[0])
-    else:
-        out = torch.matmul(weights, v_new[0])
+    weights = torch.softmax(joined, dim=-1, dtype=torch.promote_types(joined.dtype, torch.float32)).to(q.dtype)
+    out, at = None, 0
+    for keys, values in pieces:
+        length = keys.shape[-2]
+        part = torch.matmul(weights[..., at:at + length], values[0])
+        out, at = part if out is None else out + part, at + length
     # [kv_heads, group*n, dim] -> [heads, n, dim] -> [n, heads*dim]
     return out.reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)
 

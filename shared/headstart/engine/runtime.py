@@ -181,7 +181,7 @@ class EngineRuntime:
         base = self.base_state(prompt)
         session = Session(
             session_id or uuid.uuid4().hex, self.loaded.model, self.worker, prompt, confirm,
-            base.copy(), self.stop_ids, self.limits,
+            base.share(), self.stop_ids, self.limits,
         )
         self.sessions.add(session)
         return session
@@ -212,7 +212,7 @@ class EngineRuntime:
             request.enqueue_on(self.worker, priority, f"tables:{db}")
             return request
         base = self.base_state(prompt) if mode == "prefix" else None
-        prepare = (lambda: base.copy()) if base is not None else KVState
+        prepare = (lambda: base.share()) if base is not None else KVState
         request = GenerationRequest(
             self.loaded.model, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,

@@ -40,8 +40,9 @@ class SessionStats:
     prompt_tokens: int
     computed_tokens: int
     wasted_tokens: int
-    memory_bytes: int
+    memory_bytes: int  # keys/values this session holds privately
     seq: int
+    shared_bytes: int = 0  # of its P0, shared with the other sessions on that P0 (not copied)
 
 
 class Session:
@@ -192,6 +193,7 @@ class Session:
             cached_tokens=kv.num_tokens, prompt_tokens=self._prompt_tokens,
             computed_tokens=self.computed_tokens, wasted_tokens=self.wasted_tokens,
             memory_bytes=kv.nbytes(), seq=self._seq,
+            shared_bytes=kv.shared_nbytes(),
         )
 
     # -- internals ----------------------------------------------------------
