@@ -718,3 +718,40 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     finally:
         tiny_runtime.close_session(a.session_id)
         tiny_runtime.close_session(b.session_id)
+
+
+@pytest.mark.parametrize("fit", [1, 3])
+def test_kv_budget_evicts_idle_sessions_then_refuses(fit):
+    """A KV byte budget with room for P0 and `fit` sessions' reserves: a
+    session more evicts the least recently used idle one; when every session
+    is busy the open fails with RESOURCE_EXHAUSTED and the others go on."""
+    from headstart.engine.runtime import EngineRuntime
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", p0_cache_on_disk=False,
+                                          answer_ahead_tokens=0, kv_session_reserve_tokens=64)
+    try:
+        per_token = runtime.loaded.kv_bytes_per_token()
+        p0_bytes = len(runtime.prompt_for("world_1").base_ids) * per_token
+        runtime.kv_memory.budget_bytes = p0_bytes + (fit + 1) * 64 * per_token - 1  # room for `fit` sessions
+        sessions = [runtime.open_session("world_1") for _ in range(fit)]
+        usage = runtime.sessions.kv_usage()
+        assert (usage.shared_bytes, usage.session_bytes, usage.num_sessions) == (p0_bytes, 0, fit)
+        assert usage.free_bytes == runtime.kv_memory.budget_bytes - p0_bytes
+        extra = runtime.open_session("world_1")  # evicts sessions[0], the least recently used
+        assert sessions[0].closed and runtime.sessions.evicted == 1 and len(runtime.sessions) == fit
+        gate = hold_worker(runtime.worker)
+        try:
+            busy = sessions[1:] + [extra]
+            for s in busy:
+                s.update(1, "How many")  # queued behind the gate: not idle
+            with pytest.raises(ResourceExhausted, match="KV budget full"):
+                runtime.open_session("world_1")
+        finally:
+            gate.set()
+        for s in busy:
+            s.wait_idle()
+        usage = runtime.sessions.kv_usage()
+        assert usage.session_bytes == sum(s.stats().memory_bytes for s in busy) > 0
+        assert usage.shared_bytes == p0_bytes  # P0 once, however many sessions read it
+    finally:
+        runtime.shutdown()

@@ -19,6 +19,7 @@ from headstart.config import EngineSettings
 from headstart.engine.errors import HeadstartError, InvalidInput
 from headstart.engine.generation import GenerationRequest, SamplingParams, SubmitResult
 from headstart.engine.kv import KVState, prefill
+from headstart.engine.kv_memory import KVMemory
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import PaperPolicy, make_policy
 from headstart.engine.session import Session, SessionLimits
@@ -56,7 +57,9 @@ class EngineRuntime:
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
                                     settings.answer_ahead_tokens)
-        self.sessions = SessionTable(settings.max_sessions)
+        self.kv_memory = KVMemory(settings.kv_budget_bytes, self.loaded.kv_bytes_per_token(),
+                                  settings.kv_session_reserve_tokens)
+        self.sessions = SessionTable(settings.max_sessions, self.kv_memory, self.p0_store.states)
         self._prompts: dict[tuple[str, tuple[str, ...] | None], PromptBuilder] = {}
         self._lock = threading.Lock()
         self.stop_ids = self._stop_ids()

@@ -184,6 +184,11 @@ class Session:
                 self._generation is None or self._generation.done.is_set())
 
     @property
+    def kv_state(self) -> KVState:
+        """The session's cache (for accounting: read-only, owned by the worker)."""
+        return self._kv
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
