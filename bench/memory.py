@@ -124,12 +124,30 @@ def batched_forward_extra(runtime: EngineRuntime, db: str, questions: list[str],
     now_ms = statistics.median(runtime.worker.run_sync(lambda: _timed(run_now(calls()))) for _ in range(3))
     padded_ms = statistics.median(runtime.worker.run_sync(lambda: _timed(run_padded)) for _ in range(3))
     copies_bytes = sum(s.nbytes() for s in states)
+    invariance = runtime.worker.run_sync(lambda: _batched_vs_lone(model, states, news))
     return {
         "now": now_bytes, "padded_copy": padded_bytes,
         "now_ms": now_ms, "padded_copy_ms": padded_ms,
-        "rows": rows, "new_tokens_per_row": new_tokens,
+        "rows": rows, "new_tokens_per_row": new_tokens, **invariance,
         "cache_tokens": [s.num_tokens for s in states], "rows_cache_bytes": copies_bytes,
     }
+
+
+def _batched_vs_lone(model, states, news) -> dict:
+    """Batch invariance: the largest |logit| difference between a row of the
+    packed forward and the same row's lone extension, and whether any
+    row's greedy token differs."""
+    from headstart.engine.kv import extend
+
+    batched = [RowExtension(s.copy(), n, True, None) for s, n in zip(states, news)]
+    extend_rows(model, batched)
+    diff, flips = 0.0, 0
+    for state, new, row in zip(states, news, batched):
+        lone = state.copy()
+        extend(model, lone, new)
+        diff = max(diff, float((lone.last_logits - row.state.last_logits).abs().max()))
+        flips += int(lone.last_logits.argmax()) != int(row.state.last_logits.argmax())
+    return {"max_abs_logit_diff_vs_lone": diff, "argmax_flips_vs_lone": flips}
 
 
 def _timed(fn) -> float:
@@ -184,6 +202,8 @@ def _table(report: dict) -> str:
         [f"batched forward of {fwd['rows']} rows x {fwd['new_tokens_per_row']}: peak extra MiB (now / padded)",
          f"{fwd['now'] / mib:.2f}", f"{fwd['padded_copy'] / mib:.2f}"],
         ["the same forward, ms (now / padded)", f"{fwd['now_ms']:.0f}", f"{fwd['padded_copy_ms']:.0f}"],
+        ["batched row vs its lone forward: max |logit diff| / argmax flips",
+         f"{fwd['max_abs_logit_diff_vs_lone']:.2e}", f"{fwd['argmax_flips_vs_lone']}"],
     ]
     head = f"bench memory: {report['model']} {report['dtype']}, db {report['db']}\n\n"
     return head + markdown_table(["measure", "headstart", "reference"], rows)
