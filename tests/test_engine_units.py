@@ -200,7 +200,11 @@ def test_session_table_evicts_idle_lru(tmp_path):
         c = runtime.open_session("world_1")  # b was used least recently
         assert (runtime.sessions.contains(a.session_id), runtime.sessions.contains(b.session_id)) == (True, False)
         assert b.closed and len(runtime.sessions) == 2 and runtime.sessions.evicted == 1
-        assert c.stats().memory_bytes == c.stats().cached_tokens * runtime.loaded.kv_bytes_per_token()
+        stats = c.stats()  # a fresh session shares its P0: nothing private yet
+        assert stats.memory_bytes == 0 and stats.shared_bytes == stats.cached_tokens * runtime.loaded.kv_bytes_per_token()
+        a.wait_idle(speculation=True)  # answer-ahead steps extend a's cache meanwhile
+        a_stats = a.stats()
+        assert a_stats.memory_bytes + a_stats.shared_bytes == a_stats.cached_tokens * runtime.loaded.kv_bytes_per_token()
     finally:
         runtime.shutdown()
 
@@ -546,7 +550,7 @@ def _states_for_rows(runtime):
 def test_extend_rows_equals_lone_extensions(tiny_runtime):
     """Rows of different cache lengths (one empty) and token counts, with and
     without logits: each equals its lone extension (float64, to rounding)."""
-    from headstart.engine.batching import ParkedCall, extend_rows
+    from headstart.engine.model_runner import RowExtension, extend_rows
 
     model, states, news = _states_for_rows(tiny_runtime)
     lone = [s.copy() for s in states]
@@ -554,7 +558,7 @@ def test_extend_rows_equals_lone_extensions(tiny_runtime):
         extend(model, state, new)
     wants = [True, False, True]
     batched = [s.copy() for s in states]
-    calls = [ParkedCall(model, s, n, w, None, ()) for s, n, w in zip(batched, news, wants)]
+    calls = [RowExtension(s, n, w, None) for s, n, w in zip(batched, news, wants)]
     assert extend_rows(model, calls) == [True, True, True]
     for one, many, want in zip(lone, batched, wants):
         assert one.ids == many.ids
@@ -581,7 +585,7 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
     """A row whose `should_abort` asks leaves the batched forward (its state
     untouched) and the others finish, equal to their lone extensions; the
     forward stops only when every row asks."""
-    from headstart.engine.batching import ParkedCall, extend_rows
+    from headstart.engine.model_runner import RowExtension, extend_rows
 
     model, states, news = _states_for_rows(tiny_runtime)
     assert len(model.model.layers) >= 2
@@ -591,7 +595,7 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
 
     def run(checks):
         rows = [s.copy() for s in states]
-        calls = [ParkedCall(model, s, n, True, check, ()) for s, n, check in zip(rows, news, checks)]
+        calls = [RowExtension(s, n, True, check) for s, n, check in zip(rows, news, checks)]
         return extend_rows(model, calls), rows
 
     done, rows = run([lambda: True] * 3)
@@ -678,7 +682,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     """A submit that arrives while its session's typing row shares a batched
     forward: the other session's row leaves the batch at the next layer, its
     own row finishes alone, and both answers still equal their cold runs."""
-    from headstart.engine import batching
+    from headstart.engine import model_runner
 
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
@@ -689,15 +693,15 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     cold_b = tiny_runtime.complete("world_1", qb, "cold", max_new_tokens=3).token_ids
     a, b = tiny_runtime.open_session("world_1"), tiny_runtime.open_session("world_1")
     plans, submits = [], []
-    before_layer = batching._RowPlan.before_layer
+    rows_leaving = model_runner._rows_leaving
 
-    def submit_during_the_group(plan, index, args, kwargs):
-        if plan.batch == 2 and not submits:  # on the worker, before the group's first layer
-            plans.append(plan)
+    def submit_during_the_group(live, calls):
+        if len(live.rows) == 2 and not submits:  # on the worker, before the group's first layer
+            plans.append(live)
             submits.append(a.submit(2, qa, params))
-        return before_layer(plan, index, args, kwargs)
+        return rows_leaving(live, calls)
 
-    monkeypatch.setattr(batching._RowPlan, "before_layer", submit_during_the_group)
+    monkeypatch.setattr(model_runner, "_rows_leaving", submit_during_the_group)
     try:
         gate = hold_worker(worker)
         a.update(1, qa)
@@ -714,3 +718,40 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     finally:
         tiny_runtime.close_session(a.session_id)
         tiny_runtime.close_session(b.session_id)
+
+
+@pytest.mark.parametrize("fit", [1, 3])
+def test_kv_budget_evicts_idle_sessions_then_refuses(fit):
+    """A KV byte budget with room for P0 and `fit` sessions' reserves: a
+    session more evicts the least recently used idle one; when every session
+    is busy the open fails with RESOURCE_EXHAUSTED and the others go on."""
+    from headstart.engine.runtime import EngineRuntime
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", p0_cache_on_disk=False,
+                                          answer_ahead_tokens=0, kv_session_reserve_tokens=64)
+    try:
+        per_token = runtime.loaded.kv_bytes_per_token()
+        p0_bytes = len(runtime.prompt_for("world_1").base_ids) * per_token
+        runtime.kv_memory.budget_bytes = p0_bytes + (fit + 1) * 64 * per_token - 1  # room for `fit` sessions
+        sessions = [runtime.open_session("world_1") for _ in range(fit)]
+        usage = runtime.sessions.kv_usage()
+        assert (usage.shared_bytes, usage.session_bytes, usage.num_sessions) == (p0_bytes, 0, fit)
+        assert usage.free_bytes == runtime.kv_memory.budget_bytes - p0_bytes
+        extra = runtime.open_session("world_1")  # evicts sessions[0], the least recently used
+        assert sessions[0].closed and runtime.sessions.evicted == 1 and len(runtime.sessions) == fit
+        gate = hold_worker(runtime.worker)
+        try:
+            busy = sessions[1:] + [extra]
+            for s in busy:
+                s.update(1, "How many")  # queued behind the gate: not idle
+            with pytest.raises(ResourceExhausted, match="KV budget full"):
+                runtime.open_session("world_1")
+        finally:
+            gate.set()
+        for s in busy:
+            s.wait_idle()
+        usage = runtime.sessions.kv_usage()
+        assert usage.session_bytes == sum(s.stats().memory_bytes for s in busy) > 0
+        assert usage.shared_bytes == p0_bytes  # P0 once, however many sessions read it
+    finally:
+        runtime.shutdown()

@@ -187,6 +187,25 @@ def bench_ttft(
                    max_new_tokens=max_new_tokens, out=out, table_cache=table_cache)
 
 
+@bench_app.command("memory")
+def bench_memory(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    db: str = typer.Option("world_1"),
+    dtype: str = typer.Option("float32"),
+    device: str = typer.Option("cpu"),
+    threads: Optional[int] = typer.Option(2),
+    budget_mib: float = typer.Option(32.0, help="KV budget the sessions are opened against"),
+    rows: int = typer.Option(8, help="rows of the measured batched forward"),
+    new_tokens: int = typer.Option(3, help="new tokens per row of that forward"),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("bench-out/memory")),
+):
+    """KV bytes per token, sessions per KV budget (P0 shared vs copied), batched-forward peak memory."""
+    from bench.memory import run_memory_bench
+
+    run_memory_bench(model, db, dtype, device, threads, budget_mib, rows, new_tokens, seed, out)
+
+
 @bench_app.command("serve")
 def bench_serve(
     model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),

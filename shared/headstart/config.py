@@ -26,6 +26,13 @@ class EngineSettings(BaseSettings):
     p0_cache_dir: Path | None = Field(None, description="disk cache of P0 prefills (default <run dir>/p0cache)")
     p0_cache_on_disk: bool = Field(True, description="persist P0 caches across processes")
     max_sessions: int = Field(64, ge=1, description="sessions per process; idle ones are evicted LRU")
+    kv_budget_bytes: int = Field(
+        0, ge=0, description="KV cache bytes per replica (sessions + P0 caches); past it idle sessions are "
+        "evicted LRU, then RESOURCE_EXHAUSTED (0: no byte bound)"
+    )
+    kv_session_reserve_tokens: int = Field(
+        256, ge=0, description="private tokens a new session must find room for under kv_budget_bytes"
+    )
     max_queued_jobs: int = Field(1024, ge=1, description="forward jobs queued before RESOURCE_EXHAUSTED")
     max_text_chars: int = Field(4000, ge=1, description="longest question text accepted")
     max_prompt_tokens: int = Field(8192, ge=16, description="prompt + new tokens limit per request")

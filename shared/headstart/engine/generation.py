@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from headstart.engine.commit import plan_commit
 from headstart.engine.errors import Cancelled
 from headstart.engine.kv import KVState, extend
 from headstart.prompt import common_prefix_len, uncached_tokens
@@ -171,12 +172,10 @@ class GenerationRequest:
         needs no forward pass is not held behind one that needs a long one."""
         if self._prefilled:
             return 1.0
-        try:
-            if self._ahead is not None and self.params.temperature == 0 and self._ahead():
-                return 0.0
-            return self.pending_tokens() / (self.chunk_tokens + 1)
-        except Exception:  # a racy hint read off the caller's thread: never fail the worker
-            return 0.5
+        # read on the worker thread between steps (the scheduler's rule): no race
+        if self._ahead is not None and self.params.temperature == 0 and self._ahead():
+            return 0.0
+        return self.pending_tokens() / (self.chunk_tokens + 1)
 
     def is_decoding(self) -> bool:
         """The next step is a decode step (the worker may defer it, see
@@ -196,7 +195,7 @@ class GenerationRequest:
 
     def pending_tokens(self) -> int:
         """About how many tokens the next step runs through the model (the
-        worker's group-forming hint; racy reads are fine for a hint)."""
+        scheduler's group-forming hint, read on the worker thread)."""
         if self._prefilled:
             return 1
         state = self.state
@@ -229,17 +228,13 @@ class GenerationRequest:
             self.cached_at_submit, self.ahead_used = len(target), len(ahead)
             self._prefilled = True
             return all(self._emit(token) for token in ahead[len(self._known):])
-        n = common_prefix_len(kv.ids, target)
         if self.cached_at_submit is None:
-            self.cached_at_submit = n
-        if n == len(target) and (len(kv.ids) > n or kv.last_logits is None):
-            n -= 1  # backstep: the logits after the last prompt token are not at hand
-        self.dropped_at_submit += kv.crop(n)
-        remaining = target[n:]
-        chunk = remaining[: self.chunk_tokens]
-        extend(self.model, kv, chunk, want_logits=len(chunk) == len(remaining))
-        self.computed_at_submit += len(chunk)
-        if len(chunk) < len(remaining):
+            self.cached_at_submit = common_prefix_len(kv.ids, target)
+        step = plan_commit(kv, target, self.chunk_tokens, want_logits=True)
+        self.dropped_at_submit += kv.crop(step.keep)
+        extend(self.model, kv, step.chunk, want_logits=step.last)
+        self.computed_at_submit += len(step.chunk)
+        if not step.last:
             return True
         self._prefilled = True
         return self._emit(pick_token(kv.last_logits, self.params, self._generator))

@@ -2,7 +2,8 @@
 
 `KVState` holds the token ids `ids` whose keys/values are in `cache`, and the
 logits after the last of them when the last extension ended there. Only the
-worker thread touches a KVState (it is not thread-safe by design: one owner).
+worker (its thread, or a step thread of a batched group while the worker
+waits for it) touches a KVState: it is not thread-safe by design, one owner.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from headstart.engine import collector_slot
+from headstart.engine.shared_prefix import SharedPrefixLayer
+
 
 class Superseded(Exception):
     """Raised between decoder layers when the extension in flight is no longer wanted."""
@@ -22,8 +26,8 @@ class Superseded(Exception):
 class LayerHooks:
     """One forward pre-hook (with kwargs) on every decoder layer, calling the
     active `before_layer(index, args, kwargs)`: it may raise `Superseded`
-    to stop the forward, or return new (args, kwargs) for the layer, as the
-    batched path does to drop rows (`batching._RowPlan`). Installed once per
+    to stop the forward (the lone extension's stop between layers; the
+    batched path runs its layers itself, `model_runner`). Installed once per
     model; only the worker thread runs forwards, so one slot is enough."""
 
     def __init__(self, model):
@@ -54,8 +58,8 @@ def _stop_when(should_abort: Callable[[], bool]):
 def _truncate_layers(cache: DynamicCache, length: int) -> None:
     """Undo a partial forward: layers that already appended new K/V drop them."""
     for layer in cache.layers:
-        if getattr(layer, "is_initialized", False) and layer.keys.shape[-2] > length:
-            layer.crop(-(layer.keys.shape[-2] - length))
+        if getattr(layer, "is_initialized", False) and layer.get_seq_length() > length:
+            layer.crop(-(layer.get_seq_length() - length))
 
 
 @dataclass
@@ -84,9 +88,36 @@ class KVState:
         return dropped
 
     def nbytes(self) -> int:
+        """Bytes of keys/values this state holds privately (a shared prefix,
+        see `share`, is counted once, where it is stored)."""
         if self.cache is None:
             return 0
-        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+        return sum(layer.private_nbytes if isinstance(layer, SharedPrefixLayer)
+                   else layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+
+    def shared_nbytes(self) -> int:
+        """Bytes of the shared prefix this state reads (held once for all its sharers)."""
+        if self.cache is None:
+            return 0
+        return sum(layer.shared_nbytes for layer in self.cache.layers if isinstance(layer, SharedPrefixLayer))
+
+    def shared_prefix(self) -> torch.Tensor | None:
+        """The first layer's shared prefix keys (an identity for accounting), or None."""
+        if self.cache is None or not self.cache.layers:
+            return None
+        layer = self.cache.layers[0]
+        return layer.prefix_keys if isinstance(layer, SharedPrefixLayer) else None
+
+    def share(self) -> "KVState":
+        """A new state that starts from this one's tokens *without copying them*:
+        its cache references these keys/values read-only and keeps its own
+        extensions in a private tail (`SharedPrefixLayer`). How sessions and
+        prefix requests start from a P0."""
+        if self.cache is None:
+            return KVState(list(self.ids), None, self.last_logits)
+        new = DynamicCache()
+        new.layers = [SharedPrefixLayer(layer.keys, layer.values) for layer in self.cache.layers]
+        return KVState(list(self.ids), new, self.last_logits)
 
     def copy(self) -> "KVState":
         """A deep copy (a private cache for a new session from a shared P0)."""
@@ -111,9 +142,7 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
     """
     if not new_ids:
         return True
-    from headstart.engine.batching import active_collector
-
-    collector = active_collector()
+    collector = collector_slot.active()
     if collector is not None:  # a step of a batched group: join its forward
         return collector.extend(model, state, new_ids, want_logits, should_abort)
     old_len, fresh = state.num_tokens, state.cache is None

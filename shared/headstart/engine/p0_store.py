@@ -63,6 +63,11 @@ class P0Store:
         self._remember(key, state)
         return state
 
+    def states(self) -> list[KVState]:
+        """The P0 caches held in memory (for KV accounting)."""
+        with self._lock:
+            return list(self._memory.values())
+
     def put(self, key: str, state: KVState) -> None:
         self._remember(key, state)
         if self.directory:

@@ -19,6 +19,7 @@ from headstart.config import EngineSettings
 from headstart.engine.errors import HeadstartError, InvalidInput
 from headstart.engine.generation import GenerationRequest, SamplingParams, SubmitResult
 from headstart.engine.kv import KVState, prefill
+from headstart.engine.kv_memory import KVMemory
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import PaperPolicy, make_policy
 from headstart.engine.session import Session, SessionLimits
@@ -56,7 +57,9 @@ class EngineRuntime:
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
                                     settings.answer_ahead_tokens)
-        self.sessions = SessionTable(settings.max_sessions)
+        self.kv_memory = KVMemory(settings.kv_budget_bytes, self.loaded.kv_bytes_per_token(),
+                                  settings.kv_session_reserve_tokens)
+        self.sessions = SessionTable(settings.max_sessions, self.kv_memory, self.p0_store.states)
         self._prompts: dict[tuple[str, tuple[str, ...] | None], PromptBuilder] = {}
         self._lock = threading.Lock()
         self.stop_ids = self._stop_ids()
@@ -181,7 +184,7 @@ class EngineRuntime:
         base = self.base_state(prompt)
         session = Session(
             session_id or uuid.uuid4().hex, self.loaded.model, self.worker, prompt, confirm,
-            base.copy(), self.stop_ids, self.limits,
+            base.share(), self.stop_ids, self.limits,
         )
         self.sessions.add(session)
         return session
@@ -212,7 +215,7 @@ class EngineRuntime:
             request.enqueue_on(self.worker, priority, f"tables:{db}")
             return request
         base = self.base_state(prompt) if mode == "prefix" else None
-        prepare = (lambda: base.copy()) if base is not None else KVState
+        prepare = (lambda: base.share()) if base is not None else KVState
         request = GenerationRequest(
             self.loaded.model, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,

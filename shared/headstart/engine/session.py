@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from headstart.engine.answer_ahead import AnswerAhead
+from headstart.engine.commit import plan_commit
 from headstart.engine.errors import InvalidInput, PromptTooLong, SessionClosed, StaleSequence, validate_text
 from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import KVState, extend
@@ -40,8 +41,9 @@ class SessionStats:
     prompt_tokens: int
     computed_tokens: int
     wasted_tokens: int
-    memory_bytes: int
+    memory_bytes: int  # keys/values this session holds privately
     seq: int
+    shared_bytes: int = 0  # of its P0, shared with the other sessions on that P0 (not copied)
 
 
 class Session:
@@ -183,6 +185,11 @@ class Session:
                 self._generation is None or self._generation.done.is_set())
 
     @property
+    def kv_state(self) -> KVState:
+        """The session's cache (for accounting: read-only, owned by the worker)."""
+        return self._kv
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -192,6 +199,7 @@ class Session:
             cached_tokens=kv.num_tokens, prompt_tokens=self._prompt_tokens,
             computed_tokens=self.computed_tokens, wasted_tokens=self.wasted_tokens,
             memory_bytes=kv.nbytes(), seq=self._seq,
+            shared_bytes=kv.shared_nbytes(),
         )
 
     # -- internals ----------------------------------------------------------
@@ -339,14 +347,11 @@ class Session:
     def _advance(self, target: list[int]) -> bool:
         kv = self._kv
         self._ahead.reset()
-        n = common_prefix_len(kv.ids, target)
-        if n == len(target) and n > 0 and self.policy.keeps_logits and (kv.num_tokens > n or kv.last_logits is None):
-            n -= 1  # recompute the last token so its logits are at hand at submit
-        if n < kv.num_tokens:
-            self.wasted_tokens += kv.crop(n)
-        remaining = target[n:]
-        chunk = remaining[: self.limits.chunk_tokens]
-        last = len(chunk) == len(remaining)
+        # keeps_logits: the last token's logits at hand at submit (headstart policy)
+        step = plan_commit(kv, target, self.limits.chunk_tokens, self.policy.keeps_logits)
+        if step.keep < kv.num_tokens:
+            self.wasted_tokens += kv.crop(step.keep)
+        chunk, last = step.chunk, step.last
         with self._lock:
             self._inflight, self._inflight_base, self._abort = kv.ids + chunk, kv.num_tokens, False
         done = extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits,

@@ -22,7 +22,7 @@ import hashlib
 from typing import Any
 
 from headstart.eval.errors import EngineUnavailableError
-from headstart.eval.generators import GeneratorSettings
+from headstart.eval.generator_settings import GeneratorSettings
 from headstart.eval.records import EvalQuestion, Generation
 
 COMPLETE_MODES = ("cold", "prefix", "tables-pfk", "tables-independent")

@@ -9,33 +9,11 @@ engine; their calls into the engine live in `engine_generators.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from headstart.eval.errors import ConfigError
+from headstart.eval.generator_settings import GeneratorSettings  # noqa: F401 (re-exported)
 from headstart.eval.records import EvalQuestion, Generation
-
-
-@dataclass(frozen=True)
-class GeneratorSettings:
-    """Options of the model-backed modes (ignored by `gold`).
-
-    `dtype`, `device` and `threads` are passed to the engine only when set;
-    `wpm`, `seed` and `speed` drive the synthetic typist of the `session` mode
-    (`speed` > 1 replays typing faster than real time; None = the engine's
-    default, real time). `db_by_path` names databases to the engine by their
-    SQLite path instead of their Spider id (datasets outside shared/spider).
-    """
-
-    model: str = ""
-    dtype: str | None = None
-    device: str | None = None
-    threads: int | None = None
-    max_new_tokens: int = 256
-    wpm: float = 40.0
-    seed: int = 0
-    speed: float | None = None
-    db_by_path: bool = False
 
 
 class SqlGenerator(Protocol):

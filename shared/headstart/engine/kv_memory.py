@@ -1,0 +1,96 @@
+"""The KV memory manager: every cache of a replica in bytes, against one budget.
+
+What a replica's KV memory holds: the P0 caches in the P0 store (each held
+once; sessions and prefix requests on that P0 read it in place, see
+`shared_prefix`), and each session's private tokens (what it typed past P0,
+answer-ahead tokens). `usage` counts them, a shared P0 once however many
+sessions read it.
+
+Admission (`SessionTable.add` asks `can_admit`): each session is charged
+its private bytes, at least a reserve (`session_reserve_tokens` of private
+tokens: a question about to be typed and its answer), and a new session is
+admitted while the shared bytes, the charges and one more reserve fit the
+budget. Past it
+the table evicts idle sessions, least recently used first, and re-checks;
+when none is idle the open fails with RESOURCE_EXHAUSTED. A budget of 0
+means no byte bound (only `max_sessions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from headstart.engine.kv import KVState
+
+
+@dataclass(frozen=True)
+class KVUsage:
+    """Bytes of KV memory of one replica at one moment."""
+
+    budget_bytes: int  # 0: unbounded
+    session_bytes: int  # private bytes of every session
+    shared_bytes: int  # P0 caches (stored or read by a session), each once
+    num_sessions: int
+    charged_bytes: int  # what admission counts: shared + each session's max(private, reserve)
+
+    @property
+    def used_bytes(self) -> int:
+        return self.session_bytes + self.shared_bytes
+
+    @property
+    def free_bytes(self) -> int | None:
+        """Bytes left under the budget (None when unbounded)."""
+        return None if not self.budget_bytes else max(0, self.budget_bytes - self.used_bytes)
+
+
+class KVMemory:
+    """Accounts KV bytes against `budget_bytes` (0: unbounded).
+
+    Args:
+        budget_bytes: KV bytes allowed on this replica (`HEADSTART_KV_BUDGET_BYTES`).
+        bytes_per_token: K+V bytes of one cached token, all layers.
+        session_reserve_tokens: private tokens a new session is assumed to need.
+    """
+
+    def __init__(self, budget_bytes: int, bytes_per_token: int, session_reserve_tokens: int = 256):
+        if budget_bytes < 0 or bytes_per_token <= 0 or session_reserve_tokens < 0:
+            raise ValueError("budget_bytes and session_reserve_tokens must be >= 0, bytes_per_token > 0")
+        self.budget_bytes = budget_bytes
+        self.bytes_per_token = bytes_per_token
+        self.session_reserve_tokens = session_reserve_tokens
+
+    @property
+    def session_reserve_bytes(self) -> int:
+        return self.session_reserve_tokens * self.bytes_per_token
+
+    def usage(self, session_states: Iterable[KVState], stored: Iterable[KVState] = ()) -> KVUsage:
+        """Bytes held by these sessions' caches and the stored P0 caches; a
+        prefix shared by several states (same storage) is counted once."""
+        shared: dict[int, int] = {}
+        for state in stored:
+            key = _storage_key(state)
+            if key is not None:
+                shared[key] = state.nbytes()
+        private, charged, count = 0, 0, 0
+        for state in session_states:
+            count += 1
+            own = state.nbytes()
+            private += own
+            charged += max(own, self.session_reserve_bytes)
+            prefix = state.shared_prefix()
+            if prefix is not None:
+                shared.setdefault(prefix.untyped_storage().data_ptr(), state.shared_nbytes())
+        shared_total = sum(shared.values())
+        return KVUsage(self.budget_bytes, private, shared_total, count, shared_total + charged)
+
+    def can_admit(self, usage: KVUsage) -> bool:
+        """Whether one more session fits (module doc)."""
+        return not self.budget_bytes or usage.charged_bytes + self.session_reserve_bytes <= self.budget_bytes
+
+
+def _storage_key(state: KVState) -> int | None:
+    """The identity of a stored P0's first-layer keys (what sharers reference)."""
+    if state.cache is None or not state.cache.layers:
+        return None
+    return state.cache.layers[0].keys.untyped_storage().data_ptr()

@@ -1,0 +1,188 @@
+"""The batched forward: many caches' extensions in one pass, no cache copied.
+
+`extend_rows` runs several `KVState`s' new tokens through the model at once.
+On a weight-bound device (a CPU, a GPU at small token counts) one pass over
+8 rows' few tokens costs about one row's, because the weights are read once.
+
+Layout: **packed** (varlen), as vLLM's and nano-vllm's prefill is. The rows'
+new tokens are concatenated into one sequence of T = sum(n_i) tokens, so the
+linear layers (the cost) run once over [1, T, hidden]; each token keeps its
+row's own positions (L_i + j), so RoPE is the lone extension's. Attention
+is computed per row, on that row's own cache *in place*: the scores of row
+i's queries against its L_i cached keys and against its n_i new keys
+(causally) are computed as two products, softmaxed together, and applied
+to the two value pieces. No row's cached keys/values are copied anywhere: the
+padded batch of the previous design copied every row's whole cache into a
+[rows, max L] batch cache per forward (`bench memory` measures both). The
+new keys/values are appended to each row's cache after the last layer.
+
+The decoder loop is run here, layer by layer, with the model's own modules
+(norms, projections, rotary embedding, MLP): a Llama-family layer (Qwen2,
+Llama, Mistral). Between layers each row's `should_abort` is polled; a row
+that asks leaves (its tokens are dropped from the packed hidden states, its
+state is left exactly as it was) and the others go on; when every row has
+left the forward stops. The LM head runs only on the last position of the
+rows that want logits.
+
+Exactness: a row's attention, RoPE and positions are those of a lone
+extension; the matrix products differ from it only in blocking (packed M),
+so a batched row equals its lone forward up to floating-point reassociation.
+The float64 exactness tests run sessions sharing batched forwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from headstart.engine.kv import KVState, kept_logits
+from headstart.engine.shared_prefix import layer_segments
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
+
+
+@dataclass
+class RowExtension:
+    """One row of a batched forward: extend `state` by `new_ids`."""
+
+    state: KVState
+    new_ids: list[int]
+    want_logits: bool = True
+    should_abort: Callable[[], bool] | None = None
+
+
+@dataclass
+class _Rows:
+    """The rows still in the forward and where their tokens sit in the packed sequence."""
+
+    rows: list[int]  # original row indices still running
+    starts: list[int]  # packed offset of each running row's first new token
+    counts: list[int]  # new tokens of each running row
+    # new K/V per layer per original row: [1, kv_heads, n_i, head_dim]
+    new_kv: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=list)
+
+
+def supports_packed_rows(model) -> bool:
+    """Whether `extend_rows` can run this model's decoder layers itself (a
+    Llama-family layer without sliding-window attention)."""
+    config = model.config
+    return getattr(config, "model_type", None) in SUPPORTED_MODEL_TYPES and not getattr(
+        config, "use_sliding_window", False)
+
+
+@torch.inference_mode()
+def extend_rows(model, calls: list) -> list[bool]:
+    """One packed forward over several states' extensions (module doc).
+
+    `calls` are `RowExtension`s (or objects with the same four attributes).
+    Returns one bool per call: False for a row that left the forward because
+    its `should_abort` asked (its state unchanged)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    decoder = model.model
+    device = next(model.parameters()).device
+    counts = [len(c.new_ids) for c in calls]
+    starts = [sum(counts[:i]) for i in range(len(calls))]
+    ids = torch.tensor([t for c in calls for t in c.new_ids], dtype=torch.long, device=device)
+    positions = torch.cat([torch.arange(c.state.num_tokens, c.state.num_tokens + n, device=device)
+                           for c, n in zip(calls, counts)])
+    hidden = decoder.embed_tokens(ids[None])  # [1, T, hidden]
+    cos, sin = decoder.rotary_emb(hidden, positions[None])
+    live = _Rows(list(range(len(calls))), starts, counts)
+    for index, layer in enumerate(decoder.layers):
+        leaving = _rows_leaving(live, calls)
+        if len(leaving) == len(live.rows):
+            return [False] * len(calls)
+        if leaving:
+            hidden, cos, sin = _drop_rows(live, leaving, hidden, cos, sin)
+        residual = hidden
+        x = layer.input_layernorm(hidden)
+        attn = layer.self_attn
+        shape = (1, x.shape[1], -1, attn.head_dim)
+        q = attn.q_proj(x).view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
+        k = attn.k_proj(x).view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
+        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b)
+                         for b, start, n in zip(live.rows, live.starts, live.counts)], dim=0)  # [T, heads*dim]
+        hidden = residual + attn.o_proj(out[None])
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    hidden = decoder.norm(hidden)[0]  # [T, hidden]
+    logits = _row_logits(model, calls, live, hidden)
+    for b in live.rows:
+        state = calls[b].state
+        _append(state, live.new_kv, b)
+        state.ids.extend(calls[b].new_ids)
+        state.last_logits = logits.get(b)
+    kept = set(live.rows)
+    return [b in kept for b in range(len(calls))]
+
+
+def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int, live: _Rows, b: int):
+    """Row b's attention output [n, heads*head_dim]: its queries against its
+    own cached keys (read in place) and its new keys (causal)."""
+    if len(live.new_kv) <= layer:
+        live.new_kv.append({})
+    k_new, v_new = k[:, :, start:start + n], v[:, :, start:start + n]  # [1, kv_heads, n, dim]
+    live.new_kv[layer][b] = (k_new, v_new)
+    heads, kv_heads, dim = q.shape[1], k.shape[1], q.shape[-1]
+    group = heads // kv_heads
+    # heads are kv-head-major: head h reads kv head h // group, so the group's
+    # queries stack along the query axis and no key is repeated
+    qg = q[0, :, start:start + n].reshape(kv_heads, group * n, dim)
+    # the cached pieces, read in place: P0 (shared) and the row's own tail
+    pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
+    pieces = pieces + [(k_new, v_new)]
+    scores = [torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling for keys, _ in pieces]
+    causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
+    scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
+    joined = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]  # [kv_heads, group*n, L + n]
+    # softmax in float32 at least, as the model's eager attention does
+    weights = torch.softmax(joined, dim=-1, dtype=torch.promote_types(joined.dtype, torch.float32)).to(q.dtype)
+    out, at = None, 0
+    for keys, values in pieces:
+        length = keys.shape[-2]
+        part = torch.matmul(weights[..., at:at + length], values[0])
+        out, at = part if out is None else out + part, at + length
+    # [kv_heads, group*n, dim] -> [heads, n, dim] -> [n, heads*dim]
+    return out.reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)
+
+
+def _rows_leaving(live: _Rows, calls) -> list[int]:
+    """The running rows whose `should_abort` asks them to leave, before a layer."""
+    return [b for b in live.rows if calls[b].should_abort is not None and calls[b].should_abort()]
+
+
+def _drop_rows(live: _Rows, leaving: list[int], hidden, cos, sin):
+    keep = [i for i, b in enumerate(live.rows) if b not in leaving]
+    index = torch.tensor([t for i in keep for t in range(live.starts[i], live.starts[i] + live.counts[i])],
+                         dtype=torch.long, device=hidden.device)
+    rows, counts = [live.rows[i] for i in keep], [live.counts[i] for i in keep]
+    live.rows, live.counts = rows, counts
+    live.starts = [sum(counts[:i]) for i in range(len(counts))]
+    return hidden.index_select(1, index), cos.index_select(1, index), sin.index_select(1, index)
+
+
+def _row_logits(model, calls, live: _Rows, hidden) -> dict[int, torch.Tensor]:
+    """The LM head on the last position of each running row that wants logits."""
+    wanted = [(i, b) for i, b in enumerate(live.rows) if calls[b].want_logits]
+    if not wanted:
+        return {}
+    last = torch.tensor([live.starts[i] + live.counts[i] - 1 for i, _ in wanted], device=hidden.device)
+    rows = model.lm_head(hidden.index_select(0, last))  # [rows wanting logits, vocab]
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:  # as the causal-LM classes that have it apply it (Gemma 2)
+        rows = torch.tanh(rows / cap) * cap
+    return {b: kept_logits(rows[j]) for j, (_, b) in enumerate(wanted)}
+
+
+def _append(state: KVState, new_kv: list[dict], b: int) -> None:
+    from transformers import DynamicCache
+
+    if state.cache is None:
+        state.cache = DynamicCache()
+    for layer, per_row in enumerate(new_kv):
+        k, v = per_row[b]
+        state.cache.update(k.contiguous(), v.contiguous(), layer)

@@ -1,0 +1,205 @@
+"""The scheduler: the one place that decides what the forward worker runs next.
+
+The worker loop is `plan = scheduler.schedule(now); outcomes = run(plan);
+scheduler.update(plan, outcomes, now)`. The scheduler owns the waiting jobs
+and every job's state (`JobState`: WAITING -> RUNNING -> WAITING | FINISHED,
+changed only here). Its rules, written once:
+
+1. **Classes.** FLASH > SUBMIT > POOL > STREAM > IDLE (`Priority`). A job
+   ranks by (class, priority, key, arrival) (`Rank`), lower first; each
+   iteration ranks every waiting job afresh, because a typing job's key
+   changes while its user types and a deferred step's class changes with time.
+2. **Decode deferral (TTFT first).** A decode step of a SUBMIT or POOL
+   request that has waited less than `decode_defer_s` ranks at
+   DEFERRED_DECODE, behind typing (a typing step is a future submit's TTFT;
+   a delayed decode step costs one inter-token gap), ahead of IDLE; then it
+   takes its class back. FLASH decode steps are never deferred.
+3. **Shortest prefill first.** Within a class, the job's `order_key` orders:
+   requests before their first token run ahead of other requests' decode
+   steps, shortest remaining prefill first (`GenerationRequest.schedule_key`);
+   typing sessions, the least recently changed first (`Session`).
+4. **Batch scopes and the token budget.** The most urgent job runs; when it
+   may be batched (`BatchScope`, `batch_kind`) the next ready jobs of the same
+   kind and *other owners* join it (at most one row per cache) while the
+   group has at most `max_batch_rows` rows and its estimated tokens fit
+   `max_batch_tokens`: a group is one forward, so a submit arriving
+   meanwhile waits for one bounded step. A submit's prefill runs alone unless
+   the scope is "all": it is the TTFT, and a batched forward costs more.
+5. **Preemption** (`preempts`): a typing or answer-ahead step in flight
+   yields (between decoder layers) to any more urgent new job; a deferred
+   decode step to any new job of POOL or higher; a decode step to a new
+   job at least as urgent as its request (a submit), never to typing.
+   A row that yields leaves a batched forward; the others go on.
+
+Hints are read on the worker thread between steps (no step of that job runs
+then), so they need no lock and no fallback: a hint that raises fails its own
+job (`Plan.failed`) instead of silently reordering work.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from headstart.engine.errors import Cancelled
+from headstart.engine.scheduler_types import (
+    DEFERRED_DECODE, BatchKind, BatchScope, Job, JobState, Plan, PlannedRow, Priority, Rank, StepOutcome,
+)
+
+
+class Scheduler:
+    """Waiting jobs and the rules above. Not thread-safe: the worker calls it
+    under its own lock."""
+
+    def __init__(self, max_batch_rows: int = 1, max_batch_tokens: int = 64,
+                 batch_scope: str | BatchScope = BatchScope.TYPING, decode_defer_s: float = 0.0):
+        if max_batch_rows < 1 or max_batch_tokens < 1:
+            raise ValueError("max_batch_rows and max_batch_tokens must be >= 1")
+        self.max_batch_rows = max_batch_rows
+        self.max_batch_tokens = max_batch_tokens
+        self.batch_scope = BatchScope.parse(batch_scope)
+        self.decode_defer_s = decode_defer_s
+        self._waiting: list[Job] = []
+        self._arrivals = itertools.count()
+
+    # -- queue -------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def add(self, job: Job, now: float) -> None:
+        """Queue `job` (new, or again after a step that left more to do)."""
+        job.state = JobState.WAITING
+        job.arrival = next(self._arrivals)
+        job.queued_at = now
+        job.decode_step = job.decoding is not None and bool(job.decoding())
+        self._waiting.append(job)
+
+    def drain(self) -> list[Job]:
+        """Take every waiting job off the queue (shutdown), marked FINISHED."""
+        jobs, self._waiting = self._waiting, []
+        for job in jobs:
+            job.state = JobState.FINISHED
+        return jobs
+
+    # -- decide ------------------------------------------------------------------
+
+    def schedule(self, now: float) -> Plan:
+        """Pop the next iteration's rows off the queue (module doc, rules 1-4)."""
+        dropped = tuple(job for job in self._waiting if job.cancelled)
+        ranked, failed = [], []
+        for job in self._waiting:
+            if job.cancelled:
+                continue
+            try:
+                ranked.append((self.rank(job, now), job))
+            except Exception as exc:  # the hint's own job fails, visibly; nothing is reordered
+                failed.append((job, exc))
+        ranked.sort(key=lambda pair: pair[0])
+        rows, kind = self._group(ranked, failed)
+        taken = {id(job) for job in dropped} | {id(row.job) for row in rows} | {id(job) for job, _ in failed}
+        self._waiting = [job for job in self._waiting if id(job) not in taken]
+        for row in rows:
+            row.job.state = JobState.RUNNING
+            row.job.running_class = row.rank.cls
+        for job in dropped:
+            self._finish(job, Cancelled(f"job {job.name!r} was cancelled"))
+        for job, exc in failed:
+            self._finish(job, exc)
+        deferred = tuple(job for rank, job in ranked if rank.cls == DEFERRED_DECODE)
+        return Plan(tuple(rows), kind if len(rows) > 1 else None, dropped, tuple(failed), deferred)
+
+    def _group(self, ranked: list[tuple[Rank, Job]], failed: list) -> tuple[list[PlannedRow], BatchKind | None]:
+        if not ranked:
+            return [], None
+        first_rank, first = ranked[0]
+        rows = [PlannedRow(first, first_rank, self._cost(first))]
+        kind = self.batch_kind(first)
+        if self.max_batch_rows == 1 or kind is None:
+            return rows, kind
+        owners, tokens = {first.owner}, rows[0].num_tokens
+        for rank, job in ranked[1:]:
+            if len(rows) >= self.max_batch_rows:
+                break
+            if job.owner in owners or self.batch_kind(job) != kind:
+                continue
+            try:
+                cost = self._cost(job)
+            except Exception as exc:
+                failed.append((job, exc))
+                continue
+            if tokens + cost > self.max_batch_tokens:
+                continue  # a smaller job further down may still fit
+            rows.append(PlannedRow(job, rank, cost))
+            owners.add(job.owner)
+            tokens += cost
+        return rows, kind
+
+    def rank(self, job: Job, now: float) -> Rank:
+        """(class, priority, key, arrival): lower runs first (rules 1-3)."""
+        cls = DEFERRED_DECODE if self.deferred(job, now) else float(job.priority)
+        key = float(job.order_key()) if job.order_key is not None else 0.0
+        return Rank(cls, int(job.priority), key, job.arrival)
+
+    def deferred(self, job: Job, now: float) -> bool:
+        """A decode step of a submit or pool request that has waited less than
+        `decode_defer_s` (rule 2)."""
+        return job.decode_step and job.priority >= Priority.SUBMIT and now - job.queued_at < self.decode_defer_s
+
+    def batch_kind(self, job: Job) -> BatchKind | None:
+        """Which group `job` may join (None: it runs alone; rule 4)."""
+        if job.owner is None:
+            return None
+        scope = self.batch_scope
+        if scope is BatchScope.ALL:
+            return BatchKind.ANY
+        if job.priority == Priority.STREAM:
+            return BatchKind.SHARED if scope is BatchScope.TYPING_WITH_DECODE else BatchKind.TYPING
+        if scope is BatchScope.TYPING or not job.decode_step:
+            return None
+        return BatchKind.DECODE if scope is BatchScope.TYPING_AND_DECODE_APART else BatchKind.SHARED
+
+    @staticmethod
+    def _cost(job: Job) -> int:
+        return max(1, int(job.cost())) if job.cost is not None else 1
+
+    @staticmethod
+    def preempts(priority: Priority, running: Job) -> bool:
+        """Whether a new job of `priority` asks the `running` step to stop (rule 5)."""
+        cls = running.running_class
+        if cls == DEFERRED_DECODE:
+            return priority <= Priority.POOL
+        if running.decode_step:
+            # an overdue decode step still yields to a new prefill at least as
+            # urgent as its request: one inter-token gap against a whole TTFT
+            return priority <= running.priority
+        return cls >= Priority.STREAM and priority < cls
+
+    # -- update ------------------------------------------------------------------
+
+    def update(self, plan: Plan, outcomes: list[StepOutcome], now: float) -> list[Job]:
+        """Apply one iteration's outcomes: a row with more to do is queued again
+        (behind the jobs of its class already waiting), the others finish.
+        Returns the jobs that finished."""
+        finished = []
+        for row, outcome in zip(plan.rows, outcomes):
+            job = row.job
+            job.preempt_requested = False
+            if outcome.error is None:
+                job.steps_run += 1
+            if outcome.error is not None:
+                self._finish(job, outcome.error)
+            elif outcome.more and not job.cancelled:
+                self.add(job, now)
+                continue
+            else:
+                cancelled = job.cancelled and outcome.more
+                self._finish(job, Cancelled(f"job {job.name!r} was cancelled") if cancelled else None)
+            finished.append(job)
+        return finished
+
+    @staticmethod
+    def _finish(job: Job, error: BaseException | None) -> None:
+        job.state = JobState.FINISHED
+        if error is not None and job.error is None:
+            job.error = error

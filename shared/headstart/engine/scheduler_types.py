@@ -1,0 +1,174 @@
+"""The objects that cross the scheduler's boundary: priorities, jobs and their
+states, ranks and the typed plan of one worker iteration.
+
+A `Job` is the scheduler's unit (nano-vllm's `Sequence`): one bounded step at
+a time (a prefill chunk, a decode token) of a session's typing, a request or
+an answer-ahead. Its `state` changes only in `Scheduler` (see the transition
+table there); the worker and the job's owner only read it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Callable, NamedTuple
+
+
+class Priority(IntEnum):
+    """Lower runs first. FLASH (registered questions re-answered on a data
+    change) > SUBMIT (a user pressed Enter) > POOL (stateless completions) >
+    STREAM (typing prefill, data ingestion) > IDLE (speculative answer-ahead,
+    only when nothing else waits)."""
+
+    FLASH = 0
+    SUBMIT = 1
+    POOL = 2
+    STREAM = 3
+    IDLE = 4
+
+
+# Where a deferred decode step ranks: behind typing, ahead of answer-ahead.
+DEFERRED_DECODE = Priority.STREAM + 0.5
+
+
+class BatchScope(str, Enum):
+    """Which jobs may share one batched forward. "," keeps kinds in groups of
+    their own, "+" lets them share one."""
+
+    TYPING = "typing"  # typing prefill rows only
+    TYPING_AND_DECODE_APART = "typing,decode"  # typing rows together, decode steps together
+    TYPING_WITH_DECODE = "typing+decode"  # decode steps join typing rows
+    ALL = "all"  # also prefills of submits and answer-ahead
+
+    @classmethod
+    def parse(cls, value: "str | BatchScope") -> "BatchScope":
+        try:
+            return cls(value)
+        except ValueError:
+            valid = tuple(s.value for s in cls)
+            raise ValueError(f"batch_scope must be one of {valid}, not {value!r}") from None
+
+
+BATCH_SCOPES = tuple(s.value for s in BatchScope)
+
+
+class BatchKind(str, Enum):
+    """The group a job may join; jobs share a forward only with their own kind."""
+
+    TYPING = "typing"
+    DECODE = "decode"
+    SHARED = "shared"  # typing rows and decode steps together ("typing+decode")
+    ANY = "any"  # every owned job ("all")
+
+
+class JobState(Enum):
+    """WAITING (queued) -> RUNNING (its step is in a plan) -> WAITING again when
+    the step says more remains, or FINISHED (done, failed or cancelled)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Rank(NamedTuple):
+    """Lower runs first: (class, priority, key within the class, arrival).
+    `cls` is the priority, or DEFERRED_DECODE for a deferred decode step."""
+
+    cls: float
+    priority: int
+    key: float
+    arrival: int
+
+
+class Job:
+    """A unit of work on the worker. `step()` returns True while more remains.
+
+    Hints (read by the scheduler on the worker thread, between steps, where
+    no step of the job runs; a hint that raises fails its own job):
+        order_key: within a class, a smaller key runs first (read at each
+            schedule); jobs without one keep arrival order ahead of keyed ones.
+        cost: about how many tokens the next step runs through the model
+            (read when a group is formed, so a group fits the token budget).
+        decoding: whether the next step is a decode step (read at each
+            (re)queue: only the job's own step changes it).
+        owner: whose cache the step touches; None: never batched.
+    """
+
+    def __init__(self, step: Callable[[], bool], priority: Priority, name: str = "",
+                 order_key: Callable[[], float] | None = None, owner: str | None = None,
+                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None):
+        self.step = step
+        self.priority = priority
+        self.name = name
+        self.order_key = order_key
+        self.owner = owner
+        self.cost = cost
+        self.decoding = decoding
+        self.state = JobState.WAITING
+        self.arrival = 0  # set by the scheduler at each (re)queue
+        self.queued_at = 0.0  # a deferred step's wait counts from here
+        self.decode_step = False  # `decoding()` as read at the last (re)queue
+        self.running_class = float(priority)  # its rank class when it last started (preemption)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.steps_run = 0
+        # Set by the worker while this job's step runs and a more urgent job
+        # arrives; a preemptible step (typing prefill, answer-ahead, a decode
+        # step for a new submit) polls it between decoder layers and stops.
+        self.preempt_requested = False
+
+    def cancel(self) -> None:
+        """Drop the job before its next step (the step in flight finishes)."""
+        self.cancelled = True
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the job finished; re-raise its error."""
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"job {self.name!r} did not finish in {timeout} s")
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """One job's step in a plan, with the rank and token estimate it was planned by."""
+
+    job: Job
+    rank: Rank
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one worker iteration runs (`Scheduler.schedule`).
+
+    rows: the steps to run, most urgent first; more than one share one
+        batched forward (`batch_kind` says which kind of group).
+    dropped: cancelled jobs taken off the queue (finished as cancelled).
+    failed: jobs whose hint raised (finished with that error).
+    deferred: decode steps that ranked behind typing this iteration.
+    """
+
+    rows: tuple[PlannedRow, ...] = ()
+    batch_kind: BatchKind | None = None
+    dropped: tuple[Job, ...] = ()
+    failed: tuple[tuple[Job, BaseException], ...] = ()
+    deferred: tuple[Job, ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(row.num_tokens for row in self.rows)
+
+    @property
+    def jobs(self) -> list[Job]:
+        return [row.job for row in self.rows]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What running one row's step gave: more work remains, or an error."""
+
+    more: bool
+    error: BaseException | None = None

@@ -1,0 +1,165 @@
+"""The scheduler's rules, from tables of situations, with no model and no worker thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from headstart.engine.errors import Cancelled
+from headstart.engine.scheduler import Scheduler
+from headstart.engine.scheduler_types import (
+    DEFERRED_DECODE, BatchKind, Job, JobState, Priority, StepOutcome,
+)
+
+P = Priority
+
+
+def job(name, priority, *, owner=None, key=None, cost=1, decoding=False):
+    return Job(lambda: False, priority, name, order_key=None if key is None else (lambda k=key: k),
+               owner=owner, cost=lambda c=cost: c, decoding=lambda d=decoding: d)
+
+
+def queued(scheduler, specs, now=0.0):
+    jobs = [job(*spec[:2], **(spec[2] if len(spec) > 2 else {})) for spec in specs]
+    for j in jobs:
+        scheduler.add(j, now)
+    return jobs
+
+
+def run_order(scheduler, now):
+    """Names in the order successive plans run them (each step finishes its job)."""
+    order = []
+    while scheduler.num_waiting:
+        plan = scheduler.schedule(now)
+        order.append("+".join(row.job.name for row in plan.rows))
+        scheduler.update(plan, [StepOutcome(False) for _ in plan.rows], now)
+    return order
+
+
+# (situation, queued jobs as (name, priority, options), defer_s, now, expected run order)
+ORDER_CASES = [
+    ("classes", [("ahead", P.IDLE), ("typing", P.STREAM), ("pool", P.POOL), ("submit", P.SUBMIT),
+                 ("flash", P.FLASH)], 0.0, 0.0, ["flash", "submit", "pool", "typing", "ahead"]),
+    ("arrival within a class", [("a", P.POOL), ("b", P.POOL), ("c", P.POOL)], 0.0, 0.0, ["a", "b", "c"]),
+    ("shortest prefill first", [("long", P.SUBMIT, {"key": 0.9}), ("decoding", P.SUBMIT, {"key": 1.0}),
+                                ("short", P.SUBMIT, {"key": 0.1})], 0.0, 0.0, ["short", "long", "decoding"]),
+    ("unkeyed before keyed", [("keyed", P.STREAM, {"key": 5.0}), ("plain", P.STREAM)], 0.0, 0.0,
+     ["plain", "keyed"]),
+    ("a fresh decode step waits behind typing", [("decode", P.SUBMIT, {"decoding": True}),
+                                                 ("typing", P.STREAM), ("ahead", P.IDLE)],
+     1.0, 0.5, ["typing", "decode", "ahead"]),
+    ("an overdue decode step takes its class back", [("decode", P.SUBMIT, {"decoding": True}),
+                                                     ("typing", P.STREAM)], 1.0, 2.0, ["decode", "typing"]),
+    ("a flash decode step is never deferred", [("typing", P.STREAM), ("flash", P.FLASH, {"decoding": True})],
+     1.0, 0.0, ["flash", "typing"]),
+    ("a prefill of a submit is never deferred", [("typing", P.STREAM), ("prefill", P.SUBMIT)], 1.0, 0.0,
+     ["prefill", "typing"]),
+]
+
+
+@pytest.mark.parametrize("situation,specs,defer_s,now,expected", ORDER_CASES, ids=[c[0] for c in ORDER_CASES])
+def test_run_order(situation, specs, defer_s, now, expected):
+    scheduler = Scheduler(decode_defer_s=defer_s)
+    queued(scheduler, specs)
+    assert run_order(scheduler, now) == expected
+
+
+# (scope, rows, tokens budget, queued jobs, expected groups as run)
+GROUP_CASES = [
+    ("typing", 4, 64, [("t1", P.STREAM, {"owner": "a"}), ("t2", P.STREAM, {"owner": "b"}),
+                       ("d1", P.SUBMIT, {"owner": "c", "decoding": True})], ["d1", "t1+t2"]),
+    ("typing,decode", 4, 64, [("d1", P.SUBMIT, {"owner": "c", "decoding": True}),
+                              ("d2", P.POOL, {"owner": "d", "decoding": True}),
+                              ("t1", P.STREAM, {"owner": "a"})], ["d1+d2", "t1"]),
+    ("typing+decode", 4, 64, [("d1", P.SUBMIT, {"owner": "c", "decoding": True}),
+                              ("t1", P.STREAM, {"owner": "a"})], ["d1+t1"]),
+    ("typing+decode", 4, 64, [("p1", P.SUBMIT, {"owner": "c"}), ("t1", P.STREAM, {"owner": "a"})],
+     ["p1", "t1"]),
+    ("all", 4, 64, [("p1", P.SUBMIT, {"owner": "c"}), ("t1", P.STREAM, {"owner": "a"}),
+                    ("x", P.POOL)], ["p1+t1", "x"]),
+    ("typing", 4, 64, [("a1", P.STREAM, {"owner": "a"}), ("a2", P.STREAM, {"owner": "a"}),
+                       ("b1", P.STREAM, {"owner": "b"})], ["a1+b1", "a2"]),
+    ("typing", 2, 64, [("a", P.STREAM, {"owner": "a"}), ("b", P.STREAM, {"owner": "b"}),
+                       ("c", P.STREAM, {"owner": "c"})], ["a+b", "c"]),
+    ("typing", 4, 10, [("a", P.STREAM, {"owner": "a", "cost": 6}), ("b", P.STREAM, {"owner": "b", "cost": 6}),
+                       ("c", P.STREAM, {"owner": "c", "cost": 4})], ["a+c", "b"]),
+    ("typing", 4, 64, [("a", P.STREAM, {"owner": "a"}), ("anon", P.STREAM)], ["a", "anon"]),
+]
+
+
+@pytest.mark.parametrize("scope,rows,budget,specs,expected", GROUP_CASES)
+def test_groups(scope, rows, budget, specs, expected):
+    scheduler = Scheduler(max_batch_rows=rows, max_batch_tokens=budget, batch_scope=scope, decode_defer_s=0.0)
+    queued(scheduler, specs)
+    assert run_order(scheduler, 0.0) == expected
+
+
+def test_plan_is_typed_and_states_move_in_one_place():
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing,decode", decode_defer_s=1.0)
+    a, b, d = queued(scheduler, [("a", P.STREAM, {"owner": "a", "cost": 3}), ("b", P.STREAM, {"owner": "b", "cost": 2}),
+                                 ("d", P.SUBMIT, {"owner": "d", "decoding": True})])
+    plan = scheduler.schedule(0.5)
+    assert plan.jobs == [a, b] and plan.batch_kind is BatchKind.TYPING and plan.num_tokens == 5
+    assert plan.deferred == (d,) and plan.rows[0].rank.cls == P.STREAM
+    assert (a.state, b.state, d.state) == (JobState.RUNNING, JobState.RUNNING, JobState.WAITING)
+    finished = scheduler.update(plan, [StepOutcome(True), StepOutcome(False, ValueError("boom"))], 0.5)
+    assert finished == [b] and b.state is JobState.FINISHED and isinstance(b.error, ValueError)
+    assert a.state is JobState.WAITING and a.steps_run == 1 and b.steps_run == 0
+    plan = scheduler.schedule(0.5)
+    assert plan.jobs == [a] and plan.batch_kind is None  # the deferred decode step still waits
+    assert plan.rows[0].rank.arrival > d.arrival  # a re-queued job goes behind the waiting ones
+
+
+def test_cancelled_jobs_are_dropped_and_cancelled_running_ones_finish():
+    scheduler = Scheduler()
+    a, b = queued(scheduler, [("a", P.POOL), ("b", P.POOL)])
+    a.cancel()
+    plan = scheduler.schedule(0.0)
+    assert plan.dropped == (a,) and plan.jobs == [b]
+    assert a.state is JobState.FINISHED and isinstance(a.error, Cancelled)
+    b.cancel()
+    assert scheduler.update(plan, [StepOutcome(True)], 0.0) == [b]
+    assert isinstance(b.error, Cancelled) and scheduler.num_waiting == 0
+
+
+def test_a_hint_that_raises_fails_its_own_job_only():
+    scheduler = Scheduler(max_batch_rows=4)
+
+    def broken():
+        raise RuntimeError("bad hint")
+
+    bad = Job(lambda: False, P.STREAM, "bad", order_key=broken, owner="x")
+    good = Job(lambda: False, P.STREAM, "good", owner="y")
+    scheduler.add(bad, 0.0)
+    scheduler.add(good, 0.0)
+    plan = scheduler.schedule(0.0)
+    assert plan.jobs == [good] and [j for j, _ in plan.failed] == [bad]
+    assert isinstance(bad.error, RuntimeError) and bad.state is JobState.FINISHED
+
+
+# (running job as (priority, decoding), its class when it started, new job's priority, preempts?)
+PREEMPT_CASES = [
+    ((P.STREAM, False), P.STREAM, P.SUBMIT, True),
+    ((P.STREAM, False), P.STREAM, P.STREAM, False),
+    ((P.IDLE, False), P.IDLE, P.STREAM, True),
+    ((P.SUBMIT, False), P.SUBMIT, P.FLASH, False),  # a submit's prefill is never stopped
+    ((P.SUBMIT, True), P.SUBMIT, P.SUBMIT, True),  # a decode step yields to a new submit
+    ((P.SUBMIT, True), P.SUBMIT, P.STREAM, False),  # ... never to typing
+    ((P.POOL, True), P.POOL, P.SUBMIT, True),
+    ((P.SUBMIT, True), DEFERRED_DECODE, P.POOL, True),
+    ((P.SUBMIT, True), DEFERRED_DECODE, P.STREAM, False),
+]
+
+
+@pytest.mark.parametrize("running,cls,new,expected", PREEMPT_CASES)
+def test_preemption(running, cls, new, expected):
+    scheduler = Scheduler()
+    j = job("r", running[0], decoding=running[1])
+    scheduler.add(j, 0.0)
+    j.running_class = float(cls)
+    assert scheduler.preempts(new, j) is expected
+
+
+@pytest.mark.parametrize("kwargs", [{"batch_scope": "bogus"}, {"max_batch_rows": 0}, {"max_batch_tokens": 0}])
+def test_bad_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        Scheduler(**kwargs)
