@@ -135,12 +135,3 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "headstart.redisPasswordSecret" -}}
 {{- default (printf "%s-redis" (include "headstart.fullname" .)) .Values.redis.auth.existingSecret -}}
 {{- end -}}
-
-{{/* HEADSTART_ENGINE_SECRET from its Secret: the gateway sends it, engine replicas require it. */}}
-{{- define "headstart.engineSecretEnv" -}}
-- name: HEADSTART_ENGINE_SECRET
-  valueFrom:
-    secretKeyRef:
-      name: {{ default (printf "%s-engine-secret" (include "headstart.fullname" .)) .Values.engine.auth.existingSecret }}
-      key: secret
-{{- end -}}
