@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from headstart.config import EngineSettings
+from services.engine.guard import configured_secret, generate_secret
 from services.engine.ray_stack import free_port, start_engine, start_ray, stop_engine
 from services.gateway.app import GatewayServer
 from services.gateway.auth import parse_token_specs
@@ -84,11 +85,15 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
         stack_exit.callback(stop_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
                                   table_cache=table_cache)
+        # The engine secret: $HEADSTART_ENGINE_SECRET (or its _FILE) when set, else a fresh one per start.
+        secret = configured_secret() or generate_secret()
         engine = start_engine(settings, num_replicas=replicas, grpc_port=engine_grpc_port or free_port(),
-                              num_gpus=1.0 if device.startswith("cuda") else 0.0)
+                              num_gpus=1.0 if device.startswith("cuda") else 0.0, secret=secret,
+                              catalogue=catalogue_config())
         gateway = GatewayServer(GatewaySettings(
             host=host, port=port, grpc_host=host, grpc_port=grpc_port, engine_target=engine.grpc_target,
-            engine_app=engine.app_name, tokens=token_map,
+            engine_app=engine.app_name, tokens=token_map, engine_secret=secret,
+            engine_capacity=replicas * max_sessions,
         )).start()
         stack_exit.callback(gateway.stop)
     except BaseException:
@@ -105,6 +110,15 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
     say("stopping ...")
     stack.stop()
     return None
+
+
+def catalogue_config() -> dict:
+    """The environment's catalogue (headstart.schema.catalogue) as Catalogue keyword arguments for the replicas."""
+    from headstart.schema.catalogue import Catalogue
+
+    env = Catalogue.from_env()
+    return {"sqlite_roots": [str(r) for r in env.sqlite_roots], "include_spider": env.include_spider,
+            "postgres": {e.name: e.spec for e in env.entries() if e.kind == "postgres"}}
 
 
 def _redis(url: str | None, stack_exit: contextlib.ExitStack, say) -> str | None:

@@ -4,7 +4,9 @@
 engine app (2 replicas, CPU, random:tiny in float64, at most 4 attached
 sessions per replica) behind Serve's gRPC proxy, and a gateway (HTTP +
 WebSocket + public gRPC on free ports) with two tenants. `make_gateway`
-starts extra gateways on the same engine with other edge limits.
+starts extra gateways on the same engine with other edge limits. The engine
+requires its secret (the gateway sends it); its catalogue holds the Spider ids
+and the SQLite files of `tenant_db_root` (`blobs`: see tests/tenant_dbs.py).
 """
 
 from __future__ import annotations
@@ -31,10 +33,27 @@ class ServeStack:
     gateway: object
 
 
+@dataclass(frozen=True)
+class TestEngine:
+    """The started engine: where, its secret, and the folder of its catalogue's SQLite files."""
+
+    grpc_target: str
+    app_name: str
+    secret: str
+    db_root: Path
+
+    def metadata(self, session_id: str | None = None) -> tuple[tuple[str, str], ...]:
+        from services.engine.ray_stack import EngineStack
+
+        return EngineStack(self.grpc_target, self.app_name, self.secret).metadata(session_id)
+
+
 def _gateway(engine, **overrides):
     from services.gateway.app import GatewayServer
     from services.gateway.settings import GatewaySettings
 
+    overrides = {"engine_capacity": MAX_ATTACHED * NUM_REPLICAS, "sqlite_roots": [engine.db_root],
+                 "engine_secret": engine.secret, **overrides}
     settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_target=engine.grpc_target,
                                engine_app=engine.app_name, tokens=TOKENS, reconnect_timeout_s=90, **overrides)
     server = GatewayServer(settings).start()
@@ -47,13 +66,17 @@ def serve_engine(tmp_path_factory):
     pytest.importorskip("ray")
     from headstart.config import EngineSettings
     from services.engine.ray_stack import start_engine, start_ray, stop_engine
+    from tests.tenant_dbs import make_tenant_dbs
 
     ray_dir = Path(tempfile.mkdtemp(prefix="hsr", dir="/tmp"))  # short: Ray's socket paths
     start_ray(ray_dir, num_cpus=2)
     settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
                               p0_cache_dir=tmp_path_factory.mktemp("serve-p0"))
+    db_root = make_tenant_dbs(tmp_path_factory.mktemp("tenant-dbs"))
     try:
-        yield start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED)
+        engine = start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED,
+                              catalogue={"sqlite_roots": [str(db_root)]})
+        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root)
     finally:
         stop_engine()
         shutil.rmtree(ray_dir, ignore_errors=True)

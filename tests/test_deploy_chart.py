@@ -13,7 +13,7 @@ EXPECTED_DEFAULT = {
     ("gateway", "Deployment"), ("gateway", "Service"), ("gateway", "HorizontalPodAutoscaler"),
     ("gateway", "PodDisruptionBudget"), ("gateway", "ConfigMap"), ("gateway", "Secret"),
     ("gateway", "NetworkPolicy"),
-    ("engine", "RayService"), ("engine", "NetworkPolicy"),
+    ("engine", "RayService"), ("engine", "NetworkPolicy"), ("engine-secret", "Secret"),
     ("tablecache", "Deployment"), ("tablecache", "Service"), ("tablecache", "ConfigMap"),
     ("tablecache", "NetworkPolicy"), ("tablecache-register", "Job"), ("tablecache-register", "Secret"),
     ("tablecache-register", "NetworkPolicy"),

@@ -210,3 +210,29 @@ def test_gpu_requests_follow_gpus_per_replica():
     assert "nvidia.com/gpu" not in head["resources"].get("limits", {})
     cache = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "tablecache")
     assert cache.obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def _secret_ref(container: dict, env_name: str) -> dict | None:
+    for env in container.get("env", []):
+        if env["name"] == env_name:
+            return env.get("valueFrom", {}).get("secretKeyRef")
+    return None
+
+
+@pytest.mark.parametrize("sets, name", [((), "headstart-engine-secret"),
+                                        (("engine.auth.existingSecret=my-engine-secret",), "my-engine-secret")])
+def test_gateway_and_every_ray_pod_read_one_engine_secret(sets, name):
+    """The gateway sends the engine secret (services/engine/guard.py) that every replica checks:
+    both read it from the same Secret key, never from a literal; a generated one is rendered."""
+    objects = render(sets)
+    gateway = [c for o in objects if o.kind == "Deployment" and component_of(o) == "gateway" for _, c in containers(o)]
+    ray = [c for o in objects if o.kind == "RayService" for _, c in containers(o)]
+    assert gateway and ray
+    refs = [_secret_ref(c, "HEADSTART_GATEWAY_ENGINE_SECRET") for c in gateway]
+    refs += [_secret_ref(c, "HEADSTART_ENGINE_SECRET") for c in ray]
+    assert all(r is not None and r["key"] == "secret" for r in refs), refs
+    assert {r["name"] for r in refs} == {name}
+    rendered = [o for o in objects if o.kind == "Secret" and o.obj["metadata"]["name"] == name]
+    assert len(rendered) == (0 if "existingSecret" in " ".join(sets) else 1)
+    if rendered:
+        assert len(base64.b64decode(rendered[0].obj["data"]["secret"])) >= 32

@@ -56,3 +56,37 @@ def test_extract_sql(text: str, sql: str) -> None:
 )
 def test_split_statements(sql: str, statements: list[str]) -> None:
     assert split_statements(sql) == statements
+
+
+# A SELECT in the middle of the text is a subquery or the second half of a
+# compound query: extracting it would score a broken answer as right.
+NOT_FROM_THE_MIDDLE = [
+    ("subquery after a prose label",
+     "Answer: select name from t where id in (SELECT id FROM u)",
+     "select name from t where id in (SELECT id FROM u)"),
+    ("subquery, lower-case outer, upper-case inner on its own line",
+     "The query is select name from t where id in (\nSELECT id FROM u)",
+     "select name from t where id in (\nSELECT id FROM u)"),
+    ("CTE body is not the start", "Answer: with x as (SELECT 1 AS a) select a from x",
+     "with x as (SELECT 1 AS a) select a from x"),
+    ("misspelled first keyword before UNION", "SELEC name FROM a UNION SELECT name FROM b",
+     "SELEC name FROM a UNION SELECT name FROM b"),
+    ("misspelled first keyword before UNION ALL on a new line", "SELEC name FROM a\nUNION ALL\nSELECT name FROM b",
+     "SELEC name FROM a\nUNION ALL\nSELECT name FROM b"),
+    ("misspelled before INTERSECT (parenthesised)", "SELCT a FROM t INTERSECT (SELECT a FROM u)",
+     "SELCT a FROM t INTERSECT (SELECT a FROM u)"),
+    ("misspelled before EXCEPT", "Answer: selct a from t except select a from u",
+     "Answer: selct a from t except select a from u"),
+    ("compound query kept whole", "SELECT a FROM t UNION SELECT a FROM u", "SELECT a FROM t UNION SELECT a FROM u"),
+    ("whole query in parentheses (its closing one stays, as before)", "Answer: (SELECT a FROM t)", "SELECT a FROM t)"),
+    ("prose with before a parenthesised query", "Sure, with pleasure:\n(SELECT a FROM t)", "SELECT a FROM t)"),
+    ("closed prose parentheses", "Here (roughly) it is: SELECT a FROM t", "SELECT a FROM t"),
+    ("prose 'select' before the query", "I will select rows: SELECT a FROM t WHERE b IN (SELECT b FROM u)",
+     "SELECT a FROM t WHERE b IN (SELECT b FROM u)"),
+    ("apostrophe in prose", "Here's the query: SELECT a FROM t", "SELECT a FROM t"),
+]
+
+
+@pytest.mark.parametrize(("text", "sql"), [c[1:] for c in NOT_FROM_THE_MIDDLE], ids=[c[0] for c in NOT_FROM_THE_MIDDLE])
+def test_extract_sql_never_starts_inside_a_statement(text: str, sql: str) -> None:
+    assert extract_sql(text) == sql

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.mark.parametrize("rules", ["spider", "bird"])
+@pytest.mark.parametrize("rules", ["spider", "bird", "spider-official"])
 def test_gold_on_gold_is_100_percent_on_every_database(rules: str) -> None:
     data = load_dataset("spider-dev")
     executor = SqliteExecutor()

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def _replica_of(serve_engine, engine_sid: str) -> engine_pb2.EngineSessionInfo:
     import grpc
 
-    md = (("application", serve_engine.app_name), ("session_id", engine_sid))
+    md = serve_engine.metadata(engine_sid)
     with grpc.insecure_channel(serve_engine.grpc_target) as channel:
         return engine_pb2_grpc.EngineStub(channel).Describe(engine_pb2.EngineSessionRef(session_id=engine_sid),
                                                            metadata=md, timeout=30)

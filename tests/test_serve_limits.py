@@ -70,7 +70,7 @@ def _attached_per_replica(serve_engine) -> dict[str, int]:
     with grpc.insecure_channel(serve_engine.grpc_target) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
         infos = [stub.Describe(engine_pb2.EngineSessionRef(),
-                               metadata=(("application", serve_engine.app_name), ("session_id", f"probe-{i}")))
+                               metadata=serve_engine.metadata(f"probe-{i}"))
                  for i in range(16)]
     return {i.replica: i.num_attached for i in infos}
 
@@ -171,7 +171,7 @@ def test_disconnect_frees_the_replica(serve_stack, serve_engine):
         ws.send(json.dumps({"type": "input", "seq": 1, "text": "How many"}))
         recv_until(ws, {"progress"})
     engine_sid = engine_session_id("alice", sid)
-    md = (("application", serve_engine.app_name), ("session_id", engine_sid))
+    md = serve_engine.metadata(engine_sid)
     with grpc.insecure_channel(serve_engine.grpc_target) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
         end = time.monotonic() + 10

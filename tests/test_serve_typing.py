@@ -124,7 +124,7 @@ def test_complete_with_bad_tables_is_invalid_argument(serve_stack, tables, named
 
 def test_stickiness_through_serve_router(serve_engine):
     """Every call of a session reaches one replica; different sessions spread."""
-    md = lambda sid: (("application", serve_engine.app_name), ("session_id", sid))  # noqa: E731
+    md = lambda sid: serve_engine.metadata(sid)  # noqa: E731
     with grpc.insecure_channel(serve_engine.grpc_target) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
 
@@ -171,7 +171,7 @@ def test_list_databases_and_run(serve_stack):
     headers = {"authorization": "Bearer tok-alice"}
     ok = httpx.post(f"{serve_stack.http_url}/v1/execute", headers=headers,
                     json={"db": "world_1", "sql": "SELECT count(*) FROM country"})
-    assert ok.status_code == 200 and ok.json() == {"columns": ["count(*)"], "rows": [[239]]}
+    assert ok.status_code == 200 and ok.json() == {"columns": ["count(*)"], "rows": [[239]], "truncated": False}
     denied = httpx.post(f"{serve_stack.http_url}/v1/execute", headers=headers,
                         json={"db": "world_1", "sql": "DELETE FROM country"})
     assert denied.status_code == 400 and denied.json()["code"] == "INVALID_ARGUMENT"

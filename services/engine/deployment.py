@@ -21,6 +21,8 @@ from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore
 from services.engine.generate import generation_events
+from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret
+from services.engine.loader import SchemaLoader
 from services.engine.stream import SessionStream, sampling_params
 
 APP_NAME = "headstart-engine"
@@ -39,32 +41,56 @@ ONGOING_HEADROOM = 64
 class EngineDeployment:
     """One engine replica. Method names are the RPC names of `headstart.v1.Engine`."""
 
-    def __init__(self, settings: dict[str, Any], max_attached: int | None = None):
-        self.core = ReplicaCore(EngineSettings(**settings), max_attached)
+    def __init__(self, settings: dict[str, Any], max_attached: int | None = None, secret: str | None = None,
+                 catalogue: dict[str, Any] | None = None):
+        engine_settings = EngineSettings(**settings)
+        self.core = ReplicaCore(engine_settings, max_attached)
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
+        self.guard = EngineGuard(configured_secret(secret), build_catalogue(engine_settings, catalogue))
+        self.loader = SchemaLoader(self.core.runtime.prompt_for)
 
-    async def Session(self, request_stream):  # noqa: N802 (gRPC method name)
-        async for event in SessionStream(self.core, self.replica).run(request_stream):
+    async def _prepare(self, db: str) -> str:
+        """The spec of catalogue name `db`, its schema loaded (raises UnknownDatabase / DatabaseUnavailable)."""
+        spec = self.guard.spec(db)
+        await self.loader.ensure(spec, db)
+        return spec
+
+    async def Session(self, request_stream, grpc_context=None):  # noqa: N802 (gRPC method name)
+        try:
+            self.guard.check(_metadata(grpc_context))
+        except EngineUnauthenticated as exc:
+            yield events.error(exc.code, exc.message)
+            return
+        async for event in SessionStream(self.core, self.replica, self._prepare).run(request_stream):
             yield event
 
-    async def Complete(self, request: engine_pb2.EngineCompleteRequest):  # noqa: N802
+    async def Complete(self, request: engine_pb2.EngineCompleteRequest, grpc_context=None):  # noqa: N802
         tables = list(request.tables) or None  # empty: the whole schema
         try:
+            self.guard.check(_metadata(grpc_context))
+            spec = await self._prepare(request.db)
             params: SamplingParams = sampling_params(request.params)
             gen = await asyncio.to_thread(
-                self.core.runtime.start_complete, request.db, request.question, request.mode or "prefix", params,
+                self.core.runtime.start_complete, spec, request.question, request.mode or "prefix", params,
                 tables=tables)
+        except EngineUnauthenticated as exc:
+            yield events.error(exc.code, exc.message)
+            return
         except Exception as exc:
             yield events.from_exception(exc)
             return
-        decode = self.core.runtime.prompt_for(request.db, tables).decode
+        decode = self.core.runtime.prompt_for(spec, tables).decode
         async for event in generation_events(gen, decode, self.replica, 0):
             yield event
 
-    async def Describe(self, request: engine_pb2.EngineSessionRef) -> engine_pb2.EngineSessionInfo:  # noqa: N802
+    async def Describe(self, request: engine_pb2.EngineSessionRef, grpc_context=None):  # noqa: N802
+        if not _allowed(self.guard, grpc_context):
+            return engine_pb2.EngineSessionInfo()
         return self._info(request.session_id)
 
-    async def CloseSession(self, request: engine_pb2.EngineSessionRef) -> engine_pb2.EngineSessionInfo:  # noqa: N802
+    async def CloseSession(self, request: engine_pb2.EngineSessionRef, grpc_context=None):  # noqa: N802
+        if not _allowed(self.guard, grpc_context):
+            return engine_pb2.EngineSessionInfo()
         self.core.close(request.session_id)
         return self._info(request.session_id)
 
@@ -91,14 +117,52 @@ class EngineDeployment:
 
     def __del__(self):
         try:
+            self.loader.shutdown()
             self.core.shutdown()
         except Exception:
             pass
 
 
+def _metadata(grpc_context) -> list[tuple[str, str]]:
+    return list(grpc_context.invocation_metadata()) if grpc_context is not None else []
+
+
+def _allowed(guard: EngineGuard, grpc_context) -> bool:
+    """Unary calls: False after setting an UNAUTHENTICATED status on the context.
+
+    NOTE: the status must be set and the call must *return*: Serve's proxy
+    copies a returned call's context code to the client, but turns a raised
+    exception into INTERNAL."""
+    try:
+        guard.check(_metadata(grpc_context))
+        return True
+    except EngineUnauthenticated as exc:
+        if grpc_context is None:
+            raise
+        import grpc
+
+        grpc_context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+        grpc_context.set_details(exc.message)
+        return False
+
+
+def build_catalogue(settings: EngineSettings, config: dict[str, Any] | None):
+    """The replica's catalogue: from `config` (Catalogue's keyword arguments) or the environment."""
+    from headstart.schema.catalogue import Catalogue
+
+    if config is None:
+        return Catalogue.from_env(settings.spider_dir)
+    return Catalogue(**{"spider_dir": settings.spider_dir, **config})
+
+
 def engine_app(settings: EngineSettings, num_replicas: int = 2, max_attached: int | None = None,
-               num_cpus: float = 0.0, num_gpus: float = 0.0):
-    """The bound Serve application: `num_replicas` sticky replicas of the engine."""
+               num_cpus: float = 0.0, num_gpus: float = 0.0, secret: str | None = None,
+               catalogue: dict[str, Any] | None = None):
+    """The bound Serve application: `num_replicas` sticky replicas of the engine.
+
+    `secret`: what callers must send (see services/engine/guard.py; None: the
+    replica's environment). `catalogue`: Catalogue keyword arguments (None: the
+    replica's environment, `Catalogue.from_env`)."""
     max_attached = max_attached or settings.max_sessions
     deployment = EngineDeployment.options(
         num_replicas=num_replicas,
@@ -111,4 +175,4 @@ def engine_app(settings: EngineSettings, num_replicas: int = 2, max_attached: in
             request_router_kwargs={"num_fallback_replicas": 0},
         ),
     )
-    return deployment.bind(settings.model_dump(), max_attached)
+    return deployment.bind(settings.model_dump(), max_attached, secret, catalogue)

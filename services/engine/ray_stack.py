@@ -10,17 +10,26 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from headstart.config import EngineSettings
 from services.engine.deployment import APP_NAME, SERVICER_FUNCTIONS, engine_app
+from services.engine.guard import SECRET_METADATA_KEY, configured_secret, generate_secret
+from services.engine.loopback import SETUP_HOOK
 
 
 @dataclass(frozen=True)
 class EngineStack:
     grpc_target: str  # host:port of Serve's gRPC proxy
     app_name: str = APP_NAME
+    secret: str = field(default="", repr=False)  # what every call must carry (SECRET_METADATA_KEY)
+
+    def metadata(self, session_id: str | None = None) -> tuple[tuple[str, str], ...]:
+        """Metadata of a call to the engine: app, secret and (for routing) the session id."""
+        md = (("application", self.app_name), (SECRET_METADATA_KEY, self.secret))
+        return md + ((("session_id", session_id),) if session_id is not None else ())
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -38,15 +47,24 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> None:
     temp_dir.mkdir(parents=True, exist_ok=True)
     if len(str(temp_dir)) > 60:
         raise ValueError(f"Ray temp dir {temp_dir} is too long for unix socket paths (keep it under 60 chars)")
+    # NOTE: _node_ip_address keeps Ray's own ports (GCS, raylet, object
+    # manager, workers) on loopback: a local stack has no other node to reach;
+    # the setup hook does the same for Serve's gRPC servers (services/engine/loopback.py).
     ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
-             ignore_reinit_error=True, log_to_driver=False)
+             ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
+             runtime_env={"worker_process_setup_hook": SETUP_HOOK})
 
 
 def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int | None = None,
                  max_attached: int | None = None, num_cpus: float = 0.0, num_gpus: float = 0.0,
-                 host: str = "127.0.0.1") -> EngineStack:
+                 host: str = "127.0.0.1", secret: str | None = None,
+                 catalogue: dict[str, Any] | None = None) -> EngineStack:
     """Start Serve (gRPC proxy on `grpc_port`, HTTP proxy on a free loopback
-    port) and deploy the engine app; blocks until the replicas are ready."""
+    port) and deploy the engine app; blocks until the replicas are ready.
+
+    `secret`: the engine secret (default: $HEADSTART_ENGINE_SECRET, else a
+    fresh one); `catalogue`: Catalogue keyword arguments (default: the
+    environment's, see headstart.schema.catalogue)."""
     from ray import serve
     from ray.serve.config import gRPCOptions
 
@@ -55,9 +73,10 @@ def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int
         http_options={"host": "127.0.0.1", "port": free_port()},
         grpc_options=gRPCOptions(port=grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS),
     )
-    app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus)
+    secret = configured_secret(secret) or generate_secret()
+    app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus, secret, catalogue)
     serve.run(app, name=APP_NAME, route_prefix="/" + APP_NAME, blocking=False)
-    stack = EngineStack(f"{host}:{grpc_port}")
+    stack = EngineStack(f"{host}:{grpc_port}", secret=secret)
     wait_ready(stack)
     return stack
 
@@ -73,7 +92,7 @@ def wait_ready(stack: EngineStack, timeout_s: float = 60.0) -> None:
         stub = engine_pb2_grpc.EngineStub(channel)
         while True:
             try:
-                stub.Describe(engine_pb2.EngineSessionRef(), metadata=[("application", stack.app_name)], timeout=5)
+                stub.Describe(engine_pb2.EngineSessionRef(), metadata=stack.metadata(), timeout=5)
                 return
             except grpc.RpcError as exc:
                 if time.monotonic() > deadline:

@@ -11,7 +11,8 @@ edited after Enter), and so does the end of the stream (the client left).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Callable
 
 from headstart.engine.generation import SamplingParams
 from headstart.engine.session import Session
@@ -37,8 +38,9 @@ def sampling_params(proto: types_pb2.SamplingParams, default_max_new: int = DEFA
 class SessionStream:
     """Serves one `Engine.Session` call on a replica."""
 
-    def __init__(self, core: ReplicaCore, replica: str):
+    def __init__(self, core: ReplicaCore, replica: str, prepare: Callable[[str], Awaitable[str]] | None = None):
         self.core, self.replica = core, replica
+        self._prepare = prepare  # catalogue name -> loaded spec (None: the name is the spec)
         self._out: asyncio.Queue = asyncio.Queue()
         self._session: Session | None = None
         self._gen_task: asyncio.Task | None = None
@@ -88,7 +90,8 @@ class SessionStream:
 
     async def _attach(self, attach: engine_pb2.Attach) -> bool:
         try:
-            result = await asyncio.to_thread(self.core.attach, attach.session_id, attach.db, attach.policy or "headstart")
+            spec = await self._prepare(attach.db) if self._prepare is not None else attach.db
+            result = await asyncio.to_thread(self.core.attach, attach.session_id, spec, attach.policy or "headstart")
         except Exception as exc:
             self._post(events.from_exception(exc, attach.seq))
             return False

@@ -8,6 +8,7 @@ gRPC server on one event loop.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -20,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from headstart.client.errors import ApiError
 from services.gateway.grpc_server import start_grpc_server
+from services.gateway.openai_api import build_openai_router
 from services.gateway.rest import build_router, error_response
 from services.gateway.service import GatewayService
 from services.gateway.settings import GatewaySettings
@@ -51,9 +53,17 @@ def create_app(settings: GatewaySettings, service: GatewayService | None = None)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError):
+        service.metrics.errors.labels("rest", exc.code).inc()
         return error_response(exc)
 
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception):  # a bug: still a JSON error, counted
+        logging.getLogger(__name__).exception("REST request failed")
+        service.metrics.errors.labels("rest", "INTERNAL").inc()
+        return error_response(ApiError("INTERNAL", type(exc).__name__))
+
     app.include_router(build_router(service))
+    app.include_router(build_openai_router(service))  # /v1/models, /v1/chat/completions, /v1/completions
 
     @app.websocket("/v1/sessions/ws")
     async def ws_endpoint(ws: WebSocket):

@@ -39,9 +39,11 @@ class EngineLink:
     def __init__(self, stub: engine_pb2_grpc.EngineStub, app_name: str, engine_session_id: str, db: str,
                  policy: str, latest: Callable[[], tuple[int, str]],
                  on_event: Callable[[engine_pb2.EngineEvent], None],
-                 on_ack_rtt: Callable[[float], None] = lambda s: None, reconnect_timeout_s: float = 60.0):
+                 on_ack_rtt: Callable[[float], None] = lambda s: None, reconnect_timeout_s: float = 60.0,
+                 extra_metadata: tuple[tuple[str, str], ...] = ()):
         self.stub, self.db, self.policy = stub, db, policy
-        self.metadata = (("application", app_name), ("session_id", engine_session_id))
+        # extra_metadata: the engine secret (services/engine/guard.py)
+        self.metadata = (("application", app_name), ("session_id", engine_session_id), *extra_metadata)
         self.engine_session_id = engine_session_id
         self._latest, self._on_event, self._on_ack_rtt = latest, on_event, on_ack_rtt
         self.reconnect_timeout_s = reconnect_timeout_s

@@ -16,8 +16,10 @@ from grpc_reflection.v1alpha import reflection
 
 from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status
 from headstart.v1 import engine_pb2, headstart_pb2, headstart_pb2_grpc, types_pb2
+from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked
 from services.gateway.limits import RateLimiter
 from services.gateway.service import GatewayService
+from services.gateway.sessions import TAKEN_OVER
 
 EDGE = "grpc"
 SERVICE_NAME = headstart_pb2.DESCRIPTOR.services_by_name["Headstart"].full_name
@@ -55,27 +57,31 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
     async def Type(self, request_iterator, context):  # noqa: N802
         try:
             tenant = self._tenant(context)
-            first = await anext(aiter(request_iterator), None)
-            if first is None or first.WhichOneof("kind") != "open":
-                raise ApiError("INVALID_ARGUMENT", "the first message of Type must be open")
+            first = await self._first(request_iterator)
             sid = first.open.session_id
             session = self.service.get(tenant, sid) if sid else await self.service.open(tenant, first.open.db, True)
         except ApiError as exc:
             await self._abort(context, exc)
             return
-        if sid:
-            session.events = asyncio.Queue()
+        # A session has one listener: attaching takes it over (the previous stream gets SESSION_MOVED).
+        events = session.attach_listener() if sid else session.listener
         yield headstart_pb2.TypeResponse(ready=headstart_pb2.Ready(session_id=session.session_id, db=session.db))
         pending = _Pending()
-        reader = asyncio.create_task(self._read(request_iterator, session, pending))
-        input_done = False
+        reader = asyncio.create_task(self._read(request_iterator, session, pending, events))
+        input_done = taken_over = False
         try:
             # Runs until the client half-closes and no submit awaits its result.
             while not (input_done and not pending.seq):
-                event = await session.events.get()
+                event = await events.get()
                 if event is _INPUT_DONE:
                     input_done = True
                     continue
+                if event is TAKEN_OVER:
+                    taken_over = True
+                    self.service.metrics.errors.labels(EDGE, "SESSION_MOVED").inc()
+                    yield headstart_pb2.TypeResponse(error=types_pb2.Error(
+                        code="SESSION_MOVED", message="another connection attached to this session"))
+                    return
                 kind = event.WhichOneof("kind")
                 if kind == "result" or (kind == "error" and event.error.seq == pending.seq):
                     pending.seq = 0
@@ -86,7 +92,10 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
                     yield response
         finally:
             reader.cancel()
-            if session.ephemeral:
+            session.detach_listener(events)
+            if taken_over:
+                pass  # the session goes on with its new connection
+            elif session.ephemeral:
                 try:
                     await self.service.close(session.tenant, session.session_id)
                 except ApiError:
@@ -94,13 +103,27 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
             elif session.link is not None:
                 await session.link.cancel_generation()
 
-    async def _read(self, request_iterator, session, pending: "_Pending") -> None:
+    async def _first(self, request_iterator):
+        """The open message, within type_open_timeout_s (a stream that never opens is not held)."""
+        timeout = self.service.settings.type_open_timeout_s
+        try:
+            first = await asyncio.wait_for(anext(aiter(request_iterator), None), timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ApiError("INVALID_ARGUMENT", f"no open message within {timeout:g} s") from None
+        first = checked(first)
+        if first is None or first.WhichOneof("kind") != "open":
+            raise ApiError("INVALID_ARGUMENT", "the first message of Type must be open")
+        return first
+
+    async def _read(self, request_iterator, session, pending: "_Pending", events: asyncio.Queue) -> None:
         limiter = RateLimiter(self.service.settings.rate_per_s, self.service.settings.rate_burst)
         try:
             async for request in request_iterator:
-                kind = request.WhichOneof("kind")
-                self.service.metrics.messages.labels(EDGE, kind or "other").inc()
+                kind = None
                 try:
+                    request = checked(request)
+                    kind = request.WhichOneof("kind")
+                    self.service.metrics.messages.labels(EDGE, kind or "other").inc()
                     limiter.take()
                     if kind == "input":
                         await self.service.input(session, request.input.seq, request.input.text)
@@ -114,16 +137,18 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
                     if kind == "submit":
                         pending.seq = 0
                     self.service.metrics.errors.labels(EDGE, exc.code).inc()
-                    session.deliver(_error_event(exc))
+                    events.put_nowait(_error_event(exc))
         finally:
-            session.events.put_nowait(_INPUT_DONE)
+            events.put_nowait(_INPUT_DONE)
 
     async def Complete(self, request, context):  # noqa: N802
         try:
-            self._tenant(context)
+            tenant = self._tenant(context)
+            request = checked(request)
             params = request.params
-            async for event in self.service.complete(request.db, request.question, params.max_new_tokens or None,
-                                                     request.mode or "prefix", list(request.tables)):
+            async for event in self.service.complete(tenant, request.db, request.question,
+                                                     params.max_new_tokens or None, request.mode or "prefix",
+                                                     list(request.tables)):
                 kind = event.WhichOneof("kind")
                 if kind == "error":
                     raise ApiError(event.error.code, event.error.message)
@@ -134,14 +159,16 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
 
     async def OpenSession(self, request, context):  # noqa: N802
         try:
-            session = await self.service.open(self._tenant(context), request.db, ephemeral=False)
+            tenant = self._tenant(context)
+            session = await self.service.open(tenant, checked(request).db, ephemeral=False)
         except ApiError as exc:
             await self._abort(context, exc)
         return headstart_pb2.OpenSessionResponse(session_id=session.session_id, db=session.db)
 
     async def CloseSession(self, request, context):  # noqa: N802
         try:
-            await self.service.close(self._tenant(context), request.session_id)
+            tenant = self._tenant(context)
+            await self.service.close(tenant, checked(request).session_id)
         except ApiError as exc:
             await self._abort(context, exc)
         return headstart_pb2.CloseSessionResponse()
@@ -160,8 +187,10 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
 async def start_grpc_server(service: GatewayService, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """Start the public server on the running loop; returns it and its bound port."""
     limit = service.settings.max_message_bytes
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
-    headstart_pb2_grpc.add_HeadstartServicer_to_server(HeadstartServicer(service), server)
+    # NOTE: the transport takes up to WIRE_CEILING so that the servicer answers
+    # MESSAGE_TOO_LARGE with its trailer for anything above max_message_bytes.
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max(limit, WIRE_CEILING))])
+    add_headstart_servicer(HeadstartServicer(service), server, limit)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection((SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,

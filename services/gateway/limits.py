@@ -1,4 +1,5 @@
-"""Edge limits: message size, text length, messages per second per connection."""
+"""Edge limits: message size, text length, messages per second per connection,
+work (characters to prefill) per second per tenant."""
 
 from __future__ import annotations
 
@@ -29,6 +30,42 @@ class RateLimiter:
         if not self.can_take():
             raise ApiError("RATE_LIMITED", f"more than {self.rate:g} messages/s on this connection")
         self._tokens -= 1.0
+
+    def take_cost(self, cost: float) -> bool:
+        """Spend `cost` tokens if the bucket holds them (a cost above `burst` needs a full bucket)."""
+        self.can_take()
+        if self._tokens < min(cost, self.burst):
+            return False
+        self._tokens -= cost
+        return True
+
+
+class TenantWorkBudget:
+    """Per tenant, a bucket of characters the engine must prefill: `rate` per
+    second sustained, `burst` at once. Shared by all of a tenant's
+    connections, so ten connections each at their message limit still spend
+    one budget; a message costs the text it adds, not one unit."""
+
+    def __init__(self, rate: float, burst: int, clock=time.monotonic):
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._buckets: dict[str, RateLimiter] = {}
+
+    def spend(self, tenant: str, chars: int) -> None:
+        """Raise ApiError(RATE_LIMITED) when `tenant` has not got `chars` left."""
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            bucket = self._buckets[tenant] = RateLimiter(self.rate, self.burst, self.clock)
+        if not bucket.take_cost(max(1, chars)):
+            raise ApiError("RATE_LIMITED", f"this tenant's work is over {self.rate:g} characters/s")
+
+
+def new_chars(previous: str, text: str) -> int:
+    """Characters of `text` past its common prefix with `previous` (what a snapshot makes the engine prefill)."""
+    n = min(len(previous), len(text))
+    i = 0
+    while i < n and previous[i] == text[i]:
+        i += 1
+    return len(text) - i
 
 
 def check_size(num_bytes: int, limit: int) -> None:

@@ -21,6 +21,11 @@ class GatewayMetrics:
         self.ttft = Histogram("headstart_gateway_ttft_ms", "engine TTFT of submits",
                               buckets=TTFT_BUCKETS, registry=self.registry)
         self.sessions = Gauge("headstart_gateway_sessions", "open sessions", registry=self.registry)
+        self.disconnects = Counter("headstart_gateway_client_disconnects",
+                                   "requests whose client left before the answer (generation cancelled)",
+                                   ["edge"], registry=self.registry)
+        self.completions = Counter("headstart_gateway_completions", "one-shot completions by how they ended",
+                                   ["outcome"], registry=self.registry)
         self.reconnects = Counter("headstart_gateway_engine_reconnects", "engine streams reopened", registry=self.registry)
 
         # Raw recent samples for in-process benchmarks (the histogram only has buckets).

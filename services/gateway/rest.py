@@ -5,6 +5,8 @@ Errors are JSON `{"code": ..., "message": ...}` with the code's HTTP status.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 from fastapi import APIRouter, Request
@@ -31,6 +33,8 @@ def build_router(service: GatewayService) -> APIRouter:
             data = json.loads(raw or b"{}")
         except ValueError as exc:
             raise ApiError("INVALID_ARGUMENT", f"malformed JSON: {exc}") from exc
+        except RecursionError:  # deeply nested arrays/objects
+            raise ApiError("INVALID_ARGUMENT", "malformed JSON: nested too deeply") from None
         if not isinstance(data, dict):
             raise ApiError("INVALID_ARGUMENT", "the body must be a JSON object")
         return data
@@ -63,23 +67,49 @@ def build_router(service: GatewayService) -> APIRouter:
 
     @router.post("/v1/complete")
     async def complete(request: Request):
-        tenant(request)
+        who = tenant(request)
         data = await body(request)
-        result = None
-        async for event in service.complete(data.get("db"), data.get("question"), data.get("max_new_tokens"),
-                                            data.get("mode", "prefix"), data.get("tables")):
-            if event.WhichOneof("kind") == "error":
-                raise ApiError(event.error.code, event.error.message)
-            if event.WhichOneof("kind") == "result":
-                result = event.result
-        r = result
+
+        async def generate():
+            result = None
+            async for event in service.complete(who, data.get("db"), data.get("question"),
+                                                data.get("max_new_tokens"), data.get("mode", "prefix"),
+                                                data.get("tables")):
+                if event.WhichOneof("kind") == "error":
+                    raise ApiError(event.error.code, event.error.message)
+                if event.WhichOneof("kind") == "result":
+                    result = event.result
+            if result is None:
+                raise ApiError("UNAVAILABLE", "the engine ended the completion without a result")
+            return result
+
+        # The client may leave before the answer: then stop generating (WebSocket and gRPC do the same).
+        work, gone = asyncio.create_task(generate()), asyncio.create_task(_disconnected(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+                service.metrics.disconnects.labels(EDGE).inc()
+                with contextlib.suppress(asyncio.CancelledError, ApiError):
+                    await work
+        if work.cancelled():
+            return Response(status_code=499)  # nobody reads it: the client is gone
+        r = work.result()
         return {"sql": r.sql, "text": r.text, "token_ids": list(r.token_ids), "ttft_ms": r.ttft_ms,
                 "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens, "finish_reason": r.finish_reason}
 
     @router.post("/v1/execute")
     async def execute(request: Request):
-        tenant(request)
+        who = tenant(request)
         data = await body(request)
-        return await service.execute(str(data.get("db", "")), data.get("sql"))
+        return await service.execute(who, data.get("db"), data.get("sql"))
 
     return router
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body was read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

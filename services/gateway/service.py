@@ -7,22 +7,43 @@ All methods run on the gateway's one event loop. Typed failures are
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
 from collections.abc import AsyncIterator
 
 import grpc
 
 from headstart.client.errors import ApiError
+from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
+from services.engine.guard import SECRET_METADATA_KEY, configured_secret
 from services.gateway.auth import Authenticator
-from services.gateway.databases import DatabaseInfo, list_spider_databases, run_read_only
+from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, run_read_only, sqlite_file
 from services.gateway.engine_link import EngineLink
-from services.gateway.limits import check_seq, check_tables, check_text
+from services.gateway.limits import check_seq, check_tables, check_text, new_chars
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.sessions import GatewaySession, SessionRegistry, engine_session_id
 from services.gateway.settings import GatewaySettings
+from services.gateway.tenancy import TenantQuotas
 
+log = logging.getLogger(__name__)
 MODES = ("prefix", "cold")
-MAX_DB_CHARS = 512
+OPEN_ATTEMPTS = 12  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
+RUN_THREADS = 8
+RUN_NICENESS = 10
+
+
+def _lower_thread_priority() -> None:
+    """Run threads yield the CPU to the event loop (and to the engine on a shared machine).
+
+    Linux niceness is per thread: a CPU-bound Run then cannot slow every
+    other tenant's requests, only other Runs."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RUN_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not permitted: run at normal priority
+        pass
 
 
 class GatewayService:
@@ -30,21 +51,45 @@ class GatewayService:
         self.settings = settings
         self.metrics = metrics or GatewayMetrics()
         self.auth = Authenticator(settings.tokens)
-        self.sessions = SessionRegistry(settings.max_sessions_per_tenant)
+        self.quotas = TenantQuotas(settings)
+        self.sessions = SessionRegistry(self.quotas.session_share)
+        self.catalogue = Catalogue.from_env(settings.spider_dir, extra_roots=settings.sqlite_roots)
+        secret = configured_secret(settings.engine_secret) or ""
+        self._engine_md = (("application", settings.engine_app), (SECRET_METADATA_KEY, secret))
         self._channel: grpc.aio.Channel | None = None
         self._stub: engine_pb2_grpc.EngineStub | None = None
         self._databases: list[DatabaseInfo] | None = None
+        self._runs = concurrent.futures.ThreadPoolExecutor(RUN_THREADS, thread_name_prefix="headstart-run",
+                                                           initializer=_lower_thread_priority)
+        self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Open the channel to Serve's gRPC proxy (call on the serving loop)."""
         self._channel = grpc.aio.insecure_channel(self.settings.engine_target)
         self._stub = engine_pb2_grpc.EngineStub(self._channel)
+        self._reaper = asyncio.create_task(self._reap_idle_sessions())
 
     async def stop(self) -> None:
-        for tenant, sid in [(s.tenant, s.session_id) for s in list(self.sessions._sessions.values())]:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for tenant, sid in [(s.tenant, s.session_id) for s in self.sessions.all()]:
             await self.close(tenant, sid, free_engine=False)
         if self._channel is not None:
             await self._channel.close()
+        self._runs.shutdown(wait=False, cancel_futures=True)
+
+    async def _reap_idle_sessions(self) -> None:
+        """Close sessions opened by REST/gRPC OpenSession that nobody used for session_idle_s."""
+        period = min(30.0, max(0.05, self.settings.session_idle_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            for session in self.sessions.all():
+                if not session.ephemeral and session.idle_for() > self.settings.session_idle_s:
+                    log.info("closing idle session %s of %s", session.session_id, session.tenant)
+                    try:
+                        await self.close(session.tenant, session.session_id)
+                    except ApiError:
+                        pass
 
     # -- sessions -----------------------------------------------------------
 
@@ -54,13 +99,24 @@ class GatewayService:
         Raises:
             ApiError: INVALID_ARGUMENT, NOT_FOUND (unknown db), RESOURCE_EXHAUSTED.
         """
-        if not isinstance(db, str) or not db.strip() or len(db) > MAX_DB_CHARS:
-            raise ApiError("INVALID_ARGUMENT", "db must be a non-empty database id")
+        lookup(self.catalogue, db)
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                return await self._open_once(tenant, db, ephemeral)
+            except ApiError as exc:
+                if exc.code != "RESOURCE_EXHAUSTED" or attempt == OPEN_ATTEMPTS - 1 \
+                        or self.sessions.count(tenant) >= self.quotas.session_share:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _open_once(self, tenant: str, db: str, ephemeral: bool) -> GatewaySession:
         session = self.sessions.create(tenant, db, ephemeral)
+        if ephemeral:
+            session.attach_listener()  # its connection listens from the first event on
         link = EngineLink(
             self._stub, self.settings.engine_app, engine_session_id(tenant, session.session_id), db,
             self.settings.policy, session.latest, lambda ev: self._deliver(session, ev),
-            self.metrics.observe_rtt, self.settings.reconnect_timeout_s,
+            self.metrics.observe_rtt, self.settings.reconnect_timeout_s, extra_metadata=self._engine_md[1:],
         )
         try:
             await link.start()
@@ -98,6 +154,10 @@ class GatewayService:
         ref = engine_pb2.EngineSessionRef(session_id=engine_session_id(session.tenant, session.session_id))
         return await self._stub.Describe(ref, metadata=session.link.metadata, timeout=10)
 
+    def engine_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What this gateway sends the engine on every call (application, secret)."""
+        return self._engine_md
+
     # -- typing -------------------------------------------------------------
 
     async def input(self, session: GatewaySession, seq: object, text: object) -> bool:
@@ -106,6 +166,8 @@ class GatewayService:
         self._check_link(session)
         if not session.accept(seq):
             return False
+        self.quotas.work.spend(session.tenant, new_chars(session.text, text))
+        session.touch()
         session.seq, session.text = seq, text
         await session.link.send_snapshot(seq, text)
         return True
@@ -116,6 +178,8 @@ class GatewayService:
         if seq < session.seq:
             raise ApiError("STALE_SEQUENCE", f"submit seq {seq} is older than snapshot {session.seq}")
         params = self.params(max_new_tokens)
+        self.quotas.work.spend(session.tenant, new_chars(session.text, text))
+        session.touch()
         session.seq, session.text, session.submitted_seq = seq, text, seq
         await session.link.send_submit(seq, text, params)
 
@@ -129,40 +193,58 @@ class GatewayService:
 
     # -- stateless ----------------------------------------------------------
 
-    async def complete(self, db: str, question: object, max_new_tokens: object = None,
-                       mode: str = "prefix", tables: object = None) -> AsyncIterator[engine_pb2.EngineEvent]:
+    async def complete(self, tenant: str, db: str, question: object, max_new_tokens: object = None,
+                       mode: str = "prefix", tables: object = None,
+                       sampling: types_pb2.SamplingParams | None = None) -> AsyncIterator[engine_pb2.EngineEvent]:
         """Tokens events then a Result (or one Error) from any replica.
 
         `tables` (None or []: the whole schema) prompts with those tables of
         `db` in that order; a name the database lacks comes back as an Error
-        event with INVALID_ARGUMENT from the replica.
+        event with INVALID_ARGUMENT from the replica. `sampling` (temperature,
+        top_p, seed; greedy when absent) is checked by the replica.
         """
         question = check_text(question, self.settings.max_text_chars)
         if mode not in MODES:
             raise ApiError("INVALID_ARGUMENT", f"mode must be one of {', '.join(MODES)}")
-        if not isinstance(db, str) or not db.strip() or len(db) > MAX_DB_CHARS:
-            raise ApiError("INVALID_ARGUMENT", "db must be a non-empty database id")
+        lookup(self.catalogue, db)
         tables = check_tables(tables)
-        request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=self.params(max_new_tokens),
+        params = self.params(max_new_tokens)
+        if sampling is not None:
+            params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
+        request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=params,
                                                    mode=mode, tables=tables or [])
-        call = self._stub.Complete(request, metadata=(("application", self.settings.engine_app),))
-        try:
-            async for event in call:
-                yield event
-        except grpc.aio.AioRpcError as exc:
-            raise ApiError("UNAVAILABLE", f"engine: {exc.details()}") from exc
-        finally:
-            call.cancel()
+        async with self.quotas.completes.slot(tenant):
+            self.quotas.work.spend(tenant, len(question))
+            call = self._stub.Complete(request, metadata=self._engine_md)
+            outcome = "error"
+            try:
+                async for event in call:
+                    yield event
+                outcome = "done"
+            except asyncio.CancelledError:
+                outcome = "cancelled"  # the client left (REST disconnect, gRPC cancel)
+                raise
+            except grpc.aio.AioRpcError as exc:
+                raise ApiError("UNAVAILABLE", f"engine: {exc.details()}") from exc
+            finally:
+                call.cancel()
+                self.metrics.completions.labels(outcome).inc()
 
     def list_databases(self) -> list[DatabaseInfo]:
         if self._databases is None:
-            self._databases = list_spider_databases(self.settings.spider_dir)
+            self._databases = list_catalogue(self.catalogue)
         return self._databases
 
-    async def execute(self, db: str, sql: object) -> dict:
+    async def execute(self, tenant: str, db: object, sql: object) -> dict:
+        """A bounded read-only Run on a catalogue database, in the tenant's Run slots."""
         sql = check_text(sql, self.settings.max_text_chars)
-        return await asyncio.to_thread(run_read_only, db, sql, self.settings.execute_row_limit,
-                                       self.settings.execute_timeout_s, self.settings.spider_dir)
+        path = sqlite_file(self.catalogue, lookup(self.catalogue, db))
+        s = self.settings
+        limits = RunLimits(s.execute_row_limit, s.execute_cell_bytes, s.execute_total_bytes, s.execute_value_bytes,
+                           s.execute_timeout_s)
+        async with self.quotas.executes.slot(tenant):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._runs, run_read_only, path, sql, limits)
 
     @staticmethod
     def _check_link(session: GatewaySession) -> None:

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from dataclasses import dataclass, field
 
 from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2
+
+
+# Put in a listener's queue when another connection attached to its session:
+# the edge tells its client (SESSION_MOVED) and ends, instead of both sharing one queue.
+TAKEN_OVER = object()
 
 
 def engine_session_id(tenant: str, session_id: str) -> str:
@@ -23,7 +29,7 @@ def engine_session_id(tenant: str, session_id: str) -> str:
 
 @dataclass
 class GatewaySession:
-    """One session. `events` is the queue of the edge connection attached to it."""
+    """One session. `listener` is the event queue of the one edge connection attached to it."""
 
     session_id: str
     tenant: str
@@ -32,8 +38,29 @@ class GatewaySession:
     seq: int = 0
     text: str = ""
     link: object | None = None  # EngineLink, set once the engine attached
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    listener: asyncio.Queue | None = None
     submitted_seq: int = 0
+    last_active: float = field(default_factory=time.monotonic)
+
+    def attach_listener(self) -> asyncio.Queue:
+        """A fresh queue for a connection; the previous one (if any) gets TAKEN_OVER."""
+        previous, self.listener = self.listener, asyncio.Queue()
+        if previous is not None:
+            previous.put_nowait(TAKEN_OVER)
+        self.touch()
+        return self.listener
+
+    def detach_listener(self, queue: asyncio.Queue) -> None:
+        if self.listener is queue:
+            self.listener = None
+        self.touch()
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since the last message, or 0 while a connection is attached."""
+        return 0.0 if self.listener is not None else time.monotonic() - self.last_active
 
     def accept(self, seq: int) -> bool:
         """True when `seq` is newer than the last accepted snapshot (else: reordered, ignored)."""
@@ -43,7 +70,9 @@ class GatewaySession:
         return self.seq, self.text
 
     def deliver(self, event: engine_pb2.EngineEvent) -> None:
-        self.events.put_nowait(event)
+        """To the attached connection; with none attached the event is dropped (nobody reads it)."""
+        if self.listener is not None:
+            self.listener.put_nowait(event)
 
 
 class SessionRegistry:
@@ -55,7 +84,7 @@ class SessionRegistry:
 
     def create(self, tenant: str, db: str, ephemeral: bool) -> GatewaySession:
         if self.count(tenant) >= self.max_per_tenant:
-            raise ApiError("RESOURCE_EXHAUSTED", f"tenant has {self.max_per_tenant} open sessions")
+            raise ApiError("RESOURCE_EXHAUSTED", f"this tenant has its share of {self.max_per_tenant} open sessions")
         session = GatewaySession(uuid.uuid4().hex, tenant, db, ephemeral)
         self._sessions[(tenant, session.session_id)] = session
         return session
@@ -72,3 +101,6 @@ class SessionRegistry:
 
     def count(self, tenant: str | None = None) -> int:
         return sum(1 for t, _ in self._sessions if tenant is None or t == tenant)
+
+    def all(self) -> list[GatewaySession]:
+        return list(self._sessions.values())

@@ -32,3 +32,22 @@ class GatewaySettings(BaseSettings):
     execute_row_limit: int = Field(20, ge=1, description="rows returned by the page's read-only Run")
     execute_timeout_s: float = Field(5.0, gt=0)
     spider_dir: Path | None = Field(None, description="Spider data dir (default ../shared/data/spider)")
+    # -- tenant safety (README "Security") -----------------------------------
+    engine_secret: str = Field("", repr=False, description="sent to the engine on every call "
+                               "(empty: $HEADSTART_ENGINE_SECRET or the file in $HEADSTART_ENGINE_SECRET_FILE)")
+    sqlite_roots: list[Path] = Field(default_factory=list, description="folders whose SQLite files are served "
+                                     "by name (with $HEADSTART_CATALOGUE_SQLITE_ROOTS)")
+    engine_capacity: int = Field(0, ge=0, description="replicas x sessions per replica; each tenant's session "
+                                 "share is capacity / tenants (0: only max_sessions_per_tenant)")
+    session_idle_s: float = Field(900.0, gt=0, description="a REST/gRPC-opened session nobody is attached to "
+                                  "closes after this long without a message")
+    tenant_chars_per_s: float = Field(1_000.0, gt=0, description="characters to prefill per second per tenant "
+                                      "(all its connections together)")
+    tenant_chars_burst: int = Field(8_000, ge=1, description="characters a tenant may send at once "
+                                    "(two pasted questions of max_text_chars)")
+    completes_per_tenant: int = Field(4, ge=1, description="one-shot completions a tenant may run at once")
+    execute_cell_bytes: int = Field(4096, ge=16, description="a Run cell longer than this is cut (marked)")
+    execute_total_bytes: int = Field(262_144, ge=256, description="a Run stops adding rows past this many bytes")
+    execute_value_bytes: int = Field(1 << 20, ge=1024, description="largest string/blob SQLite may build in a Run")
+    executes_per_tenant: int = Field(2, ge=1, description="Runs (and their waiters: the same again) per tenant")
+    type_open_timeout_s: float = Field(10.0, gt=0, description="a Type stream must send open within this")

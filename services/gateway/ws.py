@@ -18,11 +18,13 @@ from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2
 from services.gateway.limits import RateLimiter, check_size
 from services.gateway.service import GatewayService
+from services.gateway.sessions import TAKEN_OVER
 
 EDGE = "ws"
 log = logging.getLogger(__name__)
 # NOTE: an application close code (4000-4999) tells the page why it was dropped.
-CLOSE_CODES = {"UNAUTHENTICATED": 4401, "NOT_FOUND": 4404, "RESOURCE_EXHAUSTED": 4429}
+CLOSE_CODES = {"INVALID_ARGUMENT": 4400, "UNAUTHENTICATED": 4401, "NOT_FOUND": 4404, "SESSION_MOVED": 4409,
+               "RESOURCE_EXHAUSTED": 4429, "RATE_LIMITED": 4429, "UNAVAILABLE": 4503}
 
 
 def event_json(event: engine_pb2.EngineEvent) -> dict | None:
@@ -63,14 +65,25 @@ async def session_socket(ws: WebSocket, service: GatewayService) -> None:
         await ws.send_json(error_json(exc.code, exc.message))
         await ws.close(CLOSE_CODES.get(exc.code, 1011))
         return
-    if sid:
-        session.events = asyncio.Queue()  # a new listener: drop what nobody read
+    # A session has one listener: attaching takes it over (the previous connection is told SESSION_MOVED).
+    events = session.attach_listener() if sid else session.listener
     await ws.send_json({"type": "ready", "session": session.session_id, "db": session.db})
-    sender = asyncio.create_task(_send_events(ws, session))
+    sender = asyncio.create_task(_send_events(ws, events))
+    receiver = asyncio.create_task(_receive(ws, service, session))
     try:
-        await _receive(ws, service, session)
+        await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         sender.cancel()
+        receiver.cancel()
+        session.detach_listener(events)
+        if sender.done() and not sender.cancelled() and sender.exception() is None:  # taken over
+            service.metrics.errors.labels(EDGE, "SESSION_MOVED").inc()
+            try:
+                await ws.send_json(error_json("SESSION_MOVED", "another connection attached to this session"))
+                await ws.close(CLOSE_CODES["SESSION_MOVED"])
+            except Exception:  # the client left meanwhile
+                pass
+            return
         if session.ephemeral:
             try:
                 await service.close(session.tenant, session.session_id)
@@ -80,9 +93,13 @@ async def session_socket(ws: WebSocket, service: GatewayService) -> None:
             await session.link.cancel_generation()  # the client left: its answer is not needed
 
 
-async def _send_events(ws: WebSocket, session) -> None:
+async def _send_events(ws: WebSocket, events: asyncio.Queue) -> None:
+    """Forward events until another connection takes the session over (then return)."""
     while True:
-        message = event_json(await session.events.get())
+        event = await events.get()
+        if event is TAKEN_OVER:
+            return
+        message = event_json(event)
         if message is not None:
             await ws.send_json(message)
 
@@ -115,6 +132,8 @@ def _parse(data: str | bytes) -> dict:
         message = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError("INVALID_ARGUMENT", f"malformed JSON: {exc}") from exc
+    except RecursionError:  # deeply nested arrays/objects
+        raise ApiError("INVALID_ARGUMENT", "malformed JSON: nested too deeply") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ApiError("INVALID_ARGUMENT", 'a message is a JSON object with a "type"')
     return message
@@ -128,6 +147,7 @@ async def _dispatch(service: GatewayService, session, message: dict) -> None:
     elif kind == "submit":
         await service.submit(session, message.get("seq"), message.get("text"), message.get("max_new_tokens"))
     elif kind == "cancel":
+        service._check_link(session)
         await session.link.cancel_generation()
     else:
         raise ApiError("INVALID_ARGUMENT", f"unknown message type {kind!r}; valid: input, submit, cancel")

@@ -210,6 +210,17 @@ def bench_serve(
                     max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo)
 
 
+def _mount_neighbour() -> None:
+    try:  # issue 16: noisy-neighbour benchmark (bench/ sits beside the package in a checkout)
+        from bench.neighbour_cli import bench_neighbour
+    except ImportError:
+        return
+    bench_app.command("neighbour")(bench_neighbour)
+
+
+_mount_neighbour()
+
+
 def _mount_eval() -> None:
     """`headstart eval` and `headstart eval-compare` (issue: evaluation harness)."""
     from headstart.eval.cli import compare_cli, eval_cli

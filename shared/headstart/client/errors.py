@@ -17,6 +17,7 @@ CODES: dict[str, tuple[grpc.StatusCode, int]] = {
     "MESSAGE_TOO_LARGE": (grpc.StatusCode.RESOURCE_EXHAUSTED, 413),
     "STALE_SEQUENCE": (grpc.StatusCode.FAILED_PRECONDITION, 409),
     "SESSION_CLOSED": (grpc.StatusCode.FAILED_PRECONDITION, 410),
+    "SESSION_MOVED": (grpc.StatusCode.FAILED_PRECONDITION, 409),  # another connection attached to the session
     "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, 404),
     "RESOURCE_EXHAUSTED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
     "RATE_LIMITED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),

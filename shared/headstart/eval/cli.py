@@ -148,7 +148,7 @@ def eval_cli(
     dbs: Optional[list[str]] = typer.Option(None, help="only these db ids (repeat or comma-separate)"),
     limit: Optional[int] = typer.Option(None, help="first N questions (after --dbs), skipped ones included"),
     executor: str = typer.Option("sqlite", help="sqlite | postgres"),
-    rules: str = typer.Option("spider", help="spider (multiset, ORDER BY-aware, columns permutable) | bird (set)"),
+    rules: str = typer.Option("spider", help="spider (multiset, ORDER BY-aware, columns permutable; DISTINCT kept) | spider-official (the official evaluator's default: DISTINCT deleted, spaced operators repaired) | bird (set)"),
     postgres_dsn: Optional[str] = typer.Option(
         None, help=f"PostgreSQL for --executor postgres (default env {POSTGRES_DSN_ENV}, else a temporary local one)"),
     pg_schema_prefix: str = typer.Option("", help="PostgreSQL schema of a db: <prefix><db_id>"),

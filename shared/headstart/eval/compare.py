@@ -1,12 +1,15 @@
 """Decide whether a predicted result equals the gold result.
 
-Two rule sets, picked by name from `RULES` once per run:
+Three rule sets, picked by name from `RULES` once per run:
 - `spider`: the test-suite semantics of Spider (Zhong et al. 2020): rows form a
   multiset (duplicates count); row order matters only when the gold SQL has
   ORDER BY; columns may be permuted (the prediction may list them in another
   order); two empty results are equal whatever their columns.
 - `bird`: BIRD's official check, `set(pred_rows) == set(gold_rows)`: duplicates
   and row order are ignored, column order matters.
+- `spider-official`: what published Spider numbers use, the official
+  test-suite evaluator's default mode, which deletes every DISTINCT and repairs
+  spaced operators before running (`spider_official.py`).
 
 Both compare canonical values: NULL equals NULL, booleans are 0/1, Decimals
 are floats, and floats are rounded to 9 significant digits. The rounding
@@ -26,6 +29,7 @@ from typing import Any, Iterator, Protocol
 
 from headstart.eval.errors import ConfigError
 from headstart.eval.records import ResultSet
+from headstart.eval.spider_official import SpiderOfficialRule
 
 FLOAT_SIGNIFICANT_DIGITS = 9
 _NAN = ("NaN",)  # a float NaN equals itself here; a tuple cannot collide with a row value
@@ -38,9 +42,27 @@ class ResultComparator(Protocol):
 
     name: str
 
-    def equal(self, gold: ResultSet, pred: ResultSet, gold_sql: str) -> bool:
-        """True when `pred` counts as the same answer as `gold` (the result of `gold_sql`)."""
+    def prepare_gold(self, sql: str) -> str:
+        """The gold SQL as this rule set runs it (called once per question, before it runs)."""
         ...
+
+    def prepare_pred(self, sql: str) -> str:
+        """The extracted prediction as this rule set runs it (called before it runs)."""
+        ...
+
+    def equal(self, gold: ResultSet, pred: ResultSet, gold_sql: str) -> bool:
+        """True when `pred` counts as the same answer as `gold` (the result of the prepared `gold_sql`)."""
+        ...
+
+
+class RunsSqlAsWritten:
+    """Rules that run both queries exactly as written."""
+
+    def prepare_gold(self, sql: str) -> str:
+        return sql
+
+    def prepare_pred(self, sql: str) -> str:
+        return sql
 
 
 def canonical_value(value: Any) -> Any:
@@ -75,7 +97,7 @@ def gold_orders_rows(gold_sql: str) -> bool:
     return bool(_ORDER_BY.search(_STRING_LITERAL.sub("''", gold_sql)))
 
 
-class SpiderRule:
+class SpiderRule(RunsSqlAsWritten):
     """Spider test-suite semantics (multiset rows, ORDER BY-aware, columns permutable)."""
 
     name = "spider"
@@ -100,7 +122,7 @@ class SpiderRule:
         return False
 
 
-class BirdRule:
+class BirdRule(RunsSqlAsWritten):
     """BIRD semantics: the sets of rows are equal (no duplicates, no order, fixed columns)."""
 
     name = "bird"
@@ -144,7 +166,9 @@ def column_permutations(gold_rows: list[tuple], pred_rows: list[tuple]) -> Itera
     yield from search(0, [])
 
 
-RULES: dict[str, ResultComparator] = {"spider": SpiderRule(), "bird": BirdRule()}
+RULES: dict[str, ResultComparator] = {
+    "spider": SpiderRule(), "bird": BirdRule(), "spider-official": SpiderOfficialRule(),
+}
 
 
 def get_rule(name: str) -> ResultComparator:

@@ -19,7 +19,12 @@ _INLINE = re.compile(r"`((?:SELECT|WITH)\b[^`]*)`", re.IGNORECASE)
 _SQL_LANGS = {"sql", "sqlite", "postgresql", "postgres", "psql", "mysql", "tsql", ""}
 _START_AT_LINE = re.compile(r"(?im)^[ \t]*(?:sql[ \t]*:[ \t]*)?((?:select|with)\b)")
 _START_UPPER = re.compile(r"\b(SELECT|WITH)\b")
-_START_ANY = re.compile(r"(?i)\b(select)\b")
+# Any case: SELECT, or WITH opening a CTE (prose says "with" a lot).
+_QUERY_WORD = re.compile(r"(?i)\b(select\b|with\s+(?:recursive\s+)?\w+\s*(?:\([^)]*\)\s*)?as\s*\()")
+_START_ANY = _QUERY_WORD
+# A query word right after one of these (and any opening parentheses) starts
+# the second half of a compound query, never a whole statement.
+_COMPOUND_BEFORE = re.compile(r"(?i)\b(?:union(?:\s+all)?|intersect|except)[\s(]*\Z")
 # A line that starts like prose (or markdown) ends the SQL when no semicolon does.
 _PROSE_LINE = re.compile(
     r"(?im)^[ \t]*(?:\*\*|#|where[ \t]*:|(?:explanation|note|this|the|here|it|i|in this|output|"
@@ -33,7 +38,9 @@ def extract_sql(text: str) -> str:
 
     Order of preference: a fenced block tagged as SQL (or untagged) that
     contains a query; an inline `SELECT ...` code span; a SELECT/WITH that
-    starts a line; an upper-case SELECT/WITH anywhere; any `select`.
+    starts a line; an upper-case SELECT/WITH anywhere; any `select` (or a
+    CTE's `with`). Never a SELECT that only continues a statement: a
+    subquery or the right side of UNION / INTERSECT / EXCEPT.
     """
     text = _strip_chat_tokens(text)
     region = _fenced_region(text)
@@ -113,10 +120,36 @@ def _fenced_region(text: str) -> str | None:
 
 def _sql_start(region: str) -> int | None:
     for pattern in (_START_AT_LINE, _START_UPPER, _START_ANY):
-        match = pattern.search(region)
-        if match:
-            return match.start(1)
+        for match in pattern.finditer(region):
+            if _can_start_statement(region, match.start(1)):
+                return match.start(1)
     return None
+
+
+def _can_start_statement(region: str, pos: int) -> bool:
+    """False for a SELECT/WITH at `pos` that is only part of a statement.
+
+    Two such parts: a subquery, i.e. inside parentheses opened after an
+    earlier query word (`select a from t where id in (SELECT id FROM u)`:
+    the lower-case outer query is the answer, not the upper-case inner one),
+    and the right side of UNION / INTERSECT / EXCEPT (`SELEC a FROM t UNION
+    SELECT b FROM u` is a broken answer; its second half must not be scored).
+    Quotes are not tracked: in the prose before a query an apostrophe
+    (`Here's`) would swallow the rest of the text.
+    """
+    before = region[:pos]
+    if _COMPOUND_BEFORE.search(before):
+        return False
+    depth, min_word_depth = 0, None
+    words = {m.start() for m in _QUERY_WORD.finditer(before)}
+    for i, ch in enumerate(before):
+        if i in words:
+            min_word_depth = depth if min_word_depth is None else min(min_word_depth, depth)
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return min_word_depth is None or depth <= min_word_depth
 
 
 def _cut_prose(sql: str) -> str:

@@ -65,7 +65,8 @@ def score_question(
     )
     if question.skipped or question.db_path is None:
         return row
-    gold = executor.execute(question.db_id, question.db_path, question.gold_sql)
+    gold_sql = rule.prepare_gold(question.gold_sql)
+    gold = executor.execute(question.db_id, question.db_path, gold_sql)
     if not gold.ok:
         row.status, row.gold_error = STATUS_GOLD_ERROR, f"{gold.error_code}: {gold.error}"
         return row
@@ -81,9 +82,12 @@ def score_question(
     row.gen_ms = (time.perf_counter() - started) * 1000.0
     row.pred_text, row.ttft_ms, row.extra = generation.text, generation.ttft_ms, dict(generation.extra)
     row.pred_sql = extract_sql(generation.text)
-    pred = executor.execute(question.db_id, question.db_path, row.pred_sql)
+    pred_sql = rule.prepare_pred(row.pred_sql)
+    if pred_sql != row.pred_sql:  # the rule set rewrote it (spider-official): show what ran
+        row.extra["executed_pred_sql"] = pred_sql
+    pred = executor.execute(question.db_id, question.db_path, pred_sql)
     row.pred_error_code, row.pred_error = pred.error_code, pred.error
     row.correct = bool(pred.ok and gold.result is not None and pred.result is not None
-                       and rule.equal(gold.result, pred.result, question.gold_sql))
+                       and rule.equal(gold.result, pred.result, gold_sql))
     row.exact = exact_match(question.gold_sql, row.pred_sql, executor.known_names(question.db_id, question.db_path))
     return row

@@ -45,7 +45,15 @@ def _redact_query_item(item: str) -> str:
 
 
 def scrub_password(text: str, dsn: str) -> str:
-    """`text` (an error message, say) with any password written in `dsn` replaced by `***`."""
+    """`text` (an error message, say) with any password written in `dsn` replaced by `***`.
+
+    Password-shaped places are always masked (the DSN itself, `password=...`
+    pairs, `scheme://user:password@`). A bare occurrence is masked only when
+    it stands alone (no letter or digit on either side) and the password has
+    at least MIN_BARE_PASSWORD_CHARS characters: a plain text replace would
+    turn a one-letter password into a mask of every such letter, telling the
+    password by where the masks fall.
+    """
     secrets = set()
     try:
         secrets.add(conninfo_to_dict(dsn).get("password") or "")
@@ -55,6 +63,16 @@ def scrub_password(text: str, dsn: str) -> str:
         userinfo = urlsplit(dsn.strip()).netloc.rpartition("@")[0]
         raw = userinfo.partition(":")[2]
         secrets.update({raw, unquote(raw)})
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+    stripped = dsn.strip()
+    if stripped and stripped in text:
+        text = text.replace(stripped, redact_dsn(stripped))
+    text = _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _USERINFO_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    for secret in sorted((s for s in secrets if len(s) >= MIN_BARE_PASSWORD_CHARS), key=len, reverse=True):
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", REDACTED, text)
     return text
+
+
+MIN_BARE_PASSWORD_CHARS = 4
+# scheme://user:password@ anywhere in a message (an echoed URI).
+_USERINFO_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?!\*\*\*@)[^@\s]*@", re.IGNORECASE)

@@ -135,3 +135,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "headstart.redisPasswordSecret" -}}
 {{- default (printf "%s-redis" (include "headstart.fullname" .)) .Values.redis.auth.existingSecret -}}
 {{- end -}}
+
+{{/* Secret (name) holding the engine secret that the gateway sends and the replicas check. */}}
+{{- define "headstart.engineSecret" -}}
+{{- default (printf "%s-engine-secret" (include "headstart.fullname" .)) .Values.engine.auth.existingSecret -}}
+{{- end -}}
+
+{{/* The engine secret as an env var of the Ray pods (the replicas check it). */}}
+{{- define "headstart.engineSecretEnv" -}}
+- name: HEADSTART_ENGINE_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "headstart.engineSecret" . }}
+      key: secret
+{{- end -}}
