@@ -12,13 +12,17 @@ pytest.importorskip("helm_python", reason="the `deploy` extra (helm-python-sdk) 
 from services.deploy.chart import RenderedObject, render_chart  # noqa: E402
 
 COMPONENTS = ("gateway", "engine", "tablecache", "redis")
-# Every optional object on (ServiceMonitor, autoscaling, monitoring namespace, a database to register).
+# Every optional object on (ServiceMonitor, autoscaling, monitoring namespace, a database to register,
+# catalogue volumes and a catalogue DSN Secret).
 ALL_ON = (
     "metrics.serviceMonitor.enabled=true",
     "engine.autoscaling.enabled=true",
     "networkPolicy.monitoringNamespace.kubernetes\\.io/metadata\\.name=monitoring",
     "tablecache.databases={concert_singer}",
     "model.hfToken.secretName=hf-token",
+    "catalogue.sqlite.claimName=sqlite-dbs",
+    "catalogue.spider.claimName=spider-data",
+    "catalogue.postgres.dsns.sales=postgresql://reader:all-on-pw-0cc175b9c0@pg.example:5432/sales",
 )
 
 

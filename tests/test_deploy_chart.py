@@ -30,7 +30,7 @@ def test_defaults_render_every_component():
 
 
 def test_everything_on_adds_the_optional_objects():
-    assert kinds(render(ALL_ON)) == EXPECTED_DEFAULT | {("gateway", "ServiceMonitor")}
+    assert kinds(render(ALL_ON)) == EXPECTED_DEFAULT | {("gateway", "ServiceMonitor"), ("catalogue", "Secret")}
 
 
 @pytest.mark.parametrize("component", COMPONENTS)

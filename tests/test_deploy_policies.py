@@ -14,11 +14,13 @@ from tests.deploy_helpers import ALL_ON, component_of, containers, matches, pod_
 TOKEN = "tok-acme-0123456789abcdef"
 REDIS_PASSWORD = "redis-pw-7f3a9c1e5b"
 PG_DSN = "postgresql://reader:pg-pw-41d8cd98f0@db.example:5432/sales"
+CATALOGUE_DSN = "postgresql://reader:cat-pw-8277e0910d@db.example:5432/sales"
 EXTERNAL_URL = "rediss://:ext-pw-9e107d9d37@redis.example:6380/0"
 WITH_SECRETS = ALL_ON + (
     f"gateway.auth.tokens.acme={TOKEN}",
     f"redis.auth.password={REDIS_PASSWORD}",
     f"tablecache.databases={{{PG_DSN}}}",
+    f"catalogue.postgres.dsns.sales={CATALOGUE_DSN}",
 )
 RENDERS = {
     "defaults": (),
@@ -44,6 +46,7 @@ def _dump(obj) -> str:
 
 @pytest.mark.parametrize("sets, secret", [
     (WITH_SECRETS, TOKEN), (WITH_SECRETS, REDIS_PASSWORD), (WITH_SECRETS, PG_DSN), (WITH_SECRETS, "pg-pw-41d8cd98f0"),
+    (WITH_SECRETS, CATALOGUE_DSN), (WITH_SECRETS, "cat-pw-8277e0910d"),
     (RENDERS["external redis"], EXTERNAL_URL), (RENDERS["external redis"], "ext-pw-9e107d9d37"),
 ])
 def test_secret_values_appear_only_in_secrets(sets, secret):

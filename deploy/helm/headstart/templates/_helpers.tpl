@@ -149,3 +149,90 @@ app.kubernetes.io/component: {{ .component }}
       name: {{ include "headstart.engineSecret" . }}
       key: secret
 {{- end -}}
+
+{{/* The catalogue: the databases the engine and the gateway serve by name (values `catalogue`). */}}
+{{- define "headstart.catalogueHasPostgres" -}}
+{{- if or .Values.catalogue.postgres.existingSecret .Values.catalogue.postgres.dsns -}}true{{- end -}}
+{{- end -}}
+
+{{/* Secret (name) holding the catalogue's `alias=DSN` lines under the key `postgres`. */}}
+{{- define "headstart.cataloguePostgresSecret" -}}
+{{- default (printf "%s-catalogue-postgres" (include "headstart.fullname" .)) .Values.catalogue.postgres.existingSecret -}}
+{{- end -}}
+
+{{/* The catalogue's environment (shared/headstart/schema/catalogue.py); call with (dict "root" $ "gateway" true|false).
+     Paths only: the DSNs stay in the Secret, read from the mounted file. */}}
+{{- define "headstart.catalogueEnv" -}}
+{{- $c := .root.Values.catalogue }}
+{{- if $c.spider.claimName }}
+{{- $dir := clean (printf "/catalogue/spider/%s" (trimPrefix "/" $c.spider.path)) }}
+- name: HEADSTART_SPIDER_DIR
+  value: {{ $dir | quote }}
+{{- if .gateway }}
+- name: HEADSTART_GATEWAY_SPIDER_DIR
+  value: {{ $dir | quote }}
+{{- end }}
+{{- end }}
+{{- if $c.sqlite.claimName }}
+{{- $roots := list }}
+{{- range (default (list ".") $c.sqlite.roots) }}
+{{- $roots = append $roots (clean (printf "/catalogue/sqlite/%s" (trimPrefix "/" .))) }}
+{{- end }}
+- name: HEADSTART_CATALOGUE_SQLITE_ROOTS
+  value: {{ join ":" $roots | quote }}
+{{- end }}
+{{- if include "headstart.catalogueHasPostgres" .root }}
+- name: HEADSTART_CATALOGUE_POSTGRES_FILE
+  value: /etc/headstart/catalogue/postgres
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of the catalogue (all read-only); call with the root context. */}}
+{{- define "headstart.catalogueVolumes" -}}
+{{- $c := .Values.catalogue }}
+{{- if $c.spider.claimName }}
+- name: catalogue-spider
+  persistentVolumeClaim:
+    claimName: {{ $c.spider.claimName }}
+    readOnly: true
+{{- end }}
+{{- if $c.sqlite.claimName }}
+- name: catalogue-sqlite
+  persistentVolumeClaim:
+    claimName: {{ $c.sqlite.claimName }}
+    readOnly: true
+{{- end }}
+{{- if include "headstart.catalogueHasPostgres" . }}
+- name: catalogue-postgres
+  secret:
+    secretName: {{ include "headstart.cataloguePostgresSecret" . }}
+    defaultMode: 0440
+    items:
+      - key: postgres
+        path: postgres
+{{- end }}
+{{- end -}}
+
+{{- define "headstart.catalogueVolumeMounts" -}}
+{{- $c := .Values.catalogue }}
+{{- if $c.spider.claimName }}
+- name: catalogue-spider
+  mountPath: /catalogue/spider
+  readOnly: true
+{{- end }}
+{{- if $c.sqlite.claimName }}
+- name: catalogue-sqlite
+  mountPath: /catalogue/sqlite
+  readOnly: true
+{{- end }}
+{{- if include "headstart.catalogueHasPostgres" . }}
+- name: catalogue-postgres
+  mountPath: /etc/headstart/catalogue
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* A checksum of the catalogue values: pods restart (the catalogue is read at start) when it changes. */}}
+{{- define "headstart.catalogueChecksum" -}}
+{{- toJson .Values.catalogue | sha256sum -}}
+{{- end -}}
