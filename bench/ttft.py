@@ -56,9 +56,9 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     """With `table_cache` on, prefix and the sessions start from table blocks
     (outputs may then differ from cold: block assembly changes attention).
     `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when installed)."""
+    peer = start_peer(model, llamacpp, threads)  # first: `--llamacpp on` without the extra fails at once
     runtime = EngineRuntime.from_settings(model=model, dtype=dtype, device=device, threads=threads,
                                           p0_cache_on_disk=False, table_cache=table_cache)
-    peer = start_peer(model, llamacpp, threads)
     peer_decode = None
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts

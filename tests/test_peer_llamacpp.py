@@ -83,6 +83,17 @@ def test_server_sees_our_prompt_tokens_and_streams_our_greedy_text(run_home):
             assert not timing.error and timing.ttft_ms > 0 and timing.total_ms >= timing.ttft_ms
             expected = builder.decode(_our_greedy(runtime.loaded, builder.prompt_ids(question), 6))
             assert timing.text == expected
+        # bench serve's llamacpp round: two typists at once (they queue in llama-cpp-python's server).
+        import asyncio
+
+        from bench.serve import summarize
+        from bench.serve_llamacpp import llamacpp_round
+        from headstart.typist import Typist
+
+        samples = asyncio.run(llamacpp_round(server, builder, 2, PROMPTS, 0, 1, Typist(wpm=3000), 4))
+        stats = summarize(samples, [])
+        assert stats["num_errors"] == 0 and stats["ttft_p50_ms"] > 0 and stats["client_total_p50_ms"] > 0
+        assert stats["engine_ttft_p50_ms"] is None and stats["computed_at_submit_mean"] is None
     finally:
         server.stop()
         runtime.shutdown()
@@ -100,12 +111,23 @@ def _bench_ttft(tmp_path, *extra):
 
 @pytest.mark.skipif(HAS_LLAMA_CPP, reason="checks the behaviour without the peer extra")
 def test_bench_ttft_skips_the_llamacpp_mode_with_a_note_without_the_extra(tmp_path):
-    proc, out = _bench_ttft(tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "llamacpp mode skipped" in proc.stdout and "peer extra" in proc.stdout
-    report = json.loads((out / "ttft.json").read_text())
-    assert "llamacpp" not in report["modes"] and report["llamacpp"] is None
-    assert "llamacpp mode: not run" in (out / "ttft.md").read_text()
+    from bench.peer_llamacpp import start_peer
+    from bench.ttft import _report, _write
+
+    notes: list[str] = []
+    assert start_peer("random:tiny", "auto", 2, say=notes.append) is None
+    assert "llamacpp mode skipped" in notes[0] and "peer extra" in notes[0]
+    # The report and its table without the mode (what run_ttft_bench writes then).
+    rows = [{"mode": m, "ttft_ms": 5.0, "total_ms": 9.0, "computed_tokens_at_submit": 1, "wasted_tokens": 0,
+             "answer_tokens_ready_at_submit": 0, "prompt_tokens": 50, "identical_to_cold": True}
+            for m in ("cold", "prefix", "paper", "headstart")]
+    report = _report(rows, 3.0, {"model": "random:tiny", "dtype": "float32", "device": "cpu", "threads": 2,
+                                 "dbs": ["world_1"], "questions": 1, "wpm": 40, "typo_rate": 0, "pause": 0,
+                                 "seed": 0, "max_new_tokens": 4})
+    assert report["llamacpp"] is None and "llamacpp" not in report["modes"]
+    _write(report, tmp_path / "ttft")
+    assert "llamacpp mode: not run" in (tmp_path / "ttft" / "ttft.md").read_text()
+    # Asking for it explicitly is a clear error, before any model is loaded.
     proc, _ = _bench_ttft(tmp_path, "--llamacpp", "on")
     assert proc.returncode == 2 and "peer extra" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -127,3 +149,17 @@ def test_bad_llamacpp_choice_is_a_clear_error():
     with pytest.raises(ValueError, match="auto, on, off"):
         start_peer("random:tiny", "maybe", 2)
     assert start_peer("random:tiny", "off", 2) is None
+
+
+def test_serve_summary_of_peer_samples_leaves_unknown_engine_fields_empty():
+    from bench.serve import summarize, table
+    from bench.serve_typists import Sample
+
+    samples = [Sample("openai", False, "q", ttft_ms=t, total_ms=3 * t, client_total_ms=3 * t,
+                      computed_tokens_at_submit=None) for t in (10.0, 20.0, 30.0)]
+    samples.append(Sample("openai", False, "q", error="HTTP 500"))
+    stats = summarize(samples, [])
+    assert stats["num_errors"] == 1 and stats["ttft_p50_ms"] == 20.0 and stats["client_total_p50_ms"] == 60.0
+    assert stats["engine_ttft_p50_ms"] is None and stats["computed_at_submit_mean"] is None
+    row = {"mode": "llamacpp", "path": "openai", "n": 3, **stats}
+    assert "| llamacpp | openai | 3 | 20.0 |" in table([row])

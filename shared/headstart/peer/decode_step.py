@@ -28,9 +28,16 @@ def greedy_and_step(gguf: Path, ids: list[int], threads: int, new_tokens: int, n
     started = time.perf_counter()
     llm.eval(ids)
     prefill_ms = (time.perf_counter() - started) * 1000.0
+    vocab = llm.n_vocab()
+
+    def last_logits():
+        # NOTE: with logits_all off, Llama.eval no longer fills `scores`; read the
+        # context's logits of the batch's last position directly.
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(vocab,))
+
     tokens, steps = [], []
     for _ in range(new_tokens):
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = int(np.argmax(last_logits()))
         tokens.append(token)
         started = time.perf_counter()
         llm.eval([token])
