@@ -183,7 +183,7 @@ async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, t
 
 def _row(phase: str, samples: list[Sample]) -> dict:
     ok = [s for s in samples if not s.error]
-    ttft, answer = [s.ttft_ms for s in ok], [s.answer_ms for s in ok if s.answer_ms is not None]
+    ttft, answer = [s.ttft_ms for s in ok], [s.client_total_ms for s in ok if s.client_total_ms is not None]
     return {"phase": phase, "num_samples": len(samples), "num_errors": len(samples) - len(ok),
             "errors": sorted({s.error for s in samples if s.error}),
             "ttft_p50_ms": percentile(ttft, 50) if ttft else None, "ttft_p99_ms": percentile(ttft, 99) if ttft else None,
@@ -264,11 +264,11 @@ def plot(samples: dict[str, list[Sample]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
-    for ax, stat in zip(axes, ("ttft_ms", "answer_ms")):
+    for ax, stat in zip(axes, ("ttft_ms", "client_total_ms")):
         data = [[getattr(s, stat) for s in v if not s.error and getattr(s, stat) is not None] for v in samples.values()]
         ax.boxplot(data)
         ax.set_xticks(range(1, len(samples) + 1), list(samples))
-        ax.set_title(f"B's {stat.replace('_ms', '')} (ms)")
+        ax.set_title(f"B's {stat.replace('client_total_ms', 'answer').replace('_ms', '')} (ms)")
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -3,7 +3,9 @@
 For each concurrency N and each client path (WebSocket, gRPC), N typists type
 world_1 questions from Spider dev at human speed and press Enter; the same is
 repeated without anticipation (nothing sent while typing: the prefix-caching
-baseline). Reported per (mode, path, N): client TTFT p50/p99, engine TTFT,
+baseline). With llama-cpp-python installed (the `peer` extra), llamacpp
+rows too: the same typists asking llama.cpp on the same weights through its
+OpenAI API (`bench/serve_llamacpp.py`). Reported per (mode, path, N): client TTFT p50/p99, engine TTFT,
 tokens computed at submit, and the per-keystroke gateway→replica round trip
 (from the gateway's snapshot acks). Writes serve.json, serve.md and serve.png
 to `out_dir`. A benchmark, not a test: it never fails on a timing.
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from bench.common import percentile as common_percentile
 from bench.common import spider_questions
+from bench.peer_llamacpp import start_peer
 from bench.serve_typists import Sample, grpc_typist, ws_typist
 from headstart.config import EngineSettings
 from headstart.models.loader import CPU_BLAS_ENV
@@ -35,13 +38,16 @@ def percentile(values: list[float], q: float) -> float | None:
 def summarize(samples: list[Sample], rtts: list[float]) -> dict:
     ok = [s for s in samples if not s.error]
     ttft = [s.ttft_ms for s in ok]
+    computed = [s.computed_tokens_at_submit for s in ok if s.computed_tokens_at_submit is not None]
     return {
         "num_samples": len(samples), "num_errors": len(samples) - len(ok),
         "ttft_p50_ms": percentile(ttft, 50), "ttft_p99_ms": percentile(ttft, 99),
-        "engine_ttft_p50_ms": percentile([s.engine_ttft_ms for s in ok], 50),
+        "engine_ttft_p50_ms": percentile([s.engine_ttft_ms for s in ok if s.engine_ttft_ms is not None], 50),
         # submit -> last token (engine side): what deferring decode steps behind typing costs
         "total_p50_ms": percentile([s.total_ms for s in ok], 50),
-        "computed_at_submit_mean": statistics.fmean([s.computed_tokens_at_submit for s in ok]) if ok else None,
+        # submit sent -> last token received, at the client: the one total every engine is measured by
+        "client_total_p50_ms": percentile([s.client_total_ms for s in ok if s.client_total_ms is not None], 50),
+        "computed_at_submit_mean": statistics.fmean(computed) if computed else None,
         "keystroke_rtt_p50_ms": percentile([r * 1000 for r in rtts], 50),
         "keystroke_rtt_p99_ms": percentile([r * 1000 for r in rtts], 99),
     }
@@ -59,10 +65,13 @@ async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say):
+async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say, peer=None):
     """Rounds of the two modes alternate (anticipatory, prefix, prefix,
     anticipatory, ...), so a machine whose speed drifts during the run (a
-    shared CPU does) weighs on both sides of each ratio alike."""
+    shared CPU does) weighs on both sides of each ratio alike. `peer`
+    (server, prompt builder): a llamacpp round follows each round."""
+    from bench.serve_llamacpp import llamacpp_round
+
     metrics = stack.gateway.service.metrics
     rows, samples = [], []
     for n in concurrency:
@@ -79,21 +88,27 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
                                                                 typist, max_new_tokens, None))
                     wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
                     rtts.setdefault(key, []).extend(metrics.rtt_samples)
-        for anticipate in (True, False):
-            for path in PATHS:
-                key = (anticipate, path)
-                row = {"mode": "anticipatory" if anticipate else "prefix", "path": path, "n": n,
-                       "wall_s": wall[key], **summarize(got[key], rtts[key])}
-                rows.append(row)
-                samples += [dict(s.as_dict(), n=n) for s in got[key]]
-                say(_format_row(row))
+            if peer:
+                key = ("llamacpp", "openai")
+                started = time.perf_counter()
+                got.setdefault(key, []).extend(await llamacpp_round(*peer, n, questions, r, rounds, typist,
+                                                                    max_new_tokens))
+                wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
+                rtts[key] = []
+        for key in [(a, p) for a in (True, False) for p in PATHS] + ([("llamacpp", "openai")] if peer else []):
+            anticipate, path = key
+            mode = anticipate if isinstance(anticipate, str) else "anticipatory" if anticipate else "prefix"
+            row = {"mode": mode, "path": path, "n": n, "wall_s": wall[key], **summarize(got[key], rtts[key])}
+            rows.append(row)
+            samples += [dict(s.as_dict(), n=n) for s in got[key]]
+            say(_format_row(row))
     return rows, samples
 
 
 def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
                     rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
-                    db: str = "world_1", seed: int = 0, say=print) -> dict:
+                    db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto") -> dict:
     """Run the benchmark on a local stack it starts and stops; returns the JSON it writes."""
     from services.launcher import default_replica_threads, serve_command
 
@@ -101,15 +116,28 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
     out_dir.mkdir(parents=True, exist_ok=True)
     questions = [q["question"] for q in spider_questions([db], 40, seed)]
     typist = Typist(wpm=wpm, pause_s=pause_s, seed=seed)
-    stack = serve_command(model=model, dtype=dtype, device=device, replicas=replicas, port=0, grpc_port=0,
-                          block=False, say=say)
+    # llama.cpp gets the threads one replica gets (f32, the same weights); None when not installed.
+    server = start_peer(model, llamacpp, default_replica_threads(device, replicas), say=say) if dtype == "float32" \
+        else None
+    stack = None
     try:
+        stack = serve_command(model=model, dtype=dtype, device=device, replicas=replicas, port=0, grpc_port=0,
+                              block=False, say=say)
         _warm_up(stack, db, say)
+        peer = None
+        if server:
+            from bench.serve_llamacpp import prompt_builder, warm_up
+
+            peer = (server, prompt_builder(db))
+            warm_up(*peer, say=say)
         # NOTE: one event loop for every round: grpc.aio binds to the first loop it runs on.
         rows, samples = asyncio.run(_all_rounds(stack, concurrency, questions, rounds, db, typist,
-                                                max_new_tokens, say))
+                                                max_new_tokens, say, peer))
     finally:
-        stack.stop()
+        if stack:
+            stack.stop()
+        if server:
+            server.stop()
     engine = EngineSettings()  # the replicas' scheduler settings (from HEADSTART_* like theirs)
     blas = {name: os.environ.get(name, value) for name, value in CPU_BLAS_ENV.items()}  # as the replicas' loader sets it
     report = {"config": {"model": model, "dtype": dtype, "device": device, "replicas": replicas,
@@ -117,7 +145,8 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
                          "decode_defer_ms": engine.decode_defer_ms, "batch_scope": engine.batch_scope,
                          "max_batch_rows": engine.max_batch_rows, "cpu_blas_env": blas if device == "cpu" else {},
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
-                         "max_new_tokens": max_new_tokens, "db": db},
+                         "max_new_tokens": max_new_tokens, "db": db,
+                         "llamacpp": None if server is None else {"gguf": server.gguf.name, "threads": server.threads}},
               "rows": rows, "samples": samples}
     (out_dir / "serve.json").write_text(json.dumps(report, indent=2))
     (out_dir / "serve.md").write_text(table(rows))
@@ -146,11 +175,13 @@ def _format_row(row: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | total p50 ms | computed@submit | "
-            "keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+    head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | total p50 ms | client total p50 ms | "
+            "computed@submit | keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
         f"| {r['mode']} | {r['path']} | {r['n']} | {_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p99_ms'])} | "
-        f"{_fmt(r['engine_ttft_p50_ms'])} | {_fmt(r.get('total_p50_ms'))} | {_fmt(r['computed_at_submit_mean'])} | "
+        f"{_fmt(r['engine_ttft_p50_ms'])} | {_fmt(r.get('total_p50_ms'))} | {_fmt(r.get('client_total_p50_ms'))} | "
+        f"{_fmt(r['computed_at_submit_mean'])} | "
         f"{_fmt(r['keystroke_rtt_p50_ms'])} | {_fmt(r['keystroke_rtt_p99_ms'])} | {r['num_errors']} |\n"
         for r in rows)
 
@@ -163,8 +194,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, stat in zip(axes, ("ttft_p50_ms", "ttft_p99_ms")):
-        for mode, style in (("anticipatory", "-o"), ("prefix", "--s")):
-            for p in PATHS:
+        for mode, style in (("anticipatory", "-o"), ("prefix", "--s"), ("llamacpp", ":^")):
+            for p in PATHS + ("openai",):
                 pts = sorted((r["n"], r[stat]) for r in rows if r["mode"] == mode and r["path"] == p and r[stat])
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"{mode} / {p}")

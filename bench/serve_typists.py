@@ -27,7 +27,7 @@ class Sample:
     ttft_ms: float | None = None  # client-observed
     engine_ttft_ms: float | None = None
     total_ms: float | None = None
-    answer_ms: float | None = None  # client-observed: submit sent -> done received (WebSocket typist)
+    client_total_ms: float | None = None  # client-observed: submit sent → last token received
     prompt_tokens: int = 0
     cached_tokens_at_submit: int = 0
     computed_tokens_at_submit: int = 0
@@ -76,7 +76,7 @@ async def ws_typist(ws_url: str, token: str | None, db: str, trace: Trace, antic
         await ws.send(json.dumps({"type": "submit", "seq": submit_seq, "text": trace.final_text,
                                   "max_new_tokens": max_new}))
         message = await asyncio.wait_for(done, 300)
-        sample.answer_ms = (time.perf_counter() - sent) * 1000.0
+        sample.client_total_ms = (time.perf_counter() - sent) * 1000.0
         reader.cancel()
     if message["type"] == "error":
         sample.error = message["code"]
@@ -121,6 +121,7 @@ async def grpc_typist(target: str, token: str | None, db: str, trace: Trace, ant
         sent = time.perf_counter()
         await session.send_submit(trace.final_text, max_new)
         result = await reader
+        sample.client_total_ms = (time.perf_counter() - sent) * 1000.0
         await session.close()
     except ApiError as exc:
         sample.error = exc.code

@@ -10,6 +10,10 @@ Same questions, same seeded synthetic typist, real time, one process:
 cold and prefix do no work while the user types, so their typing time is not
 replayed (the engine is idle then either way); the sessions are replayed in
 real time. Also measured: one decode step on a warm cache, the floor.
+- llamacpp (optional, `bench/ttft_llamacpp.py`): llama.cpp on the same weights,
+  the question sent at Enter, its prefix cache warm; skipped with a note when
+  llama-cpp-python (the `peer` extra) is not installed. Its decode step is
+  printed beside ours.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from pathlib import Path
 
 from bench.common import markdown_table, spider_questions, summarize_ms, write_json
+from bench.peer_llamacpp import start_peer
 from headstart.engine.kv import extend, prefill
 from headstart.engine.runtime import EngineRuntime
 from headstart.replay_modes import replay_in_mode
@@ -47,16 +52,25 @@ def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> flo
 
 def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
                    seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path,
-                   table_cache: str = "off") -> dict:
+                   table_cache: str = "off", llamacpp: str = "auto") -> dict:
     """With `table_cache` on, prefix and the sessions start from table blocks
-    (outputs may then differ from cold: block assembly changes attention)."""
+    (outputs may then differ from cold: block assembly changes attention).
+    `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when installed)."""
+    peer = start_peer(model, llamacpp, threads)  # first: `--llamacpp on` without the extra fails at once
     runtime = EngineRuntime.from_settings(model=model, dtype=dtype, device=device, threads=threads,
                                           p0_cache_on_disk=False, table_cache=table_cache)
+    peer_decode = None
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts
             runtime.base_state(runtime.prompt_for(db))
         runtime.complete(dbs[0], "warm up", "prefix", 2)
         decode_ms = measure_decode_step(runtime, dbs[0])
+        if peer:
+            from bench.ttft_llamacpp import LlamaCppTtft
+
+            peer_mode = LlamaCppTtft(peer, runtime, dbs)
+            peer_decode = peer_mode.decode_step_ms(dbs[0])
+            print(f"one decode step: llama.cpp {peer_decode['decode_step_ms']:.1f} ms, ours {decode_ms:.1f} ms", flush=True)
         rows = []
         picked = spider_questions(dbs, questions, seed)
         for i, q in enumerate(picked):
@@ -82,22 +96,37 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                       f"{result.computed_tokens_at_submit:4d}  wasted {result.wasted_tokens:4d}", flush=True)
             for row in rows[-len(MODES):]:
                 row["identical_to_cold"] = outputs[row["mode"]] == outputs["cold"]
+            if peer:
+                row = peer_mode.run(q["db_id"], q["question"], max_new_tokens, outputs["cold"])
+                rows.append({"question": i, "db_id": q["db_id"], "text": q["question"], **row,
+                             "typing_s": trace.submit_t, "keystrokes": len(trace.events)})
+                print(f"  q{i} {q['db_id']:8s} llamacpp  ttft {row['ttft_ms']:8.1f} ms  same prompt tokens "
+                      f"{row['same_prompt_tokens']}  same text as cold {row['identical_to_cold']}", flush=True)
     finally:
         runtime.shutdown()
+        if peer:
+            peer.stop()
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
-                                           max_new_tokens=max_new_tokens, table_cache=table_cache))
+                                           max_new_tokens=max_new_tokens, table_cache=table_cache,
+                                           llamacpp=llamacpp), peer_decode)
     _write(report, out)
     return report
 
 
-def _report(rows: list[dict], decode_ms: float, config: dict) -> dict:
+def _mean(values) -> float:
+    """Mean of the known values (llama.cpp reports no cached-token counts): NaN when none."""
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else float("nan")
+
+
+def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict | None = None) -> dict:
     modes = {}
-    for mode in MODES:
+    for mode in MODES + tuple(sorted({r["mode"] for r in rows} - set(MODES))):
         mine = [r for r in rows if r["mode"] == mode]
         modes[mode] = {
             **summarize_ms([r["ttft_ms"] for r in mine]),
-            "computed_tokens_at_submit_mean": statistics.fmean(r["computed_tokens_at_submit"] for r in mine),
+            "computed_tokens_at_submit_mean": _mean(r["computed_tokens_at_submit"] for r in mine),
             "wasted_tokens_mean": statistics.fmean(r["wasted_tokens"] for r in mine),
             "total_p50_ms": summarize_ms([r["total_ms"] for r in mine])["p50_ms"],
             "answer_tokens_ready_mean": statistics.fmean(r["answer_tokens_ready_at_submit"] for r in mine),
@@ -108,27 +137,41 @@ def _report(rows: list[dict], decode_ms: float, config: dict) -> dict:
         stats["p50_vs_cold"] = stats["p50_ms"] / cold
         stats["p50_vs_prefix"] = stats["p50_ms"] / prefix
         stats["p50_vs_decode_step"] = stats["p50_ms"] / decode_ms
+        stats["total_p50_vs_prefix"] = stats["total_p50_ms"] / modes["prefix"]["total_p50_ms"]
+    peer = [r for r in rows if r["mode"] not in MODES]
     return {"config": config, "decode_step_ms": decode_ms,
-            "outputs_identical": all(r["identical_to_cold"] for r in rows), "modes": modes, "rows": rows}
+            "outputs_identical": all(r["identical_to_cold"] for r in rows if r["mode"] in MODES),
+            "llamacpp": None if peer_decode is None else {
+                "decode_step_ms": peer_decode["decode_step_ms"], "ours_vs_llamacpp_decode": decode_ms / peer_decode[
+                    "decode_step_ms"], "same_prompt_tokens": all(r["same_prompt_tokens"] for r in peer),
+                "same_text_as_cold": all(r["identical_to_cold"] for r in peer), "gguf_decode": peer_decode},
+            "modes": modes, "rows": rows}
 
 
 def _write(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "ttft.json", report)
     header = ["mode", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix", "p50/decode step",
-              "computed@submit", "wasted tokens", "answer tokens ready", f"p50 total ms ({{n}} tokens)"]
+              "computed@submit", "wasted tokens", "answer tokens ready", f"p50 total ms ({{n}} tokens)",
+              "p50 total/prefix"]
     rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
              f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
              f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}",
-             f"{s['answer_tokens_ready_mean']:.1f}", s["total_p50_ms"]]
+             f"{s['answer_tokens_ready_mean']:.1f}", s["total_p50_ms"], f"{s['total_p50_vs_prefix']:.3f}"]
             for m, s in report["modes"].items()]
-    header[-1] = header[-1].format(n=report["config"]["max_new_tokens"])
+    header[-2] = header[-2].format(n=report["config"]["max_new_tokens"])
+    peer = report.get("llamacpp")
+    peer_line = ("llamacpp mode: not run (llama-cpp-python not installed or --llamacpp off)\n" if peer is None else
+                 f"one decode step of llama.cpp on the same weights (GGUF f32, {peer['gguf_decode']['threads']} "
+                 f"threads): {peer['decode_step_ms']:.1f} ms, ours / llama.cpp = {peer['ours_vs_llamacpp_decode']:.2f}; "
+                 f"llama.cpp saw our prompt tokens: {peer['same_prompt_tokens']}, "
+                 f"its text equals our cold output: {peer['same_text_as_cold']}\n")
     c = report["config"]
     table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
              f"seed {c['seed']}\n\n" + markdown_table(header, rows) +
              f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms; "
-             f"outputs identical to cold in every mode: {report['outputs_identical']}\n")
+             f"outputs identical to cold in every mode: {report['outputs_identical']}\n" + peer_line)
     (out / "ttft.md").write_text(table)
     print("\n" + table)
     _plot(report, out / "ttft.png")
@@ -141,8 +184,9 @@ def _plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    data = [[max(r["ttft_ms"], 0.01) for r in report["rows"] if r["mode"] == m] for m in MODES]
-    ax.boxplot(data, tick_labels=list(MODES), showmeans=True)
+    modes = list(report["modes"])
+    data = [[max(r["ttft_ms"], 0.01) for r in report["rows"] if r["mode"] == m] for m in modes]
+    ax.boxplot(data, tick_labels=modes, showmeans=True)
     ax.axhline(report["decode_step_ms"], color="grey", linestyle="--", label="one decode step")
     ax.set_yscale("log")
     ax.set_ylabel("TTFT (ms, log scale)")

@@ -62,7 +62,7 @@ def test_bench_ttft_plumbing(tmp_path):
     """The benchmark's files and fields (timings are not asserted: benchmarks are not tests)."""
     out = tmp_path / "ttft"
     proc = run(["bench", "ttft", "--model", "random:tiny", "--db", "world_1", "car_1", "--questions", "2",
-                "--wpm", "3000", "--max-new-tokens", "4", "--out", str(out)], tmp_path)
+                "--wpm", "3000", "--max-new-tokens", "4", "--out", str(out), "--llamacpp", "off"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "ttft.json").read_text())
     assert set(report["modes"]) == {"cold", "prefix", "paper", "headstart"}

@@ -9,12 +9,14 @@ from typing import Optional
 
 import typer
 
+from headstart.peer.cli import peer_app
 from headstart.tables.cli import tables_app
 from services.deploy.cli import deploy_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (they print a table, write JSON and a plot).")
 app.add_typer(bench_app, name="bench")
+app.add_typer(peer_app, name="peer")
 app.add_typer(tables_app, name="tables")
 app.add_typer(deploy_app, name="deploy")
 
@@ -176,15 +178,21 @@ def bench_ttft(
     max_new_tokens: int = typer.Option(8),
     out: Path = typer.Option(Path("bench-out/ttft")),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
+    llamacpp: str = typer.Option("auto", help="llama.cpp peer mode: auto (when the peer extra is installed), on, off"),
 ):
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
 
     if table_cache not in TABLE_CACHE_MODES:
         _fail(f"unknown --table-cache {table_cache!r}; valid: {', '.join(TABLE_CACHE_MODES)}")
-    run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
-                   pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
-                   max_new_tokens=max_new_tokens, out=out, table_cache=table_cache)
+    from headstart.peer.gguf_convert import PeerUnavailable
+
+    try:
+        run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
+                       pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
+                       max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp)
+    except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without the extra, or a bad choice
+        _fail(str(exc))
 
 
 @bench_app.command("memory")
@@ -220,13 +228,19 @@ def bench_serve(
     db: str = typer.Option("world_1"),
     seed: int = typer.Option(0),
     out: Path = typer.Option(Path("bench-out/serve")),
+    llamacpp: str = typer.Option("auto", help="llama.cpp peer rows: auto (when the peer extra is installed), on, off"),
 ):
     """N concurrent typists (WebSocket and gRPC) against the local stack, vs the prefix baseline."""
     from bench.serve import run_serve_bench
 
-    run_serve_bench(out, model=model, dtype=dtype, device=device, replicas=replicas,
-                    concurrency=tuple(concurrency), rounds=rounds, wpm=wpm, pause_s=pause,
-                    max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo)
+    from headstart.peer.gguf_convert import PeerUnavailable
+
+    try:
+        run_serve_bench(out, model=model, dtype=dtype, device=device, replicas=replicas,
+                        concurrency=tuple(concurrency), rounds=rounds, wpm=wpm, pause_s=pause,
+                        max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo, llamacpp=llamacpp)
+    except PeerUnavailable as exc:  # --llamacpp on without the extra
+        _fail(str(exc))
 
 
 def _mount_neighbour() -> None:

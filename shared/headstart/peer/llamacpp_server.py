@@ -1,0 +1,120 @@
+"""Start and stop llama.cpp's OpenAI-compatible server (llama-cpp-python).
+
+`LlamaCppServer` runs `python -m llama_cpp.server` on a GGUF of the same
+weights as ours, in its own process group, and waits until it answers. The
+settings a fair comparison needs are set here, not left to defaults:
+- prompt caching on (`--cache`, a RAM cache of KV states keyed by token
+  prefix; the context's own longest-prefix reuse is always on);
+- `--logits_all false`: its default computes the LM head on every prompt
+  position, which no serving engine does;
+- `--interrupt_requests false`: by default a new request aborts the one
+  streaming, which would cut other users' answers short;
+- the same threads for prompt and decode.
+
+llama-cpp-python's server runs one request at a time (a global lock): it has
+no parallel slots and no continuous batching (llama.cpp's C++ `llama-server`
+has both, but the PyPI package does not ship it). Concurrent requests queue.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from headstart.peer.gguf_convert import PeerUnavailable, convert_to_gguf, llama_cpp_version
+from headstart.peer.hf_export import peer_dir
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1 (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaCppServer:
+    """One llama_cpp.server process serving `model` (a `random:<preset>` spec or a GGUF path)."""
+
+    def __init__(self, model: str, port: int = 0, gguf_type: str = "f32", threads: int = 2, n_ctx: int = 4096,
+                 seed: int = 0, log_path: Path | None = None, say=print):
+        llama_cpp_version()  # PeerUnavailable early when the extra is missing
+        self.model, self.gguf_type, self.threads, self.n_ctx = model, gguf_type, threads, n_ctx
+        self.gguf = Path(model) if model.endswith(".gguf") else convert_to_gguf(model, gguf_type, seed, say=say)
+        self.port = port or free_port()
+        self.log_path = log_path or peer_dir() / "logs" / f"llamacpp-{self.port}.log"
+        self.say = say
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", "peer",
+                "--host", "127.0.0.1", "--port", str(self.port),
+                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
+                "--n_ctx", str(self.n_ctx), "--cache", "true", "--cache_type", "ram",
+                "--logits_all", "false", "--interrupt_requests", "false", "--verbose", "false"]
+
+    def start(self, timeout_s: float = 300.0) -> "LlamaCppServer":
+        """Start the server and wait until `/v1/models` answers.
+
+        Raises:
+            PeerUnavailable: the process exited or did not answer in time (its log tail says why).
+        """
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads))
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise PeerUnavailable(f"llama_cpp.server exited with {self.proc.returncode}: {self._log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/v1/models", timeout=2.0).status_code == 200:
+                    self.say(f"llama.cpp server ready on {self.url} ({self.gguf.name}, {self.threads} threads)")
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise PeerUnavailable(f"llama_cpp.server did not answer within {timeout_s:.0f} s: {self._log_tail()}")
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM to its process group, SIGKILL after `grace_s`)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pgid = os.getpgid(self.proc.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.proc.wait()
+
+    def tokenize(self, text: str) -> list[int]:
+        """The server's own tokens for `text` (special tokens parsed, as its completions do)."""
+        r = httpx.post(f"{self.url}/extras/tokenize", json={"input": text}, timeout=60.0)
+        r.raise_for_status()
+        return r.json()["tokens"]
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-1500:]
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> "LlamaCppServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
