@@ -32,7 +32,7 @@ ensure_venv() {
     # torch first and pinned: an unpinned torch pulls the CUDA build (GBs).
     # GPU users: install the CUDA wheel of torch==2.13.0 into .venv first (README).
     "$VENV/bin/pip" install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-    "$VENV/bin/pip" install -q -e ".[dev]"
+    "$VENV/bin/pip" install -q -e ".[dev,loadtest]"  # loadtest: CI runs a short Locust scenario
     echo "$want" > "$VENV/.installed"
   fi
 }
