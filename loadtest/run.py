@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -71,6 +72,7 @@ def loadtest_cli(
     wpm: float = typer.Option(60.0, help="typist speed (words per minute)"),
     seed: int = typer.Option(0),
     timeout: float = typer.Option(120.0, help="a request with no answer after this many seconds fails (timeout)"),
+    warmup: bool = typer.Option(True, help="before the clock starts, open one session per database (builds its P0)"),
 ):
     """Run a Locust load-test scenario headless and write its CSVs, HTML report, TTFT table and plot."""
     try:
@@ -100,6 +102,8 @@ def loadtest_cli(
         else:
             settings.grpc_target = grpc_target or f"{re.sub(r'^[a-z]+://', '', host).split('/')[0].split(':')[0]}:50051"
             meta.update(host=host, tenants=len(token))
+        if warmup:
+            _warm_up(settings)
         rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
     finally:
         memory = sampler.stop() if sampler else None
@@ -123,6 +127,22 @@ def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int
     stack = serve_command(model=model, port=0, grpc_port=0, replicas=replicas, tokens=specs,
                           max_sessions=max_sessions, block=False, say=typer.echo)
     return stack, MemorySampler(period_s=10.0 if seconds >= 600 else 2.0).start()
+
+
+def _warm_up(settings: LoadSettings) -> None:
+    """Build each database's P0 before the clock starts: the first session of a
+    database prefills its whole schema (tens of seconds for a 0.5B model on a
+    busy CPU), which is start-up, not the load being measured."""
+    from headstart.client import HeadstartClient
+
+    token = settings.tokens[0] if settings.tokens else None
+    with HeadstartClient(settings.grpc_target, token, timeout_s=900) as client:
+        for db in settings.dbs:
+            started = time.perf_counter()
+            with client.typing(db) as session:
+                session.input("How many")
+                session.wait_caught_up(900)
+            typer.echo(f"warm-up: {db} ready in {time.perf_counter() - started:.1f} s")
 
 
 def _run_locust(path: Path, host: str, settings: LoadSettings, users: int, rate: float, run_time: str,
