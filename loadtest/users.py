@@ -119,8 +119,9 @@ class _Typing:
             self.first_token = time.perf_counter()
 
     def finish(self, result: dict) -> None:
-        self.result = result
-        self.done.set()
+        if not self.done.is_set():  # the first outcome counts (a close after the result is not an error)
+            self.result = result
+            self.done.set()
 
     def report(self) -> None:
         """Fire ttft and last_token (or their failure) once the submit is answered or timed out."""
@@ -186,6 +187,15 @@ class WsTypist(HeadstartUser):
 
     @staticmethod
     def _read(ws, typing: _Typing) -> None:
+        try:
+            WsTypist._read_messages(ws, typing)
+        except Exception as exc:  # the connection broke: the submit fails now, not at its timeout
+            typing.finish({"error": "UNAVAILABLE", "message": f"WebSocket: {exc!r}"})
+        else:
+            typing.finish({"error": "UNAVAILABLE", "message": "the WebSocket closed"})
+
+    @staticmethod
+    def _read_messages(ws, typing: _Typing) -> None:
         for raw in ws:
             m = json.loads(raw)
             kind = m["type"]
@@ -195,7 +205,7 @@ class WsTypist(HeadstartUser):
                 typing.on_token()
             elif kind == "done" and m["seq"] == typing.submit_seq:
                 typing.finish({"computed": m["computed_tokens_at_submit"]})
-            elif kind == "error" and m.get("seq") in (typing.submit_seq, None):
+            elif kind == "error" and (m.get("seq") == typing.submit_seq or (not m.get("seq") and typing.submitted)):
                 typing.finish({"error": m["code"], "message": m["message"]})
 
 
@@ -247,7 +257,7 @@ class GrpcTypist(HeadstartUser):
                 typing.on_token()
             elif kind == "result" and m.result.seq == typing.submit_seq:
                 typing.finish({"computed": m.result.computed_tokens_at_submit})
-            elif kind == "error" and m.error.seq in (typing.submit_seq, 0):
+            elif kind == "error" and (m.error.seq == typing.submit_seq or (not m.error.seq and typing.submitted)):
                 typing.finish({"error": m.error.code, "message": m.error.message})
 
 
