@@ -75,9 +75,12 @@ def test_short_steady_run_has_no_failures(tmp_path):
     """8 typists (WebSocket and gRPC, 3 tenants, 4 databases) for 40 s on random:tiny."""
     pytest.importorskip("locust")
     out = tmp_path / "steady"
+    # NOTE: a run directory of its own: Ray's temp files (and so its cluster)
+    # must not be shared with a stack that this checkout is running already.
+    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "steady", "--model", "random:tiny",
                            "--users", "8", "--time", "40s", "--out", str(out), "--max-new-tokens", "8"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=540)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0"
