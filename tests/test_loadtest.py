@@ -78,10 +78,14 @@ def test_short_steady_run_has_no_failures(tmp_path):
     # NOTE: a run directory of its own: Ray's temp files (and so its cluster)
     # must not be shared with a stack that this checkout is running already.
     env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "steady", "--model", "random:tiny",
-                           "--users", "8", "--time", "40s", "--out", str(out), "--max-new-tokens", "8"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = tmp_path / "loadtest.log"
+    # NOTE: output to a file, not a pipe: a Ray helper process that outlives the
+    # command would hold a pipe open and keep `run` waiting for its end.
+    with log.open("w") as sink:
+        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "steady", "--model", "random:tiny",
+                               "--users", "8", "--time", "40s", "--out", str(out), "--max-new-tokens", "8"],
+                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
+    assert proc.returncode == 0, log.read_text()[-4000:]
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0"
     for user in ("ws_typist", "grpc_typist"):
