@@ -32,8 +32,9 @@ ensure_venv() {
     # torch first and pinned: an unpinned torch pulls the CUDA build (GBs).
     # GPU users: install the CUDA wheel of torch==2.13.0 into .venv first (README).
     "$VENV/bin/pip" install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-    # deploy: the chart checks (helm-python-sdk, kubernetes-validate) run in CI too
-    "$VENV/bin/pip" install -q -e ".[dev,deploy]"
+    # deploy: the chart checks (helm-python-sdk, kubernetes-validate) run in CI too;
+    # loadtest: CI runs a short Locust scenario
+    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest]"
     echo "$want" > "$VENV/.installed"
   fi
 }

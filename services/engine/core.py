@@ -100,7 +100,11 @@ class ReplicaCore:
             seq, cached, _ = sessions.get(session_id).progress()
         with self._lock:
             attached = len(self._attached)
-        return CoreInfo(holds, len(sessions), attached, self.runtime.worker.num_queued, max(seq, 0), cached)
+        worker = self.runtime.worker
+        # NOTE: queued + running: a generation between two decode steps is
+        # either; a client that left must see this fall to 0 (the work freed).
+        busy = worker.num_queued + len(getattr(worker, "_running", ()))
+        return CoreInfo(holds, len(sessions), attached, busy, max(seq, 0), cached)
 
     def shutdown(self) -> None:
         self.runtime.shutdown()

@@ -263,6 +263,9 @@ def _mount_eval() -> None:
 
 
 _mount_eval()
+from loadtest.run import loadtest_cli  # noqa: E402 (`headstart loadtest`: Locust scenarios)
+
+app.command("loadtest")(loadtest_cli)
 
 
 @bench_app.command("tables")

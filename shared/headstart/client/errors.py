@@ -70,3 +70,18 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
         code = next((c for c, (s, _) in CODES.items() if s == status), "INTERNAL")
     details = exc.details() if hasattr(exc, "details") else str(exc)
     return ApiError(code, details or "")
+
+
+# Statuses of a stream that broke underneath us (gateway restarted, connection
+# lost) when the server did not say why: a headstart refusal always carries
+# CODE_METADATA_KEY, so it is never retried.
+TRANSPORT_STATUSES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                                grpc.StatusCode.INTERNAL})
+
+
+def is_transport_failure(exc: BaseException) -> bool:
+    """True when a call failed because the connection broke, not because the server refused it."""
+    if not isinstance(exc, grpc.RpcError) or not hasattr(exc, "code"):
+        return False
+    trailing = dict(exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else {}
+    return CODE_METADATA_KEY not in trailing and exc.code() in TRANSPORT_STATUSES

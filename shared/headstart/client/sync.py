@@ -9,7 +9,7 @@ from typing import Callable
 
 import grpc
 
-from headstart.client.errors import ApiError, from_rpc_error
+from headstart.client.errors import ApiError, from_rpc_error, is_transport_failure
 from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
 
 _STOP = object()
@@ -43,11 +43,13 @@ def complete_result(response: headstart_pb2.CompleteResponse,
 class HeadstartClient:
     """A connection to a gateway's public gRPC port."""
 
-    def __init__(self, target: str, token: str | None = None, timeout_s: float = 120.0):
+    def __init__(self, target: str, token: str | None = None, timeout_s: float = 120.0,
+                 reconnect_timeout_s: float = 30.0):
         self.channel = grpc.insecure_channel(target)
         self.stub = headstart_pb2_grpc.HeadstartStub(self.channel)
         self.metadata = auth_metadata(token)
         self.timeout_s = timeout_s
+        self.reconnect_timeout_s = reconnect_timeout_s  # how long a typing session tries to get its stream back
 
     def list_databases(self) -> list[headstart_pb2.Database]:
         return list(self._unary(self.stub.ListDatabases, headstart_pb2.ListDatabasesRequest()).databases)
@@ -79,7 +81,7 @@ class HeadstartClient:
 
     def typing(self, db: str = "", session_id: str = "") -> "TypingSession":
         """Open a `Type` stream: on a new session for `db`, or on an open session."""
-        return TypingSession(self.stub, self.metadata, db, session_id, self.timeout_s)
+        return TypingSession(self.stub, self.metadata, db, session_id, self.timeout_s, self.reconnect_timeout_s)
 
     def close(self) -> None:
         self.channel.close()
@@ -99,28 +101,46 @@ class HeadstartClient:
 
 class TypingSession:
     """One `Type` stream. `input` sends a snapshot (seq assigned here), `submit`
-    blocks until the result; progress is kept in `progress` as it arrives."""
+    blocks until the result; progress is kept in `progress` as it arrives.
 
-    def __init__(self, stub, metadata, db: str, session_id: str, timeout_s: float):
-        self.timeout_s = timeout_s
+    Reconnect: when the stream breaks under it (the gateway restarted, the
+    connection dropped; not when the server refuses something), the session
+    opens a new stream by itself within `reconnect_timeout_s` and re-sends its
+    newest snapshot, and a submit still waiting for its result: the gateway
+    rebuilds the session from that text (snapshots are full texts, so nothing
+    typed is lost). Answer tokens already delivered are not delivered twice
+    (greedy decoding of the same prompt gives the same tokens). A session
+    opened from `db` gets a new `session_id`; one opened by id resumes that id
+    (NOT_FOUND when the gateway forgot it). `num_reconnects` counts them.
+    """
+
+    def __init__(self, stub, metadata, db: str, session_id: str, timeout_s: float, reconnect_timeout_s: float = 30.0):
+        self.timeout_s, self.reconnect_timeout_s = timeout_s, reconnect_timeout_s
         self.seq = 0
         self.progress: types_pb2.Progress | None = None
         self.errors: list[ApiError] = []
-        self._requests: queue.Queue = queue.Queue()
+        self.num_reconnects = 0
+        self._stub, self._metadata, self._resume_id = stub, metadata, session_id
+        self._lock = threading.Lock()
+        self._closing = False
+        self._input: tuple[int, str] | None = None  # the newest snapshot: what a reconnect re-sends
+        self._pending: tuple[int, str, int | None] | None = None  # a submit awaiting its result
+        self._forwarded = self._skip = 0  # answer tokens delivered / to skip after a re-submit
         self._events: queue.Queue = queue.Queue()
-        self._requests.put(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(session_id=session_id, db=db)))
-        self._call = stub.Type(iter(self._requests.get, _STOP), metadata=metadata)
+        self.db = db
         try:
-            ready = next(self._call).ready
+            ready = self._open_stream()
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         self.session_id, self.db = ready.session_id, ready.db
         threading.Thread(target=self._read, daemon=True, name="headstart-type-reader").start()
 
     def input(self, text: str) -> int:
-        self.seq += 1
-        self._requests.put(headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=self.seq, text=text)))
-        return self.seq
+        with self._lock:
+            self.seq += 1
+            self._input = (self.seq, text)
+            self._requests.put(headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=self.seq, text=text)))
+            return self.seq
 
     def submit(self, text: str, max_new_tokens: int | None = None,
                on_text: Callable[[str], None] | None = None) -> types_pb2.Result:
@@ -138,9 +158,11 @@ class TypingSession:
 
     def send_submit(self, text: str, max_new_tokens: int | None = None) -> int:
         """Send a submit without waiting (read its messages with `next_event`); returns its seq."""
-        self.seq += 1
-        self._requests.put(submit_request(self.seq, text, max_new_tokens))
-        return self.seq
+        with self._lock:
+            self.seq += 1
+            self._pending, self._forwarded, self._skip = (self.seq, text, max_new_tokens), 0, 0
+            self._requests.put(submit_request(self.seq, text, max_new_tokens))
+            return self.seq
 
     def wait_caught_up(self, timeout_s: float = 30.0) -> types_pb2.Progress:
         """Block until a progress message says the cache holds the whole prompt of the last input."""
@@ -170,9 +192,12 @@ class TypingSession:
 
     def close(self) -> None:
         """Half-close; the server ends the stream (and an ephemeral session)."""
-        self._requests.put(_STOP)
+        with self._lock:
+            self._closing = True
+            self._requests.put(_STOP)
 
     def cancel(self) -> None:
+        self._closing = True
         self._call.cancel()
 
     def __enter__(self) -> "TypingSession":
@@ -181,12 +206,76 @@ class TypingSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # -- the stream and its reconnects --------------------------------------
+
+    def _open_stream(self) -> headstart_pb2.Ready:
+        """A new `Type` call: open, then the newest snapshot and a pending submit; returns Ready."""
+        with self._lock:
+            requests: queue.Queue = queue.Queue()
+            requests.put(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(session_id=self._resume_id,
+                                                                                 db=self.db)))
+            if self._input is not None:
+                seq, text = self._input
+                requests.put(headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=seq, text=text)))
+            if self._pending is not None:
+                requests.put(submit_request(*self._pending))
+                self._skip = self._forwarded
+            self._requests = requests
+            self._call = self._stub.Type(iter(requests.get, _STOP), metadata=self._metadata)
+            call = self._call
+        try:
+            return next(call).ready
+        except StopIteration:
+            raise ApiError("UNAVAILABLE", "the Type stream ended before ready") from None
+
     def _read(self) -> None:
         try:
-            for response in self._call:
-                self._events.put(response)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
-                self._events.put(from_rpc_error(exc))
+            while True:
+                try:
+                    for response in self._call:
+                        self._on_response(response)
+                    return  # the server ended the stream (after our half-close)
+                except grpc.RpcError as exc:
+                    if self._closing or not is_transport_failure(exc):
+                        if exc.code() != grpc.StatusCode.CANCELLED:
+                            self._events.put(from_rpc_error(exc))
+                        return
+                if not self._reconnect():
+                    return
         finally:
             self._events.put(_END)
+
+    def _reconnect(self) -> bool:
+        deadline = time.monotonic() + self.reconnect_timeout_s
+        delay = 0.05
+        while not self._closing:
+            try:
+                ready = self._open_stream()
+                self.session_id, self.num_reconnects = ready.session_id, self.num_reconnects + 1
+                return True
+            except grpc.RpcError as exc:
+                if not is_transport_failure(exc):
+                    self._events.put(from_rpc_error(exc))
+                    return False
+            except ApiError:
+                pass
+            if time.monotonic() > deadline:
+                self._events.put(ApiError("UNAVAILABLE", f"no gateway for {self.reconnect_timeout_s:g} s"))
+                return False
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+        return False
+
+    def _on_response(self, response: headstart_pb2.TypeResponse) -> None:
+        kind = response.WhichOneof("kind")
+        with self._lock:
+            pending = self._pending
+            if kind == "tokens" and pending is not None:
+                n = len(response.tokens.token_ids)
+                if self._skip > 0 and n:  # delivered before the reconnect
+                    self._skip -= n
+                    return
+                self._forwarded += n
+            elif kind == "result" or (kind == "error" and pending is not None and response.error.seq == pending[0]):
+                self._pending = None
+        self._events.put(response)

@@ -1,0 +1,161 @@
+"""`headstart loadtest SCENARIO`: start the local stack (unless --host), run Locust headless, report.
+
+Locust runs in a child process (`python -m locust -f scenarios/SCENARIO.py`):
+gevent's monkey-patching must not reach Ray or the in-process gateway. What
+the users need besides `--host` goes to them as environment variables
+(`loadtest.settings`). Outputs under --out: Locust's CSV files
+(`locust_stats.csv`, `locust_failures.csv`, ...) and `locust.html`, every
+request event in `samples.jsonl`, and our `loadtest.json`, `loadtest.md`
+(TTFT p50/p90/p99 per user class) and `loadtest.png`.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from loadtest.settings import DEFAULT_DBS, LoadSettings
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+RUN_TIME = re.compile(r"^(\d+[hms]?)+$")
+UNITS = {"h": 3600, "m": 60, "s": 1, "": 1}
+
+
+def scenario_path(name: str) -> Path:
+    """A scenario name (steady, burst, mixed, soak) or a locustfile path."""
+    path = SCENARIO_DIR / f"{name}.py"
+    if path.is_file() and not name.startswith("_"):
+        return path
+    if Path(name).is_file():
+        return Path(name)
+    known = sorted(p.stem for p in SCENARIO_DIR.glob("*.py") if not p.stem.startswith("_"))
+    raise ValueError(f"unknown scenario {name!r}; valid: {', '.join(known)} or a locustfile path")
+
+
+def scenario_defaults(path: Path) -> dict:
+    """The file's `SCENARIO = {...}` literal, read without importing it (it imports gevent)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SCENARIO" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def run_time_s(run_time: str) -> int:
+    if not RUN_TIME.match(run_time):
+        raise ValueError(f"bad --time {run_time!r}: use e.g. 60s, 2m, 1h30m")
+    return sum(int(n) * UNITS[u] for n, u in re.findall(r"(\d+)([hms]?)", run_time))
+
+
+def loadtest_cli(
+    scenario: str = typer.Argument(..., help="steady | burst | mixed | soak, or a locustfile path"),
+    out: Path = typer.Option(..., help="output folder (Locust CSVs with prefix OUT/locust, HTML, our table, plot)"),
+    host: Optional[str] = typer.Option(None, help="gateway HTTP URL to load (default: start the local stack)"),
+    grpc_target: Optional[str] = typer.Option(None, help="gateway gRPC host:port (default: --host's host, port 50051)"),
+    model: str = typer.Option("random:tiny", help="model of the local stack (when no --host)"),
+    users: Optional[int] = typer.Option(None, help="concurrent users (default: the scenario's)"),
+    spawn_rate: Optional[float] = typer.Option(None, help="users started per second (default: the scenario's)"),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="run time, e.g. 60s, 2m (default: the scenario's)"),
+    replicas: int = typer.Option(1, help="engine replicas of the local stack"),
+    max_sessions: Optional[int] = typer.Option(None, help="sessions per replica (default: the scenario's)"),
+    tenants: int = typer.Option(3, help="tenants of the local stack (one bearer token each)"),
+    token: list[str] = typer.Option([], help="bearer token(s) for --host (repeat: users take them in turn)"),
+    db: list[str] = typer.Option(list(DEFAULT_DBS), help="Spider databases (users take them in turn)"),
+    max_new_tokens: int = typer.Option(16, help="answer tokens per submit / completion"),
+    wpm: float = typer.Option(60.0, help="typist speed (words per minute)"),
+    seed: int = typer.Option(0),
+    timeout: float = typer.Option(120.0, help="a request with no answer after this many seconds fails (timeout)"),
+    warmup: bool = typer.Option(True, help="before the clock starts, open one session per database (builds its P0)"),
+):
+    """Run a Locust load-test scenario headless and write its CSVs, HTML report, TTFT table and plot."""
+    try:
+        path = scenario_path(scenario)
+        defaults = scenario_defaults(path)
+        run_time = time_limit or defaults.get("run_time", "60s")
+        seconds = run_time_s(run_time)
+    except (ValueError, SyntaxError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
+    n_users = users or defaults.get("users", 8)
+    rate = spawn_rate or defaults.get("spawn_rate", max(1, n_users // 4))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "samples.jsonl").unlink(missing_ok=True)
+    settings = LoadSettings(tokens=list(token), dbs=list(db), max_new_tokens=max_new_tokens, wpm=wpm, seed=seed,
+                            timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()))
+    meta = {"scenario": path.stem, "users": n_users, "spawn_rate": rate, "run_time": run_time, "seed": seed,
+            "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
+    stack = sampler = None
+    try:
+        if host is None:
+            stack, sampler = _start_local(settings, model, replicas, tenants,
+                                          max_sessions or defaults.get("max_sessions", 64), seconds)
+            host, settings.grpc_target = stack.http_url, stack.grpc_target
+            meta.update(model=model, replicas=replicas, tenants=tenants,
+                        max_sessions=max_sessions or defaults.get("max_sessions", 64))
+        else:
+            settings.grpc_target = grpc_target or f"{re.sub(r'^[a-z]+://', '', host).split('/')[0].split(':')[0]}:50051"
+            meta.update(host=host, tenants=len(token))
+        if warmup:
+            _warm_up(settings)
+        rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
+    finally:
+        memory = sampler.stop() if sampler else None
+        if stack is not None:
+            stack.stop()
+    from loadtest.memory import memory_trend
+    from loadtest.report import write_report
+
+    meta["locust_exit_code"] = rc
+    typer.echo(write_report(out, meta, memory, memory_trend(memory) if memory else None))
+    typer.echo(f"wrote {out}/locust_stats.csv, locust.html, loadtest.json, loadtest.md, loadtest.png")
+    raise typer.Exit(rc)
+
+
+def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int, max_sessions: int, seconds: int):
+    from loadtest.memory import MemorySampler
+    from services.launcher import serve_command
+
+    specs = [f"tenant{i}=loadtest-token-{i}" for i in range(tenants)]
+    settings.tokens = [s.split("=", 1)[1] for s in specs]
+    stack = serve_command(model=model, port=0, grpc_port=0, replicas=replicas, tokens=specs,
+                          max_sessions=max_sessions, block=False, say=typer.echo)
+    return stack, MemorySampler(period_s=10.0 if seconds >= 600 else 2.0).start()
+
+
+def _warm_up(settings: LoadSettings) -> None:
+    """Build each database's P0 before the clock starts: the first session of a
+    database prefills its whole schema (tens of seconds for a 0.5B model on a
+    busy CPU), which is start-up, not the load being measured."""
+    from headstart.client import HeadstartClient
+
+    token = settings.tokens[0] if settings.tokens else None
+    with HeadstartClient(settings.grpc_target, token, timeout_s=900) as client:
+        for db in settings.dbs:
+            started = time.perf_counter()
+            with client.typing(db) as session:
+                session.input("How many")
+                session.wait_caught_up(900)
+            typer.echo(f"warm-up: {db} ready in {time.perf_counter() - started:.1f} s")
+
+
+def _run_locust(path: Path, host: str, settings: LoadSettings, users: int, rate: float, run_time: str,
+                seconds: int, out: Path) -> int:
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, **settings.to_env(), "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "locust", "-f", str(path), "--headless", "--users", str(users),
+           "--spawn-rate", str(rate), "--run-time", run_time, "--host", host, "--csv", str(out / "locust"),
+           "--html", str(out / "locust.html"), "--stop-timeout", "20", "--only-summary", "--loglevel", "WARNING"]
+    typer.echo(f"locust: {users} users of {path.stem} for {run_time} against {host} (gRPC {settings.grpc_target})")
+    try:
+        return subprocess.run(cmd, env=env, timeout=seconds + 180).returncode
+    except subprocess.TimeoutExpired:
+        typer.secho("error: Locust did not stop in time", fg=typer.colors.RED, err=True)
+        return 124
