@@ -60,14 +60,17 @@ def test_session_rebuilt_after_replica_killed(serve_stack, serve_engine, tiny_ru
             killed = time.perf_counter()
             for text in typed(question[half:], question[:half]):
                 session.input(text)
-            session.wait_caught_up(60)
-            caught_up_ms = (time.perf_counter() - killed) * 1000
+            try:  # measured, not asserted: see the README's faults table (progress after a rebuild)
+                session.wait_caught_up(60)
+                caught_up = f"{(time.perf_counter() - killed) * 1000:.0f} ms"
+            except TimeoutError:
+                caught_up = "not within 60 s"
             sent = time.perf_counter()
             result = session.submit(question, MAX_NEW)
             waited_ms = (time.perf_counter() - sent) * 1000
     assert list(result.token_ids) == expected
     assert result.replica != before.replica
-    print(f"\nkilled mid-typing: the new replica held the whole typed prompt {caught_up_ms:.0f} ms after the kill "
+    print(f"\nkilled mid-typing: the new replica held the whole typed prompt {caught_up} after the kill "
           f"(reattach + rebuild); then submit -> result {waited_ms:.0f} ms (engine TTFT "
           f"{result.ttft_ms:.0f} ms, {result.computed_tokens_at_submit} of {result.prompt_tokens} prompt tokens "
           f"computed at submit)")

@@ -20,7 +20,7 @@ from headstart.client import AsyncHeadstartClient, HeadstartClient
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from services.engine.ray_stack import free_port
 from services.gateway.sessions import engine_session_id
-from tests.serve_fixture import TOKENS
+from tests.serve_fixture import MAX_ATTACHED, NUM_REPLICAS, TOKENS
 from tests.serve_helpers import MAX_NEW, recv, recv_until, ws_connect
 from tests.typing_traces import QUESTIONS, typed
 
@@ -30,7 +30,7 @@ IDLE_POLLS = 20  # consecutive Describe polls with nothing queued or running = t
 
 
 def _describe(serve_engine, engine_sid: str, stub) -> engine_pb2.EngineSessionInfo:
-    md = (("application", serve_engine.app_name), ("session_id", engine_sid))
+    md = serve_engine.metadata(engine_sid)
     return stub.Describe(engine_pb2.EngineSessionRef(session_id=engine_sid), metadata=md, timeout=30)
 
 
@@ -103,7 +103,8 @@ def _gateway_on(serve_engine, http_port: int, grpc_port: int):
 
     settings = GatewaySettings(host="127.0.0.1", port=http_port, grpc_port=grpc_port,
                                engine_target=serve_engine.grpc_target, engine_app=serve_engine.app_name,
-                               tokens=TOKENS)
+                               tokens=TOKENS, engine_secret=serve_engine.secret,
+                               engine_capacity=MAX_ATTACHED * NUM_REPLICAS)
     return GatewayServer(settings).start()
 
 

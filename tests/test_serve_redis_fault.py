@@ -46,12 +46,14 @@ def tables_gateway(serve_engine, redis_restartable, tmp_path):
     from services.gateway.settings import GatewaySettings
 
     settings = _settings(redis_restartable.url, tmp_path / "p0")
-    serve.run(engine_app(settings, num_replicas=1, max_attached=4), name=APP, route_prefix="/" + APP, blocking=False)
+    serve.run(engine_app(settings, num_replicas=1, max_attached=4, secret=serve_engine.secret),
+              name=APP, route_prefix="/" + APP, blocking=False)
     gateway = None
     try:
-        wait_ready(EngineStack(serve_engine.grpc_target, APP), timeout_s=300)
+        wait_ready(EngineStack(serve_engine.grpc_target, APP, serve_engine.secret), timeout_s=300)
         gateway = GatewayServer(GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, tokens=TOKENS,
-                                                engine_target=serve_engine.grpc_target, engine_app=APP)).start()
+                                                engine_target=serve_engine.grpc_target, engine_app=APP,
+                                                engine_secret=serve_engine.secret)).start()
         yield f"127.0.0.1:{gateway.grpc_port}"
     finally:
         if gateway is not None:
