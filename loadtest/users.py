@@ -209,11 +209,10 @@ class WsTypist(HeadstartUser):
                 typing.finish({"error": m["code"], "message": m["message"]})
 
 
-class GrpcTypist(HeadstartUser):
-    """Types a question over the public gRPC `Type` stream (the Python client)."""
+class GrpcUser(HeadstartUser):
+    """A user with its own Python gRPC client of the gateway, open for the user's life."""
 
     abstract = True
-    label = "grpc_typist"
 
     def on_start(self) -> None:
         super().on_start()
@@ -221,6 +220,13 @@ class GrpcTypist(HeadstartUser):
 
     def on_stop(self) -> None:
         self.client.close()
+
+
+class GrpcTypist(GrpcUser):
+    """Types a question over the public gRPC `Type` stream (the Python client)."""
+
+    abstract = True
+    label = "grpc_typist"
 
     @task
     def type_question(self) -> None:
@@ -261,19 +267,12 @@ class GrpcTypist(HeadstartUser):
                 typing.finish({"error": m.error.code, "message": m.error.message})
 
 
-class GrpcCompleter(HeadstartUser):
+class GrpcCompleter(GrpcUser):
     """Asks a whole question at once: `Complete` over gRPC, answer streamed."""
 
     abstract = True
     label = "grpc_complete"
     wait_time = between(1.0, 3.0)
-
-    def on_start(self) -> None:
-        super().on_start()
-        self.client = HeadstartClient(SETTINGS.grpc_target, self.token, timeout_s=SETTINGS.timeout_s)
-
-    def on_stop(self) -> None:
-        self.client.close()
 
     @task
     def complete(self) -> None:
