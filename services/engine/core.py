@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput, ResourceExhausted
+from headstart.engine.kv_memory import KVUsage
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.session import Session
 
@@ -32,6 +33,7 @@ class CoreInfo:
     num_queued: int
     seq: int = 0
     cached_tokens: int = 0
+    kv: KVUsage | None = None  # the replica's KV bytes (used, shared, budget, free)
 
 
 class ReplicaCore:
@@ -104,7 +106,11 @@ class ReplicaCore:
         # NOTE: queued + running: a generation between two decode steps is
         # either; a client that left must see this fall to 0 (the work freed).
         busy = worker.num_queued + len(getattr(worker, "_running", ()))
-        return CoreInfo(holds, len(sessions), attached, busy, max(seq, 0), cached)
+        return CoreInfo(holds, len(sessions), attached, busy, max(seq, 0), cached, self.kv_usage())
+
+    def kv_usage(self) -> KVUsage:
+        """KV bytes of this replica: its sessions and stored P0 caches against the budget."""
+        return self.runtime.sessions.kv_usage()
 
     def shutdown(self) -> None:
         self.runtime.shutdown()

@@ -112,7 +112,7 @@ class EngineDeployment:
         return engine_pb2.EngineSessionInfo(
             replica=self.replica, holds_session=info.holds_session, num_sessions=info.num_sessions,
             num_attached=info.num_attached, num_queued=info.num_queued, seq=info.seq,
-            cached_tokens=info.cached_tokens,
+            cached_tokens=info.cached_tokens, **kv_fields(info.kv),
         )
 
     def __del__(self):
@@ -121,6 +121,17 @@ class EngineDeployment:
             self.core.shutdown()
         except Exception:
             pass
+
+
+def kv_fields(usage) -> dict[str, int]:
+    """EngineSessionInfo's KV fields of a `KVUsage` (kv_free_bytes left unset when unbounded)."""
+    if usage is None:
+        return {}
+    fields = {"kv_used_bytes": usage.used_bytes, "kv_shared_bytes": usage.shared_bytes,
+              "kv_budget_bytes": usage.budget_bytes}
+    if usage.free_bytes is not None:
+        fields["kv_free_bytes"] = usage.free_bytes
+    return fields
 
 
 def _metadata(grpc_context) -> list[tuple[str, str]]:

@@ -38,18 +38,38 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# Ray's own switch for "this machine only": with it off, Ray takes 127.0.0.1
+# as the node's address instead of the machine's reachable one (it ignores a
+# loopback `_node_ip_address`, see ray._private.services.resolve_ip_for_localhost),
+# and its C++ servers (GCS, raylet, every worker's core worker) and agents then
+# listen on loopback only. Read at import by ray._private.ray_constants.
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def keep_ray_on_loopback() -> None:
+    """Make the Ray this process starts (and its children) a loopback-only, one-node cluster."""
+    os.environ[LOCAL_ONLY_ENV] = "0"
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # ray may have been imported before the variable was set
+
+
 def start_ray(temp_dir: Path, num_cpus: int | None = None) -> None:
     """ray.init on this machine with a private temp dir and no dashboard."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    keep_ray_on_loopback()
     temp_dir.mkdir(parents=True, exist_ok=True)
     if len(str(temp_dir)) > 60:
         raise ValueError(f"Ray temp dir {temp_dir} is too long for unix socket paths (keep it under 60 chars)")
-    # NOTE: _node_ip_address keeps Ray's own ports (GCS, raylet, object
-    # manager, workers) on loopback: a local stack has no other node to reach;
-    # the setup hook does the same for Serve's gRPC servers (services/engine/loopback.py).
+    # NOTE: keep_ray_on_loopback (above) is what keeps Ray's own ports (GCS,
+    # raylet, object manager, workers, agents, dashboard process) on loopback:
+    # a local stack has no other node to reach. Alone, _node_ip_address=127.0.0.1
+    # is turned into the machine's address by Ray. The setup hook does the same
+    # for Serve's gRPC servers (services/engine/loopback.py);
+    # tests/test_serve_loopback.py checks every listening socket.
     ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
              ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
              runtime_env={"worker_process_setup_hook": SETUP_HOOK})

@@ -108,7 +108,7 @@ class EngineSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EngineSessionInfo(_message.Message):
-    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens")
+    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HOLDS_SESSION_FIELD_NUMBER: _ClassVar[int]
     NUM_SESSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,10 @@ class EngineSessionInfo(_message.Message):
     NUM_QUEUED_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    KV_SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    KV_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    KV_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     replica: str
     holds_session: bool
     num_sessions: int
@@ -123,4 +127,8 @@ class EngineSessionInfo(_message.Message):
     num_queued: int
     seq: int
     cached_tokens: int
-    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+    kv_used_bytes: int
+    kv_shared_bytes: int
+    kv_budget_bytes: int
+    kv_free_bytes: int
+    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ...) -> None: ...
