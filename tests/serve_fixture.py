@@ -21,6 +21,7 @@ import pytest
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
 MAX_ATTACHED = 4
 NUM_REPLICAS = 2
+KV_BUDGET_BYTES = 64 << 20  # per replica; far above what the tests hold (random:tiny float64: 512 bytes a token)
 
 
 @dataclass
@@ -71,7 +72,7 @@ def serve_engine(tmp_path_factory):
     ray_dir = Path(tempfile.mkdtemp(prefix="hsr", dir="/tmp"))  # short: Ray's socket paths
     start_ray(ray_dir, num_cpus=2)
     settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
-                              p0_cache_dir=tmp_path_factory.mktemp("serve-p0"))
+                              p0_cache_dir=tmp_path_factory.mktemp("serve-p0"), kv_budget_bytes=KV_BUDGET_BYTES)
     db_root = make_tenant_dbs(tmp_path_factory.mktemp("tenant-dbs"))
     try:
         engine = start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED,

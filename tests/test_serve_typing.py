@@ -186,3 +186,64 @@ def test_same_replica_across_submits(serve_stack):
                 replicas.append(session.submit(question, 4).replica)
                 time.sleep(0.01)
     assert len(set(replicas)) == 1
+
+
+def _kv_samples(text: str, name: str) -> dict[tuple[str, str], float]:
+    """{(replica, kind): value} of one KV series in a Prometheus text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.labels.get("replica", ""), s.labels["kind"]): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples if s.name == name}
+
+
+def test_kv_bytes_in_describe_and_metrics(serve_stack, serve_engine):
+    """Describe, the gateway's /metrics and the replica's own Ray metrics report KV bytes used, budget, free."""
+    from tests.serve_fixture import KV_BUDGET_BYTES
+
+    bytes_per_token = 2 * 2 * 2 * 8 * 8  # random:tiny float64: layers x (K, V) x kv heads x head dim x 8 bytes
+    sid = "kv-bytes-1"
+    with grpc.insecure_channel(serve_engine.grpc_target) as channel:
+        stub = engine_pb2_grpc.EngineStub(channel)
+
+        def requests():
+            yield engine_pb2.EngineRequest(attach=engine_pb2.Attach(session_id=sid, db="world_1"))
+            yield engine_pb2.EngineRequest(snapshot=engine_pb2.Snapshot(seq=1, text="How many countries are there"))
+
+        for event in stub.Session(requests(), metadata=serve_engine.metadata(sid), timeout=60):
+            if event.WhichOneof("kind") == "progress" and event.progress.cached_tokens == event.progress.prompt_tokens:
+                break
+        held = stub.Describe(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
+        stub.CloseSession(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
+        closed = stub.Describe(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
+    assert held.holds_session and held.cached_tokens > 0
+    assert held.kv_budget_bytes == KV_BUDGET_BYTES
+    assert 0 < held.kv_shared_bytes < held.kv_used_bytes  # world_1's P0, and the session's own tokens past it
+    assert held.kv_used_bytes % bytes_per_token == 0 and held.kv_shared_bytes % bytes_per_token == 0
+    assert held.HasField("kv_free_bytes") and held.kv_free_bytes == KV_BUDGET_BYTES - held.kv_used_bytes
+    assert closed.replica == held.replica and not closed.holds_session
+    assert closed.kv_used_bytes < held.kv_used_bytes  # the closed session's tokens are freed
+
+    # The gateway: each replica it reached, by kind (a scrape probes a few replicas at random).
+    for _ in range(20):
+        seen = _kv_samples(httpx.get(f"{serve_stack.http_url}/metrics").text, "headstart_engine_kv_bytes")
+        if (held.replica, "budget") in seen:
+            break
+    assert seen[(held.replica, "budget")] == KV_BUDGET_BYTES
+    assert seen[(held.replica, "used")] > 0
+    assert seen[(held.replica, "used")] + seen[(held.replica, "free")] == KV_BUDGET_BYTES
+
+    # The replica's own series, exported by Ray on the node's metrics port (refreshed by Serve's health check).
+    import ray
+
+    port = ray._private.worker._global_node.metrics_export_port
+    deadline = time.monotonic() + 90
+    replica_series: dict = {}
+    while time.monotonic() < deadline:
+        replica_series = _kv_samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text,
+                                     "ray_headstart_engine_kv_bytes")
+        if len({r for r, kind in replica_series if kind == "budget"}) == 2:
+            break
+        time.sleep(2)
+    budgets = {r: v for (r, kind), v in replica_series.items() if kind == "budget"}
+    assert len(budgets) == 2 and set(budgets.values()) == {KV_BUDGET_BYTES}, replica_series
+    assert all(replica_series[(r, "used")] + replica_series[(r, "free")] == KV_BUDGET_BYTES for r in budgets)

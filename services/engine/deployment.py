@@ -22,6 +22,7 @@ from services.engine import events
 from services.engine.core import ReplicaCore
 from services.engine.generate import generation_events
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret
+from services.engine.kv_metrics import ReplicaKVGauge, kv_values
 from services.engine.loader import SchemaLoader
 from services.engine.stream import SessionStream, sampling_params
 
@@ -48,6 +49,7 @@ class EngineDeployment:
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
         self.guard = EngineGuard(configured_secret(secret), build_catalogue(engine_settings, catalogue))
         self.loader = SchemaLoader(self.core.runtime.prompt_for)
+        self.kv_gauge = ReplicaKVGauge()
 
     async def _prepare(self, db: str) -> str:
         """The spec of catalogue name `db`, its schema loaded (raises UnknownDatabase / DatabaseUnavailable)."""
@@ -103,9 +105,13 @@ class EngineDeployment:
         yield await self.Check(request)
 
     def check_health(self) -> None:
-        """Serve's replica health check: the forward worker thread must be alive."""
+        """Serve's replica health check: the forward worker thread must be alive.
+
+        Serve calls it every `health_check_period_s` (5 s): the replica's KV
+        gauge is refreshed here, so its metric is never older than that."""
         if not self.core.runtime.worker._thread.is_alive():
             raise RuntimeError("forward worker thread died")
+        self.kv_gauge.record(self.core.kv_usage())
 
     def _info(self, session_id: str) -> engine_pb2.EngineSessionInfo:
         info = self.core.info(session_id)
@@ -125,13 +131,7 @@ class EngineDeployment:
 
 def kv_fields(usage) -> dict[str, int]:
     """EngineSessionInfo's KV fields of a `KVUsage` (kv_free_bytes left unset when unbounded)."""
-    if usage is None:
-        return {}
-    fields = {"kv_used_bytes": usage.used_bytes, "kv_shared_bytes": usage.shared_bytes,
-              "kv_budget_bytes": usage.budget_bytes}
-    if usage.free_bytes is not None:
-        fields["kv_free_bytes"] = usage.free_bytes
-    return fields
+    return {} if usage is None else {f"kv_{kind}_bytes": value for kind, value in kv_values(usage).items()}
 
 
 def _metadata(grpc_context) -> list[tuple[str, str]]:

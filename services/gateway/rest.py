@@ -48,6 +48,7 @@ def build_router(service: GatewayService) -> APIRouter:
 
     @router.get("/metrics")
     async def metrics():
+        await service.refresh_engine_kv()
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @router.get("/v1/databases")

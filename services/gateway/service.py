@@ -21,6 +21,7 @@ from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
 from services.engine.guard import SECRET_METADATA_KEY, configured_secret
 from services.gateway.auth import Authenticator
 from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, run_read_only, sqlite_file
+from services.gateway.engine_kv import EngineKVGauges
 from services.gateway.engine_link import EngineLink
 from services.gateway.limits import check_seq, check_tables, check_text, new_chars
 from services.gateway.metrics import GatewayMetrics
@@ -50,6 +51,7 @@ class GatewayService:
     def __init__(self, settings: GatewaySettings, metrics: GatewayMetrics | None = None):
         self.settings = settings
         self.metrics = metrics or GatewayMetrics()
+        self.engine_kv = EngineKVGauges(self.metrics.registry)
         self.auth = Authenticator(settings.tokens)
         self.quotas = TenantQuotas(settings)
         self.sessions = SessionRegistry(self.quotas.session_share)
@@ -153,6 +155,11 @@ class GatewayService:
         """Ask the replica that the router picks for this session (diagnostics, tests)."""
         ref = engine_pb2.EngineSessionRef(session_id=engine_session_id(session.tenant, session.session_id))
         return await self._stub.Describe(ref, metadata=session.link.metadata, timeout=10)
+
+    async def refresh_engine_kv(self) -> None:
+        """Ask the replicas for their KV bytes (before /metrics renders them; see engine_kv)."""
+        if self._stub is not None:
+            await self.engine_kv.refresh(self._stub, self._engine_md)
 
     def engine_metadata(self) -> tuple[tuple[str, str], ...]:
         """What this gateway sends the engine on every call (application, secret)."""

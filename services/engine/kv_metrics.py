@@ -1,0 +1,43 @@
+"""A replica's KV bytes as Ray Serve metrics (the replica's Prometheus series).
+
+Ray exports a replica's `ray.serve.metrics` on its node's metrics port
+(`ray_<name>` with the tags `deployment`, `replica`, `application`; the port
+Prometheus or KubeRay's PodMonitor scrapes on a Ray pod). The series:
+
+    ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"}
+
+`used`: every cache of the replica (each shared P0 once, plus the sessions'
+private tokens), `shared`: the P0 part of it, `budget`: HEADSTART_KV_BUDGET_BYTES
+(0: no byte bound), `free`: what is left under the budget (not reported when
+unbounded). The same numbers are in the engine's Describe
+(EngineSessionInfo.kv_*) and, per replica, on the gateway's /metrics.
+"""
+
+from __future__ import annotations
+
+from headstart.engine.kv_memory import KVUsage
+
+METRIC_NAME = "headstart_engine_kv_bytes"
+KINDS = ("used", "shared", "budget", "free")
+
+
+def kv_values(usage: KVUsage) -> dict[str, int]:
+    """The gauge values of one `KVUsage` by kind (`free` only under a budget)."""
+    values = {"used": usage.used_bytes, "shared": usage.shared_bytes, "budget": usage.budget_bytes}
+    if usage.free_bytes is not None:
+        values["free"] = usage.free_bytes
+    return values
+
+
+class ReplicaKVGauge:
+    """One Serve gauge, tag `kind`; `record` sets it from a `KVUsage`."""
+
+    def __init__(self):
+        from ray.serve.metrics import Gauge
+
+        self._gauge = Gauge(METRIC_NAME, description="KV cache bytes of this engine replica, by kind "
+                            "(used, shared P0, budget, free under the budget)", tag_keys=("kind",))
+
+    def record(self, usage: KVUsage) -> None:
+        for kind, value in kv_values(usage).items():
+            self._gauge.set(value, tags={"kind": kind})
