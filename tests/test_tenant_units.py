@@ -17,7 +17,7 @@ from services.gateway.databases import RunLimits, run_read_only
 from services.gateway.grpc_wire import Malformed, TooLarge, _safe, checked
 from services.gateway.limits import TenantWorkBudget, new_chars
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenancy import TenantSlots, session_share
+from services.gateway.tenancy import TenantConnections, TenantSlots, connection_share, session_share
 
 
 @pytest.fixture
@@ -87,6 +87,52 @@ def test_engine_guard_checks_the_secret():
 def test_session_share_adds_up_to_capacity(capacity, tokens, cap, share):
     settings = GatewaySettings(engine_capacity=capacity, tokens=tokens, max_sessions_per_tenant=cap)
     assert session_share(settings) == share
+
+
+@pytest.mark.parametrize("capacity, tokens, cap, share", [
+    (128, {"a": "alice", "b": "bob"}, 512, 128),  # 2 x the session share of 64
+    (8, {"a": "alice", "b": "bob", "c": "carol"}, 512, 4),
+    (0, {"a": "alice"}, 512, 512),  # no capacity: 2 x max_sessions_per_tenant (256)
+    (128, {"a": "alice", "b": "bob"}, 100, 100),  # capped
+])
+def test_connection_share_is_twice_the_session_share(capacity, tokens, cap, share):
+    settings = GatewaySettings(engine_capacity=capacity, tokens=tokens, max_connections_per_tenant=cap)
+    assert connection_share(settings) == share
+
+
+def test_tenant_connections_refuse_past_the_share_per_tenant():
+    connections = TenantConnections(share=2)
+    connections.acquire("alice")
+    connections.acquire("alice")
+    with pytest.raises(ApiError) as err:
+        connections.acquire("alice")
+    connections.acquire("bob")  # another tenant's share is its own
+    assert err.value.code == "RESOURCE_EXHAUSTED"
+    assert (connections.count("alice"), connections.count("bob")) == (2, 1)
+    connections.release("alice")
+    connections.acquire("alice")  # a freed place can be taken again
+    for tenant in ("alice", "alice", "bob"):
+        connections.release(tenant)
+    assert (connections.count("alice"), connections.count("bob")) == (0, 0)
+
+
+def test_engine_kv_gauges_keep_recent_replicas_only():
+    from prometheus_client import CollectorRegistry
+
+    from headstart.v1 import engine_pb2
+    from services.gateway.engine_kv import STALE_S, EngineKVGauges
+
+    registry = CollectorRegistry()
+    gauges = EngineKVGauges(registry)
+    gauges.record(engine_pb2.EngineSessionInfo(replica="r1", kv_used_bytes=300, kv_shared_bytes=100,
+                                               kv_budget_bytes=1000, kv_free_bytes=700), now=0.0)
+    gauges.record(engine_pb2.EngineSessionInfo(replica="r2", kv_used_bytes=50), now=10.0)  # no budget: no free
+    gauges.publish(now=20.0)
+    value = lambda r, k: registry.get_sample_value("headstart_engine_kv_bytes", {"replica": r, "kind": k})  # noqa: E731
+    assert [value("r1", k) for k in ("used", "shared", "budget", "free")] == [300, 100, 1000, 700]
+    assert (value("r2", "used"), value("r2", "budget"), value("r2", "free")) == (50, 0, None)
+    gauges.publish(now=STALE_S + 5.0)  # r1 answered too long ago: dropped
+    assert value("r1", "used") is None and value("r2", "used") == 50
 
 
 def test_work_budget_counts_characters_per_tenant():

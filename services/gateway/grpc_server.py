@@ -55,8 +55,21 @@ class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
         return self.service.auth.tenant(dict(context.invocation_metadata()).get("authorization"))
 
     async def Type(self, request_iterator, context):  # noqa: N802
+        """A typing stream, counted in its tenant's connection share from authentication to its end."""
         try:
             tenant = self._tenant(context)
+            self.service.quotas.connections.acquire(tenant)
+        except ApiError as exc:
+            await self._abort(context, exc)
+            return
+        try:
+            async for response in self._type(request_iterator, context, tenant):
+                yield response
+        finally:
+            self.service.quotas.connections.release(tenant)
+
+    async def _type(self, request_iterator, context, tenant: str):
+        try:
             first = await self._first(request_iterator)
             sid = first.open.session_id
             session = self.service.get(tenant, sid) if sid else await self.service.open(tenant, first.open.db, True)

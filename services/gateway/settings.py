@@ -51,3 +51,6 @@ class GatewaySettings(BaseSettings):
     execute_value_bytes: int = Field(1 << 20, ge=1024, description="largest string/blob SQLite may build in a Run")
     executes_per_tenant: int = Field(2, ge=1, description="Runs (and their waiters: the same again) per tenant")
     type_open_timeout_s: float = Field(10.0, gt=0, description="a Type stream must send open within this")
+    max_connections_per_tenant: int = Field(512, ge=1, description="WebSocket connections and gRPC Type streams "
+                                            "one tenant may hold at once, at most; its share is "
+                                            "CONNECTIONS_PER_SESSION x its session share, capped by this")

@@ -54,16 +54,33 @@ def error_json(code: str, message: str, seq: int = 0) -> dict:
 
 
 async def session_socket(ws: WebSocket, service: GatewayService) -> None:
-    """Serve one WebSocket connection from accept to close."""
+    """Serve one WebSocket connection from accept to close, counted in its tenant's connection share."""
     await ws.accept()
     try:
         tenant = service.auth.tenant(ws.headers.get("authorization"), ws.query_params.get("token"))
+        service.quotas.connections.acquire(tenant)
+    except ApiError as exc:
+        await _refuse(ws, service, exc)
+        return
+    try:
+        await _serve_socket(ws, service, tenant)
+    finally:
+        service.quotas.connections.release(tenant)
+
+
+async def _refuse(ws: WebSocket, service: GatewayService, exc: ApiError) -> None:
+    """An error at connect: the message, then the close code of its class."""
+    service.metrics.errors.labels(EDGE, exc.code).inc()
+    await ws.send_json(error_json(exc.code, exc.message))
+    await ws.close(CLOSE_CODES.get(exc.code, 1011))
+
+
+async def _serve_socket(ws: WebSocket, service: GatewayService, tenant: str) -> None:
+    try:
         sid, db = ws.query_params.get("session"), ws.query_params.get("db", "")
         session = service.get(tenant, sid) if sid else await service.open(tenant, db, ephemeral=True)
     except ApiError as exc:
-        service.metrics.errors.labels(EDGE, exc.code).inc()
-        await ws.send_json(error_json(exc.code, exc.message))
-        await ws.close(CLOSE_CODES.get(exc.code, 1011))
+        await _refuse(ws, service, exc)
         return
     # A session has one listener: attaching takes it over (the previous connection is told SESSION_MOVED).
     events = session.attach_listener() if sid else session.listener
