@@ -25,12 +25,13 @@ class GatewaySettings(BaseSettings):
     max_text_chars: int = Field(4000, ge=1, description="longest question text")
     rate_per_s: float = Field(60.0, gt=0, description="messages per second per connection (sustained)")
     rate_burst: int = Field(120, ge=1, description="messages a connection may send at once")
-    default_max_new_tokens: int = Field(128, ge=1)
-    max_new_tokens_limit: int = Field(512, ge=1)
-    max_sessions_per_tenant: int = Field(256, ge=1)
+    default_max_new_tokens: int = Field(128, ge=1, description="answer tokens when a submit or completion asks none")
+    max_new_tokens_limit: int = Field(512, ge=1, description="most answer tokens a client may ask for")
+    max_sessions_per_tenant: int = Field(256, ge=1, description="sessions one tenant may hold, at most "
+                                         "(its share is engine_capacity / tenants below that)")
     reconnect_timeout_s: float = Field(60.0, gt=0, description="how long a broken engine stream is retried")
     execute_row_limit: int = Field(20, ge=1, description="rows returned by the page's read-only Run")
-    execute_timeout_s: float = Field(5.0, gt=0)
+    execute_timeout_s: float = Field(5.0, gt=0, description="a Run's deadline (then CANCELLED)")
     spider_dir: Path | None = Field(None, description="Spider data dir (default ../shared/data/spider)")
     # -- tenant safety (README "Security") -----------------------------------
     engine_secret: str = Field("", repr=False, description="sent to the engine on every call "
@@ -53,4 +54,4 @@ class GatewaySettings(BaseSettings):
     type_open_timeout_s: float = Field(10.0, gt=0, description="a Type stream must send open within this")
     max_connections_per_tenant: int = Field(512, ge=1, description="WebSocket connections and gRPC Type streams "
                                             "one tenant may hold at once, at most; its share is "
-                                            "CONNECTIONS_PER_SESSION x its session share, capped by this")
+                                            "twice its session share, capped by this")
