@@ -237,3 +237,30 @@ def test_schema_loader_deadline_and_single_flight():
     assert all(isinstance(o, DatabaseUnavailable) and o.code == "UNAVAILABLE" for o in outcomes)
     assert calls.count("stuck") == 1 and "fine" in calls
     assert "hunter22" not in broken.message and "postgresql" not in broken.message
+
+
+def test_engine_kv_refresh_survives_an_unreachable_engine():
+    """A scrape while the engine is away keeps the last numbers (until stale) and does not fail."""
+    import grpc
+    from prometheus_client import CollectorRegistry
+
+    from headstart.v1 import engine_pb2
+    from services.gateway.engine_kv import EngineKVGauges
+
+    class Stub:
+        def __init__(self, answers):
+            self.answers = list(answers)
+
+        async def Describe(self, ref, metadata, timeout):  # noqa: N802
+            answer = self.answers.pop(0) if self.answers else grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata())
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    registry = CollectorRegistry()
+    gauges = EngineKVGauges(registry)
+    up = engine_pb2.EngineSessionInfo(replica="r1", kv_used_bytes=7, kv_budget_bytes=10, kv_free_bytes=3)
+    asyncio.run(gauges.refresh(Stub([up]), ()))
+    asyncio.run(gauges.refresh(Stub([]), ()))  # every probe fails: the last answer stays
+    assert registry.get_sample_value("headstart_engine_kv_bytes", {"replica": "r1", "kind": "free"}) == 3

@@ -59,8 +59,8 @@ class EngineKVGauges:
         for answer in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(answer, engine_pb2.EngineSessionInfo):
                 self.record(answer)
-            elif not isinstance(answer, (grpc.RpcError, asyncio.TimeoutError)):
-                raise answer
+            elif not isinstance(answer, (grpc.RpcError, asyncio.TimeoutError, asyncio.CancelledError)):
+                raise answer  # a bug, not the engine being away
         self.publish()
 
     def publish(self, now: float | None = None) -> None:
