@@ -10,6 +10,7 @@ next attach (correct, only slower).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from ray import serve
@@ -26,6 +27,7 @@ from services.engine.kv_metrics import ReplicaKVGauge, kv_values
 from services.engine.loader import SchemaLoader
 from services.engine.stream import SessionStream, sampling_params
 
+log = logging.getLogger(__name__)
 APP_NAME = "headstart-engine"
 ROUTER_CLASS = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # Functions the Serve gRPC proxy registers: our API plus standard health checking
@@ -111,7 +113,10 @@ class EngineDeployment:
         gauge is refreshed here, so its metric is never older than that."""
         if not self.core.runtime.worker._thread.is_alive():
             raise RuntimeError("forward worker thread died")
-        self.kv_gauge.record(self.core.kv_usage())
+        try:
+            self.kv_gauge.record(self.core.kv_usage())
+        except Exception:  # NOTE: a metric must never fail the health check (Serve would restart the replica)
+            log.exception("KV gauge not recorded")
 
     def _info(self, session_id: str) -> engine_pb2.EngineSessionInfo:
         info = self.core.info(session_id)
