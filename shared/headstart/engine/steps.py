@@ -121,12 +121,3 @@ def commit_rows(rows: list[Row], results: list[RowResult]) -> list[tuple[bool, B
             outcomes.append((False, exc))
     return outcomes
 
-
-def run_step_alone(step: Callable[[], "Row | bool"]) -> bool:
-    """Run one job step to its end on this thread: prepare, the lone
-    forward, commit. (Callers outside the worker's loop, and tests.)"""
-    out = step()
-    if not isinstance(out, Row):
-        return bool(out)
-    results, _ = run_rows([out], max(1, out.num_tokens))
-    return bool(out.commit(results[0]))

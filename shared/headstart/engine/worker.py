@@ -40,7 +40,7 @@ from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import (  # noqa: F401 (re-exported: callers import them from here)
     BATCH_SCOPES, DEFERRED_DECODE, BatchScope, Job, Plan, Priority, StepOutcome,
 )
-from headstart.engine.steps import Row, RowResult, commit_rows, run_rows
+from headstart.engine.steps import Row, commit_rows, run_rows
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class ForwardWorker:
             else:
                 outcomes.append(StepOutcome(bool(out)))
         if rows:
-            results, forwards = self._forward([row for _, row in rows])
+            results, forwards = run_rows([row for _, row in rows], self.max_batch_tokens)
             committed = commit_rows([row for _, row in rows], results)
             for (index, _), (more, error) in zip(rows, committed):
                 outcomes[index] = StepOutcome(more, error)
@@ -198,6 +198,3 @@ class ForwardWorker:
         if len(plan.rows) > 1:
             self.batched_groups += 1
         return outcomes  # type: ignore[return-value] (every slot is filled)
-
-    def _forward(self, rows: list[Row]) -> tuple[list[RowResult], list[int]]:
-        return run_rows(rows, self.max_batch_tokens)
