@@ -1,4 +1,5 @@
-"""The commit rule (`engine/commit.py`) from a table of cache/target situations, no model."""
+"""The commit rule (`engine/commit.py`) from a table of cache/target situations, no model;
+`start_commit` and the one decode step (`engine/decode.py`) on the tiny model."""
 
 from __future__ import annotations
 
@@ -29,3 +30,50 @@ def test_plan_commit(situation, cached, logits, target, chunk, want, expected):
     kv = KVState(list(cached), None, LOGITS if logits else None)
     assert plan_commit(kv, target, chunk, want) == expected
     assert kv.ids == cached  # planning changes nothing
+
+
+def test_start_commit_crops_and_prepares_the_row(tiny_runtime):
+    """`start_commit` (what a typing step and a submit's prefill both call):
+    the cache is cropped to what the step keeps, the row extends it by the
+    chunk with logits only when the chunk ends the target and they are
+    wanted, and the caller's `then` gets the row's result."""
+    from headstart.engine.commit import start_commit
+    from headstart.engine.kv import prefill
+    from headstart.engine.steps import RowResult, run_rows
+
+    model = tiny_runtime.model
+    kv = prefill(model, [1, 2, 9, 9])
+    got = []
+    commit = start_commit(model, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: got.append((c, r)) or True)
+    assert (commit.dropped, kv.ids, commit.step) == (2, [1, 2], CommitStep(2, [3, 4], False))
+    assert commit.row.new_ids == [3, 4] and commit.row.want_logits is False and commit.row.state is kv
+    results, _ = run_rows([commit.row], 8)
+    assert commit.row.commit(results[0]) is True and got == [(commit, RowResult(True))]
+    assert kv.ids == [1, 2, 3, 4] and kv.last_logits is None
+    last = start_commit(model, kv, [1, 2, 3, 4, 5], 2, False, None, lambda c, r: False)
+    assert last.row.new_ids == [5] and last.row.want_logits is False  # the policy keeps no logits
+    last = start_commit(model, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: False)
+    assert last.row.want_logits is True
+
+
+def test_one_decode_step_for_answers_and_answer_ahead(tiny_runtime):
+    """`decode_row`: once the row ran, the token picked from the new logits
+    (greedy: the argmax) is handed on; a row that left the forward hands on
+    None with the cache unchanged; a forward error is raised to the job."""
+    from headstart.engine.decode import decode_row
+    from headstart.engine.kv import prefill
+    from headstart.engine.steps import RowResult, run_rows
+
+    model = tiny_runtime.model
+    kv = prefill(model, [1, 2, 3])
+    reference = prefill(model, [1, 2, 3, 4])
+    tokens = []
+    row = decode_row(model, kv, 4, lambda: True, lambda t: tokens.append(t) or True)
+    results, _ = run_rows([row], 8)
+    assert row.commit(results[0]) is True and tokens == [None] and kv.ids == [1, 2, 3]  # left before layer 0
+    row = decode_row(model, kv, 4, None, lambda t: tokens.append(t) or False)
+    results, _ = run_rows([row], 8)
+    assert row.commit(results[0]) is False and kv.ids == [1, 2, 3, 4]
+    assert tokens[-1] == int(torch.argmax(reference.last_logits))
+    with pytest.raises(ValueError):
+        row.commit(RowResult(False, ValueError("forward failed")))

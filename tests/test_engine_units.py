@@ -344,10 +344,6 @@ def test_new_request_prefills_before_others_decode_steps(tiny_runtime, monkeypat
     assert times[0] < second.first_token_at < times[1]
 
 
-def _ran_in_group() -> bool:
-    return threading.current_thread().name.startswith("headstart-step")
-
-
 TYPING, DECODE, ALONE = {"type-a", "type-b"}, {"decode-f", "decode-g"}, {"submit-c", "ahead-d", "pool-e"}
 
 
@@ -618,22 +614,30 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
 
 
 def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_runtime):
-    """One group: two owners' extensions share one forward, a second job of an
+    """One group: two owners' rows (prepared by their steps without running
+    the model) share one forward on the worker thread, a second job of an
     owner waits for the next group, a step without a forward and a failing
-    step are reported as lone steps would be."""
+    step are reported as lone steps would be, and each row's commit gets its
+    result and says whether its job goes on."""
     from headstart.engine.kv import prefill
+    from headstart.engine.steps import Row
 
     model = tiny_runtime.model
     worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64, batch_scope="all")
     gate = hold_worker(worker)
     states = {name: prefill(model, [1, 2, 3]) for name in "ab"}
     groups: list[int] = []
+    committed: dict[str, tuple] = {}
 
     def extending(name):
         def step():
             groups.append(worker.batched_groups)
-            extend(model, states[name], [4, 5])
-            return False
+
+            def commit(result):
+                committed[name] = (result.ran, result.error, threading.current_thread() is worker._thread)
+                return False
+
+            return Row(model, states[name], [4, 5], True, None, commit)
         return step
 
     def failing():
@@ -653,10 +657,28 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     worker.shutdown()
     assert worker.batched_groups >= 1 and worker.batched_forwards == 1 and worker.batched_rows == 2
     assert groups[:2] == [0, 0] and groups[2] == -1  # a2 ran after a1's group
+    assert committed == {"a": (True, None, True), "b": (True, None, True)}
     reference = prefill(model, [1, 2, 3, 4, 5])
     for state in states.values():
         assert state.ids == [1, 2, 3, 4, 5]
         assert torch.allclose(state.last_logits, reference.last_logits, atol=1e-10)
+
+
+def test_rows_over_the_token_budget_run_in_successive_forwards(tiny_runtime):
+    """Rows whose real token counts exceed `max_batch_tokens` split into
+    forwards in plan order (the most urgent first), each within the budget;
+    a row with nothing to extend joins none and still commits."""
+    from headstart.engine.kv import prefill
+    from headstart.engine.steps import Row, pack_forwards, run_rows
+
+    model = tiny_runtime.model
+    states = [prefill(model, [1, 2, 3]) for _ in range(4)]
+    rows = [Row(model, state, ids, True, None, lambda r: False)
+            for state, ids in zip(states, [[4, 5, 6], [7, 8], [], [9, 10, 11]])]
+    assert [[rows.index(r) for r in f] for f in pack_forwards(rows, 5)] == [[0, 1], [3]]
+    results, sizes = run_rows(rows, 5)
+    assert sizes == [2, 1] and all(r.ran and r.error is None for r in results)
+    assert [s.ids for s in states] == [[1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8], [1, 2, 3], [1, 2, 3, 9, 10, 11]]
 
 
 def test_groups_fit_the_token_budget():

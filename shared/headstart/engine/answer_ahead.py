@@ -3,10 +3,11 @@
 Once a session's cache holds the whole prompt with its logits and the worker
 has nothing better to do, the session keeps decoding greedily at IDLE
 priority. Greedy decoding of a fixed prompt is deterministic, and these are
-the very forward passes the submit would run (one token on the same cache),
-so if the user presses Enter without changing the text, the first tokens of
-the answer are already known: they stream at once, and decoding goes on from
-there. Any edit crops them away (they count as wasted tokens).
+the very forward passes the submit would run (the same decode step,
+`headstart.engine.decode`, on the same cache), so if the user presses Enter
+without changing the text, the first tokens of the answer are already
+known: they stream at once, and decoding goes on from there. Any edit crops
+them away (they count as wasted tokens).
 
 Invariant while tokens exist: the cache holds `prompt + tokens[:-1]` and its
 last logits are the ones `tokens[-1]` was picked from.
@@ -14,9 +15,11 @@ last logits are the ones `tokens[-1]` was picked from.
 
 from __future__ import annotations
 
-import torch
+from typing import Callable
 
-from headstart.engine.kv import KVState, extend
+from headstart.engine.decode import decode_row, pick_token
+from headstart.engine.kv import KVState
+from headstart.engine.steps import Row
 
 
 class AnswerAhead:
@@ -39,12 +42,23 @@ class AnswerAhead:
             return kv.ids == prompt_ids and kv.last_logits is not None
         return self.usable_for(kv.ids, prompt_ids) != []
 
-    def step(self, model, kv: KVState, should_abort) -> bool:
-        """Decode one token (worker thread). False if aborted (state unchanged)."""
-        if self.tokens and not extend(model, kv, [self.tokens[-1]], should_abort=should_abort):
-            return False
-        self.tokens.append(int(torch.argmax(kv.last_logits)))
-        return True
+    def take_first(self, kv: KVState) -> None:
+        """The first answer token: the argmax of the logits at hand (worker
+        thread; no forward pass). Requires `wants_more` and no token yet."""
+        self.tokens.append(pick_token(kv.last_logits))
+
+    def step_row(self, model, kv: KVState, should_abort: Callable[[], bool] | None,
+                 then: Callable[[bool], bool]) -> Row:
+        """The decode step for one more token (after `take_first`). Once it
+        ran, the token is kept and `then(True)` says whether the job goes
+        on; `then(False)` when it left the forward (cache unchanged)."""
+
+        def on_token(token: int | None) -> bool:
+            if token is not None:
+                self.tokens.append(token)
+            return then(token is not None)
+
+        return decode_row(model, kv, self.tokens[-1], should_abort, on_token)
 
     def usable_for(self, kv_ids: list[int], prompt_ids: list[int]) -> list[int]:
         """The tokens that start the greedy answer to `prompt_ids`, or [].

@@ -5,6 +5,12 @@ at a time (one prefill chunk or one decode token), so other sessions' submits
 interleave with it. The same code serves every mode: a cold request starts
 from an empty cache, a prefix request from a copy of P0, a session from its
 own evolving cache.
+
+Its state (`RequestState`, transitions in `headstart.engine.states`):
+QUEUED -> PREFILL (bringing the cache to the prompt by the commit rule,
+`headstart.engine.commit`) -> DECODE (one token per step,
+`headstart.engine.decode`) -> DONE, CANCELLED or FAILED. Each step returns
+a row for the worker to run (`headstart.engine.steps`) or finishes at once.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ from typing import Callable, Iterator
 
 import torch
 
-from headstart.engine.commit import plan_commit
+from headstart.engine.commit import Commit, start_commit
+from headstart.engine.decode import decode_row, pick_token  # noqa: F401 (pick_token: re-exported)
 from headstart.engine.errors import Cancelled
-from headstart.engine.kv import KVState, extend
+from headstart.engine.kv import KVState
+from headstart.engine.states import RequestState, advance
+from headstart.engine.steps import Row, RowResult
 from headstart.prompt import common_prefix_len, uncached_tokens
 
 
@@ -55,16 +64,7 @@ class SubmitResult:
     extra: dict = field(default_factory=dict)
 
 
-def pick_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """Greedy argmax, or temperature + nucleus sampling."""
-    if params.temperature == 0:
-        return int(torch.argmax(logits))
-    probs = torch.softmax(logits.double() / params.temperature, dim=-1)
-    if params.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sorted_probs, 0) - sorted_probs < params.top_p
-        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
-    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+_BEFORE_FIRST_TOKEN = (RequestState.QUEUED, RequestState.PREFILL)
 
 
 class GenerationRequest:
@@ -100,7 +100,7 @@ class GenerationRequest:
         self._expected_cached = expected_cached  # what `prepare` will hold (a cost hint)
         self.ahead_used = 0
         self._known: list[int] = []
-        self._prefilled = False  # the prompt is cached: later steps decode
+        self.status = RequestState.QUEUED
         # TTFT counts from the caller's submit (tokenization included)
         self.started = started if started is not None else time.perf_counter()
         self.first_token_at: float | None = None
@@ -113,7 +113,7 @@ class GenerationRequest:
         self.error: BaseException | None = None
         self.done = threading.Event()
         self._stream: queue.SimpleQueue = queue.SimpleQueue()
-        self._cancelled = False
+        self._cancel_asked = False  # by cancel(), on any thread: the next step ends the request
         self.job = None  # the worker job running the steps (see enqueue_on)
         self.decode_yields = 0  # decode steps stopped midway for a new submit
         self._generator = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
@@ -129,7 +129,9 @@ class GenerationRequest:
     # -- caller side --------------------------------------------------------
 
     def cancel(self) -> None:
-        self._cancelled = True
+        """Ask the request to end: its next step finishes it as CANCELLED
+        (the step in flight, if any, completes first)."""
+        self._cancel_asked = True
 
     def stream(self) -> Iterator[int]:
         """Token ids as they are generated; raises the request's error at the end."""
@@ -170,7 +172,7 @@ class GenerationRequest:
         first answer tokens are already known). A decoding request then
         waits at most one prefill chunk per new submit, and a submit that
         needs no forward pass is not held behind one that needs a long one."""
-        if self._prefilled:
+        if self.status not in _BEFORE_FIRST_TOKEN:
             return 1.0
         # read on the worker thread between steps (the scheduler's rule): no race
         if self._ahead is not None and self.params.temperature == 0 and self._ahead():
@@ -179,8 +181,8 @@ class GenerationRequest:
 
     def is_decoding(self) -> bool:
         """The next step is a decode step (the worker may defer it, see
-        `headstart.engine.worker`)."""
-        return self._prefilled
+        `headstart.engine.scheduler`)."""
+        return self.status is RequestState.DECODE
 
     def enqueue_on(self, worker, priority, name: str, owner: str | None = None):
         """Queue this request's steps on `worker` with its scheduling hints;
@@ -196,26 +198,54 @@ class GenerationRequest:
     def pending_tokens(self) -> int:
         """About how many tokens the next step runs through the model (the
         scheduler's group-forming hint, read on the worker thread)."""
-        if self._prefilled:
+        if self.status not in _BEFORE_FIRST_TOKEN:
             return 1
         state = self.state
         cached = state.ids if state is not None else self.prompt_ids[: self._expected_cached]
         return uncached_tokens(cached, self.prompt_ids, self.chunk_tokens)
 
-    def step(self) -> bool:
-        """One bounded unit of work; True while more remains."""
+    def step(self) -> "Row | bool":
+        """One bounded unit of work (worker thread, no model run): the row of
+        a prefill chunk or a decode step, or, when it needs no forward, True
+        while more remains. A row's commit says whether more remains."""
         try:
-            if self._cancelled:
+            if self._cancel_asked:
                 raise Cancelled("generation cancelled")
-            more = self._decode_step() if self._prefilled else self._prefill_step()
+            if self.status is RequestState.QUEUED:
+                self._set(RequestState.PREFILL)
+            out = self._decode_step() if self.status is RequestState.DECODE else self._prefill_step()
         except BaseException as exc:
-            self.error = exc
-            more = False
-        if not more:
+            return self._fail(exc)
+        if isinstance(out, Row):
+            out.commit = self._guarded(out.commit)
+            return out
+        if not out:
             self._finish()
-        return more
+        return out
 
-    def _prefill_step(self) -> bool:
+    def _guarded(self, commit: Callable[[RowResult], bool]) -> Callable[[RowResult], bool]:
+        """A row's commit that ends the request when it is done or fails."""
+
+        def run(result: RowResult) -> bool:
+            try:
+                more = commit(result)
+            except BaseException as exc:
+                return self._fail(exc)
+            if not more:
+                self._finish()
+            return more
+
+        return run
+
+    def _fail(self, exc: BaseException) -> bool:
+        self.error = exc
+        self._finish()
+        return False
+
+    def _set(self, status: RequestState) -> None:
+        self.status = advance(self.status, status)
+
+    def _prefill_step(self) -> "Row | bool":
         if self.state is None:
             self.state = self._prepare()
         kv, target = self.state, self.prompt_ids
@@ -226,24 +256,33 @@ class GenerationRequest:
             raise RuntimeError("answer-ahead tokens changed under a submit")
         if ahead:  # the answer's first tokens are known: no forward pass
             self.cached_at_submit, self.ahead_used = len(target), len(ahead)
-            self._prefilled = True
+            self._set(RequestState.DECODE)
             return all(self._emit(token) for token in ahead[len(self._known):])
         if self.cached_at_submit is None:
             self.cached_at_submit = common_prefix_len(kv.ids, target)
-        step = plan_commit(kv, target, self.chunk_tokens, want_logits=True)
-        self.dropped_at_submit += kv.crop(step.keep)
-        extend(self.model, kv, step.chunk, want_logits=step.last)
-        self.computed_at_submit += len(step.chunk)
-        if not step.last:
-            return True
-        self._prefilled = True
-        return self._emit(pick_token(kv.last_logits, self.params, self._generator))
+        commit = start_commit(self.model, kv, target, self.chunk_tokens, True, None, self._prefilled)
+        self.dropped_at_submit += commit.dropped
+        return commit.row
 
-    def _decode_step(self) -> bool:
-        if not extend(self.model, self.state, [self.token_ids[-1]], should_abort=self._yield_requested):
+    def _prefilled(self, commit: Commit, result: RowResult) -> bool:
+        """A prefill chunk ran: more chunks, or the first token."""
+        if result.error is not None:
+            raise result.error
+        self.computed_at_submit += len(commit.step.chunk)
+        if not commit.step.last:
+            return True
+        self._set(RequestState.DECODE)
+        return self._emit(pick_token(self.state.last_logits, self.params, self._generator))
+
+    def _decode_step(self) -> Row:
+        return decode_row(self.model, self.state, self.token_ids[-1], self._yield_requested, self._decoded,
+                          self.params, self._generator)
+
+    def _decoded(self, token: int | None) -> bool:
+        if token is None:
             self.decode_yields += 1
             return True  # a new submit came first; the cache is unchanged, the step runs again
-        return self._emit(pick_token(self.state.last_logits, self.params, self._generator))
+        return self._emit(token)
 
     def _emit(self, token: int) -> bool:
         if self.first_token_at is None:
@@ -270,6 +309,9 @@ class GenerationRequest:
             self.first_token_at = self.finished_at
         if isinstance(self.error, Cancelled):
             self.finish_reason = "cancelled"
+        final = RequestState.DONE if self.error is None else (
+            RequestState.CANCELLED if isinstance(self.error, Cancelled) else RequestState.FAILED)
+        self._set(final)
         self._stream.put(None)
         try:
             if self._on_finish:

@@ -2,8 +2,8 @@
 
 `KVState` holds the token ids `ids` whose keys/values are in `cache`, and the
 logits after the last of them when the last extension ended there. Only the
-worker (its thread, or a step thread of a batched group while the worker
-waits for it) touches a KVState: it is not thread-safe by design, one owner.
+worker thread touches a KVState (jobs prepare rows there and the worker runs
+them, `headstart.engine.steps`): it is not thread-safe by design, one owner.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from headstart.engine import collector_slot
 from headstart.engine.shared_prefix import SharedPrefixLayer
 
 
@@ -142,9 +141,6 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
     """
     if not new_ids:
         return True
-    collector = collector_slot.active()
-    if collector is not None:  # a step of a batched group: join its forward
-        return collector.extend(model, state, new_ids, want_logits, should_abort)
     old_len, fresh = state.num_tokens, state.cache is None
     if fresh:
         state.cache = DynamicCache()

@@ -1,7 +1,9 @@
 """The scheduler: the one place that decides what the forward worker runs next.
 
-The worker loop is `plan = scheduler.schedule(now); outcomes = run(plan);
-scheduler.update(plan, outcomes, now)`. The scheduler owns the waiting jobs
+The worker loop is `plan = scheduler.schedule(now)`; each planned job's
+step prepares its row, the rows run as one forward and each job commits its
+row's result (`headstart.engine.steps`); `scheduler.update(plan, outcomes,
+now)`. The scheduler owns the waiting jobs
 and every job's state (`JobState`: WAITING -> RUNNING -> WAITING | FINISHED,
 changed only here). Its rules, written once:
 
@@ -178,9 +180,10 @@ class Scheduler:
     # -- update ------------------------------------------------------------------
 
     def update(self, plan: Plan, outcomes: list[StepOutcome], now: float) -> list[Job]:
-        """Apply one iteration's outcomes: a row with more to do is queued again
-        (behind the jobs of its class already waiting), the others finish.
-        Returns the jobs that finished."""
+        """Apply one iteration's outcomes (each job's commit of its row's
+        result, `steps.commit_rows`: more to do, or an error): a job with
+        more to do is queued again (behind the jobs of its class already
+        waiting), the others finish. Returns the jobs that finished."""
         finished = []
         for row, outcome in zip(plan.rows, outcomes):
             job = row.job

@@ -82,7 +82,10 @@ class Rank(NamedTuple):
 
 
 class Job:
-    """A unit of work on the worker. `step()` returns True while more remains.
+    """A unit of work on the worker. `step()` (on the worker thread, never
+    running the model itself) either finishes the step and returns True
+    while more remains, or returns a `headstart.engine.steps.Row` to run,
+    whose `commit` says whether more remains once the row has run.
 
     Hints (read by the scheduler on the worker thread, between steps, where
     no step of the job runs; a hint that raises fails its own job):
@@ -95,7 +98,7 @@ class Job:
         owner: whose cache the step touches; None: never batched.
     """
 
-    def __init__(self, step: Callable[[], bool], priority: Priority, name: str = "",
+    def __init__(self, step: Callable[[], object], priority: Priority, name: str = "",
                  order_key: Callable[[], float] | None = None, owner: str | None = None,
                  cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None):
         self.step = step
@@ -144,8 +147,9 @@ class PlannedRow:
 class Plan:
     """What one worker iteration runs (`Scheduler.schedule`).
 
-    rows: the steps to run, most urgent first; more than one share one
-        batched forward (`batch_kind` says which kind of group).
+    rows: the jobs whose steps run, most urgent first; the rows their steps
+        prepare share one batched forward (`batch_kind` says which kind of
+        group; `headstart.engine.steps` runs them).
     dropped: cancelled jobs taken off the queue (finished as cancelled).
     failed: jobs whose hint raised (finished with that error).
     deferred: decode steps that ranked behind typing this iteration.
@@ -168,7 +172,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What running one row's step gave: more work remains, or an error."""
+    """What one planned job's step gave once its row (if any) ran and was
+    committed: more work remains, or an error."""
 
     more: bool
     error: BaseException | None = None

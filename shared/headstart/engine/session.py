@@ -8,47 +8,38 @@ extensions are never queued). `submit` makes the cache exactly the final
 prompt and decodes. Exactness: the cache only ever holds a prefix of the
 tokens the policy asked for, found by the longest common prefix, so the
 generated tokens equal those of a cold prefill of the final prompt.
+
+The session's state is one `SessionState` (IDLE, TYPING_DIRTY, PREFILLING,
+READY, ANSWERING_AHEAD, GENERATING, CLOSED; the transitions are listed once
+in `headstart.engine.states`). Its typing and answer-ahead steps run on the
+worker as explicit rows (`headstart.engine.steps`): a step prepares its
+extension by the commit rule (`headstart.engine.commit`) or the decode step
+(`headstart.engine.decode`) without running the model, and commits the
+row's result when the worker has run it.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from headstart.engine.answer_ahead import AnswerAhead
-from headstart.engine.commit import plan_commit
 from headstart.engine.errors import InvalidInput, PromptTooLong, SessionClosed, StaleSequence, validate_text
 from headstart.engine.generation import GenerationRequest, SamplingParams
-from headstart.engine.kv import KVState, extend
+from headstart.engine.kv import KVState
 from headstart.engine.policy import ConfirmationPolicy
+from headstart.engine.session_steps import S, SessionSteps
+from headstart.engine.session_types import InFlight, SessionLimits, SessionStats  # noqa: F401 (re-exported)
+from headstart.engine.states import SessionState, advance
 from headstart.engine.worker import ForwardWorker, Job, Priority
-from headstart.prompt import PromptBuilder, common_prefix_len, uncached_tokens
+from headstart.prompt import PromptBuilder, common_prefix_len
 
 
-@dataclass(frozen=True)
-class SessionLimits:
-    max_text_chars: int = 4000
-    max_prompt_tokens: int = 8192
-    chunk_tokens: int = 256  # a submit waits at most one chunk of typing prefill
-    answer_ahead_tokens: int = 32  # greedy answer tokens decoded during a pause (0 = off)
-
-
-@dataclass
-class SessionStats:
-    cached_tokens: int
-    prompt_tokens: int
-    computed_tokens: int
-    wasted_tokens: int
-    memory_bytes: int  # keys/values this session holds privately
-    seq: int
-    shared_bytes: int = 0  # of its P0, shared with the other sessions on that P0 (not copied)
-
-
-class Session:
+class Session(SessionSteps):
     """Owns one KV cache. Public methods are thread-safe and never block on
-    model work, except `submit(...).result()` and `wait_idle()`."""
+    model work, except `submit(...).result()` and `wait_idle()`. The steps
+    it runs on the worker are in `SessionSteps`."""
 
     def __init__(
         self,
@@ -68,21 +59,18 @@ class Session:
         self._kv = base  # touched only on the worker thread
         self._lock = threading.Lock()
         self._text, self._seq, self._last_change = "", -1, clock()
-        self._dirty = False
+        self._read_seq = -1  # the snapshot the last typing step (or the submit) read
+        self.status = S.IDLE  # changed only by _set (the table in headstart.engine.states)
+        # Handles, not state: the typing or answer-ahead job queued or running
+        # (the status says which), the policy's debounce recheck, the last
+        # submit's request, and the extension in flight.
         self._job: Job | None = None
-        self._timer: threading.Timer | None = None
+        self._recheck: threading.Timer | None = None
         self._generation: GenerationRequest | None = None
-        self._closed = False
-        # The token ids the extension in flight will leave in the cache, how
-        # many of them were cached before it, and a flag that makes it stop
-        # between layers (see kv.extend).
-        self._inflight: list[int] | None = None
-        self._inflight_base = 0
-        self._abort = False
+        self._inflight: InFlight | None = None
         self.aborted_extensions = 0
         self._ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids)
         self._ahead_prompt: list[int] = []
-        self._speculating = False  # `_job` is an IDLE answer-ahead job
         self.computed_tokens = 0
         self.wasted_tokens = 0
         self.last_used = clock()
@@ -123,14 +111,15 @@ class Session:
             self._check_open()
             if seq < self._seq:
                 raise StaleSequence(f"submit seq {seq} is older than snapshot {self._seq}")
-            if self._generation is not None and not self._generation.done.is_set():
+            if self.status is S.GENERATING:
                 raise InvalidInput("a generation is already running in this session")
             self._text, self._seq, self._last_change = text, seq, self.clock()
+            self._read_seq = seq
             self.last_used = self._last_change
-            self._cancel_timer_locked()
+            self._cancel_recheck_locked()
             if self.policy.preempts:
                 self._preempt_locked(final_ids)
-            if self._speculating:  # the step in flight, if any, still helps: no abort
+            if self.status is S.ANSWERING_AHEAD:  # the step in flight, if any, still helps: no abort
                 self._stop_speculation_locked(abort=False)
             # Racing the worker is safe here: a torn read of the cache or the
             # answer tokens fails the check in usable_for and yields [].
@@ -141,9 +130,11 @@ class Session:
                 started=started, known=known,
                 ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids),
             )
-            self._generation = request
             if not request.finished_early:
                 request.enqueue_on(self.worker, Priority.SUBMIT, f"submit:{self.session_id}", owner=self.session_id)
+            # a typing step still queued finds GENERATING and ends; one in flight finishes
+            self._generation = request
+            self._set(S.GENERATING)
         if request.finished_early:  # outside the lock: the finish callback takes it
             request.finish_now()
         return request
@@ -156,12 +147,12 @@ class Session:
         while True:
             with self._lock:
                 job, gen = self._job, self._generation
-                if self._speculating and not speculation:
+                if self.status is S.ANSWERING_AHEAD and not speculation:
                     job = None
-            if job is None and (gen is None or gen.done.is_set()):
+            if (job is None or job.done.is_set()) and (gen is None or gen.done.is_set()):
                 return
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if job is not None:
+            if job is not None and not job.done.is_set():
                 job.done.wait(remaining)
             elif gen is not None:
                 gen.done.wait(remaining)
@@ -170,9 +161,10 @@ class Session:
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
-            self._abort = True
-            self._cancel_timer_locked()
+            self._set(S.CLOSED)
+            if self._inflight is not None:
+                self._inflight.superseded = True
+            self._cancel_recheck_locked()
             if self._job is not None:
                 self._job.cancel()
             if self._generation is not None:
@@ -181,8 +173,7 @@ class Session:
     def is_idle(self) -> bool:
         """No extension queued and no generation running: safe to evict."""
         with self._lock:
-            return (self._job is None or self._speculating) and (
-                self._generation is None or self._generation.done.is_set())
+            return self.status not in (S.TYPING_DIRTY, S.PREFILLING, S.GENERATING)
 
     @property
     def kv_state(self) -> KVState:
@@ -191,7 +182,7 @@ class Session:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.status is S.CLOSED
 
     def stats(self) -> SessionStats:
         kv = self._kv
@@ -202,23 +193,38 @@ class Session:
             shared_bytes=kv.shared_nbytes(),
         )
 
-    # -- internals ----------------------------------------------------------
+    def progress(self) -> tuple[int, int, int]:
+        """(seq, tokens of the current full prompt already cached, its length)."""
+        with self._lock:
+            text, seq = self._text, self._seq
+        return self._progress_of(text, seq)
+
+    # -- state (under the lock) ------------------------------------------------
+
+    def _set(self, status: SessionState) -> None:
+        self.status = advance(self.status, status)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.status is S.CLOSED:
             raise SessionClosed(f"session {self.session_id} is closed")
 
     def _kick_locked(self) -> None:
-        self._dirty = True
-        if self._speculating:  # the text changed: the speculative answer is moot
+        """The text (or the policy's answer) may have changed: have a typing step
+        read it. While generating, the end of the generation does."""
+        if self.status is S.GENERATING:
+            return
+        if self.status is S.ANSWERING_AHEAD:  # the speculative answer is moot
             self._stop_speculation_locked(abort=True)
-        if self._job is None and (self._generation is None or self._generation.done.is_set()):
-            self._enqueue_typing_locked()
+        self._enqueue_typing_locked()
 
     def _enqueue_typing_locked(self) -> None:
-        self._job = self.worker.enqueue(self._stream_step, Priority.STREAM, f"type:{self.session_id}",
-                                        order_key=self._typing_order, owner=self.session_id,
-                                        cost=self._typing_cost)
+        """Queue a typing step unless one is queued or running (that one then
+        reads the newest snapshot: it sees TYPING_DIRTY and runs again)."""
+        if self._job is None or self._job.done.is_set():
+            self._job = self.worker.enqueue(self._typing_step, Priority.STREAM, f"type:{self.session_id}",
+                                            order_key=self._typing_order, owner=self.session_id,
+                                            cost=self._typing_cost)
+        self._set(S.TYPING_DIRTY)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
         """Stop the extension in flight if the new target keeps none of what it
@@ -227,110 +233,34 @@ class Session:
         would livelock a fast typist whose keystrokes come quicker than one
         forward pass, and the cache would never move until they paused."""
         inflight = self._inflight
-        if new_ids is not None and inflight is not None and common_prefix_len(new_ids, inflight) <= self._inflight_base:
-            self._abort = True
+        if (new_ids is not None and inflight is not None and inflight.ids is not None
+                and common_prefix_len(new_ids, inflight.ids) <= inflight.base):
+            inflight.superseded = True
 
     def _stop_speculation_locked(self, abort: bool) -> None:
-        self._speculating = False
+        self._set(S.READY)
         if self._job is not None:
             self._job.cancel()
             self._job = None
-        if abort:
-            self._abort = True
+        if abort and self._inflight is not None:
+            self._inflight.superseded = True
 
-    def _cancel_timer_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _cancel_recheck_locked(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
 
-    def _on_timer(self) -> None:
+    def _on_recheck(self) -> None:
         with self._lock:
-            self._timer = None
-            if not self._closed:
+            self._recheck = None
+            if self.status is not S.CLOSED:
                 self._kick_locked()
 
-    def _stream_step(self) -> bool:
-        """Worker: move the cache one chunk toward what the policy wants now."""
-        with self._lock:
-            if self._closed or (self._generation is not None and not self._generation.done.is_set()):
-                self._job = None
-                return False
-            text, last_change, seq, self._dirty = self._text, self._last_change, self._seq, False
-        target = self.policy.target(self.prompt, text, self.clock(), last_change)
-        more = False
-        wanted = target.ids is not None and len(target.ids) <= self.limits.max_prompt_tokens
-        if wanted and not self._ahead.usable_for(self._kv.ids, target.ids):
-            more = self._advance(target.ids)
-            self._report_progress(text, seq)
-        with self._lock:
-            if target.recheck_at is not None and not self._closed:
-                self._cancel_timer_locked()
-                self._timer = threading.Timer(max(0.0, target.recheck_at - self.clock()), self._on_timer)
-                self._timer.daemon = True
-                self._timer.start()
-            if more or self._dirty:
-                return True
+    def _release_locked(self, job: Job | None) -> None:
+        if self._job is job:
             self._job = None
-            if not wanted or self._closed or not self._ahead.wants_more(self._kv, target.ids):
-                return False
-            if not self._ahead.tokens:
-                # The first answer token needs no forward pass (it is the argmax
-                # of the logits at hand): pick it now, so a submit that comes
-                # before the worker's next turn streams it from its own thread.
-                self._ahead.step(self.model, self._kv, should_abort=None)
-            if self._ahead.wants_more(self._kv, target.ids):
-                self._ahead_prompt, self._speculating = target.ids, True
-                self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
-                                                owner=self.session_id)
-            return False
 
-    def _typing_order(self) -> float:
-        """STREAM order: the session whose text changed least recently first.
-        A user who paused is about to press Enter, and their text is stable;
-        one still typing would have part of the extension cropped anyway."""
-        return self._last_change
-
-    def _typing_cost(self) -> int:
-        """Tokens the next typing step will likely run (the worker's group
-        hint): the newest full prompt past what the cache shares with it."""
-        return uncached_tokens(self._kv.ids, self.prompt.prompt_ids(self._text), self.limits.chunk_tokens)
-
-    def _should_stop(self) -> bool:
-        """Polled between decoder layers: stop for a newer snapshot, or for a
-        more urgent job elsewhere (another session's submit). Our own submit
-        does not preempt this step: its result is what that submit needs."""
-        if self._abort:
-            return True
-        if not self.policy.preempts:  # the paper's policy awaits the step in flight
-            return False
-        job = self._job
-        if job is None or not job.preempt_requested:
-            return False
-        own_submit = self._generation is not None and not self._generation.done.is_set()
-        return not own_submit
-
-    def _ahead_step(self) -> bool:
-        """Worker, IDLE priority: decode one more greedy answer token."""
-        with self._lock:
-            if not self._speculating or self._closed:
-                return False
-            self._abort = False
-        stepped = self._ahead.step(self.model, self._kv, should_abort=self._should_stop)
-        if stepped and len(self._ahead.tokens) > 1:
-            self.computed_tokens += 1
-        with self._lock:
-            if not self._speculating:  # stopped by an update or a submit meanwhile
-                return False
-            if stepped and self._ahead.wants_more(self._kv, self._ahead_prompt):
-                return True
-            self._speculating, self._job = False, None
-            return False
-
-    def progress(self) -> tuple[int, int, int]:
-        """(seq, tokens of the current full prompt already cached, its length)."""
-        with self._lock:
-            text, seq = self._text, self._seq
-        return self._progress_of(text, seq)
+    # -- progress and the end of a generation ------------------------------------
 
     def _progress_of(self, text: str, seq: int) -> tuple[int, int, int]:
         full = self.prompt.prompt_ids(text)
@@ -344,27 +274,6 @@ class Session:
         except Exception:  # a broken listener must not stop the worker
             pass
 
-    def _advance(self, target: list[int]) -> bool:
-        kv = self._kv
-        self._ahead.reset()
-        # keeps_logits: the last token's logits at hand at submit (headstart policy)
-        step = plan_commit(kv, target, self.limits.chunk_tokens, self.policy.keeps_logits)
-        if step.keep < kv.num_tokens:
-            self.wasted_tokens += kv.crop(step.keep)
-        chunk, last = step.chunk, step.last
-        with self._lock:
-            self._inflight, self._inflight_base, self._abort = kv.ids + chunk, kv.num_tokens, False
-        done = extend(self.model, kv, chunk, want_logits=last and self.policy.keeps_logits,
-                      should_abort=self._should_stop)
-        with self._lock:
-            self._inflight = None
-        self.computed_tokens += len(chunk)  # aborted work was spent too
-        if not done:
-            self.wasted_tokens += len(chunk)
-            self.aborted_extensions += 1
-            return True  # start over from the newest snapshot
-        return not last
-
     def _on_generation_finished(self, request: GenerationRequest) -> None:
         # read here, on the worker: crops of snapshots sent just before the
         # submit happen on the worker too, possibly after submit() returned
@@ -372,5 +281,8 @@ class Session:
         self.computed_tokens += request.computed_at_submit + max(0, len(request.token_ids) - 1)
         self.wasted_tokens += request.dropped_at_submit
         with self._lock:
-            if self._dirty and not self._closed and self._job is None:
+            if self.status is not S.GENERATING or self._generation is not request:
+                return
+            self._set(S.IDLE)
+            if self._seq > self._read_seq:  # a snapshot sent while it generated
                 self._enqueue_typing_locked()

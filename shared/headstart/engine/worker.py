@@ -2,19 +2,26 @@
 
 All model work of a process goes through one `ForwardWorker`, so a submit is
 never stuck behind typing prefill: it waits at most for the step in flight.
-A job is a callable that does one bounded step (one prefill chunk, one decode
-token) and says whether it has more to do.
+A job's step does one bounded unit (one prefill chunk, one decode token)
+explicitly (`headstart.engine.steps`): it prepares a `Row` without running
+the model, or finishes at once.
 
-The loop is `plan = scheduler.schedule(now); outcomes = run(plan);
-scheduler.update(plan, outcomes, now)`. *What* runs next (classes, decode
-deferral, shortest prefill first, batch scopes, the token budget,
-preemption) is decided only in `headstart.engine.scheduler`; this module
-runs plans. A plan of one row runs its step on this thread; a plan of
-several rows (a group: at most one job per owner, so no two rows touch one
-cache) runs their steps together with their forwards batched into one
-(`headstart.engine.batching`). Rows leave a batched forward one by one: a
-row whose job is asked to yield stops between decoder layers and the others
-go on.
+The loop, all on this one thread:
+
+    plan = scheduler.schedule(now)          # which jobs run (under the lock)
+    rows = [job.step() for job in plan]     # each prepares its row, no model
+    results = run_rows(rows)                # one forward (or the lone path)
+    outcomes = commit_rows(rows, results)   # each job commits, says if more
+    scheduler.update(plan, outcomes, now)   # requeue or finish (under the lock)
+
+*What* runs next (classes, decode deferral, shortest prefill first, batch
+scopes, the token budget, preemption) is decided only in
+`headstart.engine.scheduler`; this module runs plans. A plan of several
+rows (a group: at most one job per owner, so no two rows touch one cache)
+runs their forwards as one packed forward (`model_runner.extend_rows`);
+rows leave it between decoder layers one by one: a row whose job is asked
+to yield stops there and the others go on. Only this thread touches a
+`KVState`.
 
 Preemption: when a new job arrives, every running row the scheduler says it
 preempts gets `preempt_requested`; a preemptible step polls it between
@@ -33,6 +40,7 @@ from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import (  # noqa: F401 (re-exported: callers import them from here)
     BATCH_SCOPES, DEFERRED_DECODE, BatchScope, Job, Plan, Priority, StepOutcome,
 )
+from headstart.engine.steps import Row, commit_rows, run_rows
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +53,8 @@ class ForwardWorker:
                  decode_defer_ms: float = 0.0):
         self.scheduler = Scheduler(max_batch_rows, max_batch_tokens, batch_scope, decode_defer_ms / 1000.0)
         self.max_queued = max_queued
-        self._pool = None  # step threads of batched groups, made on first use
-        self.batched_groups = 0
+        self.batched_groups = 0  # plans of more than one row
+        # forwards of more than one row, and the rows they ran
         self.batched_forwards = 0
         self.batched_rows = 0
         self._cv = threading.Condition()
@@ -94,10 +102,11 @@ class ForwardWorker:
     def can_enqueue(self) -> bool:
         return self.scheduler.num_waiting < self.max_queued
 
-    def enqueue(self, step: Callable[[], bool], priority: Priority, name: str = "",
+    def enqueue(self, step: Callable[[], "Row | bool"], priority: Priority, name: str = "",
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None) -> Job:
-        """Queue a job (hints: see `Job`); raises ResourceExhausted when the queue is full."""
+        """Queue a job (its step and hints: see `Job`); raises ResourceExhausted
+        when the queue is full."""
         job = Job(step, priority, name, order_key, owner, cost, decoding)
         with self._cv:
             if self._stopping:
@@ -136,8 +145,6 @@ class ForwardWorker:
             job.error = Cancelled("the worker shut down")
             job.done.set()
         self._thread.join(timeout)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
 
     def _run(self) -> None:
         while True:
@@ -166,29 +173,28 @@ class ForwardWorker:
                 job.done.set()
 
     def _execute(self, plan: Plan) -> list[StepOutcome]:
-        if len(plan.rows) == 1:
-            return [self._step_alone(plan.rows[0].job)]
-        if not plan.rows:
-            return []
-        return self._step_group(plan)
-
-    @staticmethod
-    def _step_alone(job: Job) -> StepOutcome:
-        try:
-            return StepOutcome(job.step())
-        except BaseException as exc:  # the job's owner re-raises it in wait()
-            return StepOutcome(False, exc)
-
-    def _step_group(self, plan: Plan) -> list[StepOutcome]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from headstart.engine.batching import BatchCollector
-
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.max_batch_rows, thread_name_prefix="headstart-step")
-        collector = BatchCollector(self._pool, self.max_batch_tokens)
-        results = collector.run([(row.job.step, tuple(row.rank)) for row in plan.rows])
-        self.batched_groups += 1
-        self.batched_forwards += collector.forwards
-        self.batched_rows += collector.rows
-        return [StepOutcome(more, error) for more, error in results]
+        """Prepare every planned job's row, run the rows, commit them."""
+        outcomes: list[StepOutcome | None] = []
+        rows: list[tuple[int, Row]] = []  # (index in the plan, its row)
+        for index, job in enumerate(plan.jobs):
+            try:
+                out = job.step()
+            except BaseException as exc:  # the job's owner re-raises it in wait()
+                outcomes.append(StepOutcome(False, exc))
+                continue
+            if isinstance(out, Row):
+                rows.append((index, out))
+                outcomes.append(None)
+            else:
+                outcomes.append(StepOutcome(bool(out)))
+        if rows:
+            results, forwards = run_rows([row for _, row in rows], self.max_batch_tokens)
+            committed = commit_rows([row for _, row in rows], results)
+            for (index, _), (more, error) in zip(rows, committed):
+                outcomes[index] = StepOutcome(more, error)
+            batched = [n for n in forwards if n > 1]
+            self.batched_forwards += len(batched)
+            self.batched_rows += sum(batched)
+        if len(plan.rows) > 1:
+            self.batched_groups += 1
+        return outcomes  # type: ignore[return-value] (every slot is filled)

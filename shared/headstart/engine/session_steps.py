@@ -1,0 +1,177 @@
+"""The worker side of a typing session: the steps `Session` queues on the
+forward worker, as explicit rows (`headstart.engine.steps`).
+
+* The **typing step** (STREAM priority) reads the newest snapshot, asks the
+  policy what the cache should hold, and prepares one chunk toward it by the
+  commit rule (`headstart.engine.commit.start_commit`); its commit counts
+  the work, reports progress, and says whether to run again (more chunks,
+  or a newer snapshot arrived: TYPING_DIRTY). Caught up, it picks the first
+  answer token from the logits at hand and queues answer-ahead.
+* The **answer-ahead step** (IDLE priority) is one decode step
+  (`headstart.engine.decode`) of the greedy answer (`AnswerAhead`).
+
+Both run on the worker thread only; they read and change the session's
+state under its lock, through the transition table
+(`headstart.engine.states`). A step's row stops between decoder layers
+when a newer snapshot supersedes it or a more urgent job elsewhere asks
+(`_should_stop`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from headstart.engine.commit import Commit, start_commit
+from headstart.engine.policy import CommitTarget
+from headstart.engine.scheduler_types import Job, Priority
+from headstart.engine.session_types import InFlight
+from headstart.engine.states import SessionState
+from headstart.engine.steps import Row, RowResult
+from headstart.prompt import uncached_tokens
+
+S = SessionState
+
+
+class SessionSteps:
+    """Mixed into `Session` (which owns every attribute used here)."""
+
+    # -- worker side: typing ---------------------------------------------------
+
+    def _typing_step(self) -> "Row | bool":
+        """Worker: prepare the next chunk toward what the policy wants now."""
+        try:
+            return self._prepare_typing()
+        except BaseException:
+            with self._lock:  # a failed step leaves nothing queued: the next snapshot queues one
+                self._typing_failed_locked(self._job)
+            raise
+
+    def _typing_failed_locked(self, job: Job | None) -> None:
+        if self.status in (S.TYPING_DIRTY, S.PREFILLING):
+            self._set(S.IDLE)
+        self._release_locked(job)
+
+    def _prepare_typing(self) -> "Row | bool":
+        with self._lock:
+            job = self._job
+            if self.status not in (S.TYPING_DIRTY, S.PREFILLING):  # a submit took over, or closed
+                self._release_locked(job)
+                return False
+            text, last_change, seq = self._text, self._last_change, self._seq
+            self._read_seq = seq
+            self._set(S.PREFILLING)
+        target = self.policy.target(self.prompt, text, self.clock(), last_change)
+        wanted = target.ids is not None and len(target.ids) <= self.limits.max_prompt_tokens
+        if not wanted or self._ahead.usable_for(self._kv.ids, target.ids):
+            return self._after_typing(job, target, wanted, more=False)
+        self._ahead.reset()
+        # keeps_logits: the last token's logits at hand at submit (headstart policy)
+        inflight = InFlight(None, self._kv.num_tokens)
+        commit = start_commit(self.model, self._kv, target.ids, self.limits.chunk_tokens, self.policy.keeps_logits,
+                              lambda: self._should_stop(inflight, job),
+                              lambda c, result: self._typing_committed(job, inflight, c, result, target, text, seq))
+        self.wasted_tokens += commit.dropped
+        inflight.ids, inflight.base = self._kv.ids + commit.step.chunk, self._kv.num_tokens
+        with self._lock:
+            self._inflight = inflight
+        return commit.row
+
+    def _typing_committed(self, job: Job | None, inflight: InFlight, commit: Commit, result: RowResult,
+                          target: CommitTarget, text: str, seq: int) -> bool:
+        with self._lock:
+            if self._inflight is inflight:
+                self._inflight = None
+            if result.error is not None:  # the cache may be torn: nothing more from this step
+                self._typing_failed_locked(job)
+                raise result.error
+        chunk = commit.step.chunk
+        self.computed_tokens += len(chunk)  # aborted work was spent too
+        if result.ran:
+            more = not commit.step.last
+        else:  # start over from the newest snapshot
+            self.wasted_tokens += len(chunk)
+            self.aborted_extensions += 1
+            more = True
+        self._report_progress(text, seq)
+        return self._after_typing(job, target, True, more)
+
+    def _after_typing(self, job: Job | None, target: CommitTarget, wanted: bool, more: bool) -> bool:
+        """After a typing step: more chunks, a newer snapshot, or caught up
+        (then answer-ahead, if it is on and worth it). True: run again."""
+        with self._lock:
+            if target.recheck_at is not None and self.status is not S.CLOSED:
+                self._cancel_recheck_locked()
+                self._recheck = threading.Timer(max(0.0, target.recheck_at - self.clock()), self._on_recheck)
+                self._recheck.daemon = True
+                self._recheck.start()
+            if self.status not in (S.TYPING_DIRTY, S.PREFILLING) or self._job is not job:
+                self._release_locked(job)  # a submit took over, or closed
+                return False
+            if more or self.status is S.TYPING_DIRTY:
+                return True
+            self._job = None
+            if not wanted:
+                self._set(S.IDLE)
+                return False
+            if not self._ahead.tokens and self._ahead.wants_more(self._kv, target.ids):
+                # The first answer token needs no forward pass (it is the argmax
+                # of the logits at hand): pick it now, so a submit that comes
+                # before the worker's next turn streams it from its own thread.
+                self._ahead.take_first(self._kv)
+            if not self._ahead.wants_more(self._kv, target.ids):
+                self._set(S.READY)
+                return False
+            self._ahead_prompt = target.ids
+            self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
+                                            owner=self.session_id)
+            self._set(S.ANSWERING_AHEAD)
+            return False
+
+    def _typing_order(self) -> float:
+        """STREAM order: the session whose text changed least recently first.
+        A user who paused is about to press Enter, and their text is stable;
+        one still typing would have part of the extension cropped anyway."""
+        return self._last_change
+
+    def _typing_cost(self) -> int:
+        """Tokens the next typing step will likely run (the worker's group
+        hint): the newest full prompt past what the cache shares with it."""
+        return uncached_tokens(self._kv.ids, self.prompt.prompt_ids(self._text), self.limits.chunk_tokens)
+
+    def _should_stop(self, inflight: InFlight, job: Job | None) -> bool:
+        """Polled between decoder layers: stop for a newer snapshot, or for a
+        more urgent job elsewhere (another session's submit). Our own submit
+        does not preempt this step: its result is what that submit needs."""
+        if inflight.superseded:
+            return True
+        if not self.policy.preempts:  # the paper's policy awaits the step in flight
+            return False
+        if job is None or not job.preempt_requested:
+            return False
+        return self.status is not S.GENERATING
+
+    # -- worker side: answer-ahead ---------------------------------------------
+
+    def _ahead_step(self) -> "Row | bool":
+        """Worker, IDLE priority: the decode step of one more greedy answer token."""
+        with self._lock:
+            job = self._job
+            if self.status is not S.ANSWERING_AHEAD:
+                return False
+            inflight = self._inflight = InFlight(None, self._kv.num_tokens)
+        return self._ahead.step_row(self.model, self._kv, lambda: self._should_stop(inflight, job),
+                                    lambda stepped: self._ahead_committed(job, inflight, stepped))
+
+    def _ahead_committed(self, job: Job | None, inflight: InFlight, stepped: bool) -> bool:
+        if stepped:
+            self.computed_tokens += 1
+        with self._lock:
+            if self._inflight is inflight:
+                self._inflight = None
+            if self.status is not S.ANSWERING_AHEAD or self._job is not job:
+                return False  # stopped by an update or a submit meanwhile
+            if stepped and self._ahead.wants_more(self._kv, self._ahead_prompt):
+                return True
+            self._job = None
+            self._set(S.READY)
+            return False

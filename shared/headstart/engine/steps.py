@@ -1,0 +1,123 @@
+"""A job's step made explicit: prepare a row, run the rows, commit each result.
+
+A job's `step()` runs on the worker thread and never runs the model. It
+either finishes the step at once and returns whether more remains (a step
+that needs no forward: answer tokens already known, nothing to extend, or
+an opaque step such as `ForwardWorker.run_sync`'s), or returns a `Row`:
+the cache to extend, the new token ids, whether to keep the logits after
+them, the `should_abort` check polled between decoder layers, and the
+`commit` callback that takes the row's result and says whether the job
+has more to do.
+
+The worker then hands the plan's rows to the model runner (`run_rows`):
+one row runs the lone path (`kv.extend`, unchanged in cost); several run
+as one packed forward (`model_runner.extend_rows`), split into forwards
+that fit the token budget in the plan's order (the most urgent first).
+Rows leave a forward between layers one by one: a row whose `should_abort`
+asks is dropped there with its cache untouched and the others go on. Then
+`commit_rows` gives every row its `RowResult`, still on the worker thread
+and with no lock of the worker held (a commit takes its owner's lock, and
+owners hold theirs when they enqueue), and the scheduler's `update`
+requeues or finishes each job.
+
+So every `KVState` is touched by the worker thread only, and nothing is
+parked on another thread: a group's steps are plain calls in plan order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from headstart.engine.kv import KVState, extend
+from headstart.engine.model_runner import extend_rows, supports_packed_rows
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """What the forward did to a row: `ran` (its cache now holds the new
+    ids), or it left the forward between layers (`ran` False, cache as it
+    was), or the forward failed (`error`, cache as it was or partly grown:
+    the owner must not trust it)."""
+
+    ran: bool
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class Row:
+    """One cache's extension, prepared by a job's step without running the model.
+
+    The attributes `state`, `new_ids`, `want_logits` and `should_abort` are
+    what `model_runner.extend_rows` and `kv.extend` read. `commit` runs on
+    the worker thread after the forward with the row's result and returns
+    whether the job has more to do; it may raise to fail its job."""
+
+    model: object
+    state: KVState
+    new_ids: list[int]
+    want_logits: bool
+    should_abort: Callable[[], bool] | None
+    commit: Callable[[RowResult], bool]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.new_ids)
+
+
+def pack_forwards(rows: list[Row], max_tokens: int) -> list[list[Row]]:
+    """Split rows (most urgent first) into forwards of at most `max_tokens`
+    new tokens each (at least one row per forward), keeping their order.
+    A row with no new ids needs no forward and joins none."""
+    forwards: list[list[Row]] = []
+    current: list[Row] = []
+    tokens = 0
+    for row in rows:
+        if not row.new_ids:
+            continue
+        if current and (tokens + row.num_tokens > max_tokens or row.model is not current[0].model):
+            forwards.append(current)
+            current, tokens = [], 0
+        current.append(row)
+        tokens += row.num_tokens
+    if current:
+        forwards.append(current)
+    return forwards
+
+
+def run_forward(rows: list[Row]) -> list[RowResult]:
+    """One forward over `rows` (all of one model): the lone path for one
+    row, the packed path for several (a model the packed path cannot run
+    extends them one by one, each on the lone path)."""
+    try:
+        if len(rows) > 1 and supports_packed_rows(rows[0].model):
+            done = extend_rows(rows[0].model, rows)
+        else:
+            done = [extend(r.model, r.state, r.new_ids, r.want_logits, r.should_abort) for r in rows]
+    except BaseException as exc:  # every row of the forward shares its failure
+        return [RowResult(False, exc) for _ in rows]
+    return [RowResult(bool(ok)) for ok in done]
+
+
+def run_rows(rows: list[Row], max_tokens: int) -> tuple[list[RowResult], list[int]]:
+    """Run every row (`pack_forwards`, `run_forward`). Returns each row's
+    result, in order, and the number of rows in each forward that ran."""
+    results: dict[int, RowResult] = {id(row): RowResult(True) for row in rows if not row.new_ids}
+    sizes = []
+    for forward in pack_forwards(rows, max_tokens):
+        sizes.append(len(forward))
+        for row, result in zip(forward, run_forward(forward)):
+            results[id(row)] = result
+    return [results[id(row)] for row in rows], sizes
+
+
+def commit_rows(rows: list[Row], results: list[RowResult]) -> list[tuple[bool, BaseException | None]]:
+    """Give each row its result (`Row.commit`): (more, error) per row."""
+    outcomes = []
+    for row, result in zip(rows, results):
+        try:
+            outcomes.append((bool(row.commit(result)), None))
+        except BaseException as exc:  # the job's owner re-raises it in wait()
+            outcomes.append((False, exc))
+    return outcomes
+
