@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from headstart.build import build_runtime
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.runtime import EngineRuntime
@@ -41,7 +42,7 @@ class ReplicaCore:
     cached until the runtime's LRU evicts them or the gateway closes them."""
 
     def __init__(self, settings: EngineSettings, max_attached: int | None = None, runtime: EngineRuntime | None = None):
-        self.runtime = runtime or EngineRuntime(settings)
+        self.runtime = runtime or build_runtime(settings)
         self.max_attached = max_attached or settings.max_sessions
         self._attached: dict[str, int] = {}
         self._lock = threading.Lock()

@@ -1,0 +1,106 @@
+"""The scheduler's ordering rules 6 and 7, as pure functions over ranked jobs.
+
+6. **Fairness across tenants.** Within a class (the rank's class and
+   priority), the tenant served least recently goes first; within a tenant,
+   the rank's key and arrival keep their order (rules 1-3). So the tenants
+   with work waiting in a class take turns, one iteration each: a tenant's
+   many sessions cannot put another tenant's submit behind all of theirs.
+   With one tenant (or none) the order is exactly rules 1-3's.
+7. **Reranking of table-cache completions** (papers/tablecache.md, section
+   4.2.1). The completions of one tenant and class that have not started
+   (their blocks are not loaded yet) keep the slots rule 6 gave them, but
+   fill them in the paper's order: greedy nearest neighbour, the distance of
+   two completions being the number of table blocks one needs and the other
+   does not, starting from the blocks the last started completion placed
+   (else those on the device). Starvation bound: a completion is overtaken
+   by at most `max_delay` completions that arrived after it (one that has
+   been is due and goes first, the earliest due first); `max_delay=0` is
+   arrival order. This implies the paper's batch bound (placed at most
+   `max_delay` positions after its arrival position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from headstart.engine.scheduler_types import Job, Rank
+
+
+def fair_key(rank: Rank, served_at: int) -> tuple:
+    """Rule 6's sort key: (class, priority, the tenant's last service, key, arrival)."""
+    return rank.cls, rank.priority, served_at, rank.key, rank.arrival
+
+
+def order_fairly(ranked: Sequence[tuple[Rank, Job]], served: dict) -> list[tuple[Rank, Job]]:
+    """`ranked` in rule 6's order; `served` maps a tenant to the stamp of its
+    last service (absent: never served, first)."""
+    return sorted(ranked, key=lambda pair: fair_key(pair[0], served.get(pair[1].tenant, -1)))
+
+
+def is_unstarted_table_job(job: Job) -> bool:
+    """A table-cache completion before its first step: rule 7 may move it."""
+    return job.blocks is not None and job.steps_run == 0
+
+
+def rerank_group(job: Job) -> tuple:
+    """Completions rerank among those of the same priority and tenant."""
+    return job.priority, job.tenant
+
+
+def rerank_sequence(blocks: Sequence[frozenset[str]], bypassed: Sequence[int], ref: frozenset[str],
+                    max_delay: int) -> list[int]:
+    """Rule 7's order of waiting completions, given in arrival order.
+
+    Args:
+        blocks: each completion's table blocks.
+        bypassed: how many later arrivals already started before each.
+        ref: the blocks on the device to start from.
+        max_delay: the starvation bound.
+    Returns:
+        A permutation of range(len(blocks)).
+    Raises:
+        ValueError: max_delay < 0, or the lists differ in length.
+    """
+    if max_delay < 0:
+        raise ValueError(f"max_delay must be >= 0, got {max_delay}")
+    if len(blocks) != len(bypassed):
+        raise ValueError("blocks and bypassed must have one entry per completion")
+    waiting = list(range(len(blocks)))  # arrival order: ties and due ones go earliest first
+    passed = list(bypassed)
+    order: list[int] = []
+    while waiting:
+        due = [i for i in waiting if passed[i] >= max_delay]
+        pick = due[0] if due else min(waiting, key=lambda i: (len(ref ^ blocks[i]), i))
+        waiting.remove(pick)
+        order.append(pick)
+        for i in waiting:
+            if i < pick:
+                passed[i] += 1
+        ref = blocks[pick]
+    return order
+
+
+def rerank_slots(ordered: list[tuple[Rank, Job]], ref: frozenset[str], max_delay: int) -> list[tuple[Rank, Job]]:
+    """Rule 7 applied to `ordered` (rule 6's order): each group's unstarted
+    table-cache completions refill the slots they hold in rerank order."""
+    slots: dict[tuple, list[int]] = {}
+    for index, (_, job) in enumerate(ordered):
+        if is_unstarted_table_job(job):
+            slots.setdefault(rerank_group(job), []).append(index)
+    out = list(ordered)
+    for indices in slots.values():
+        pairs = sorted((ordered[i] for i in indices), key=lambda pair: pair[1].arrival)
+        sequence = rerank_sequence([job.blocks for _, job in pairs], [job.bypassed for _, job in pairs], ref,
+                                   max_delay)
+        for slot, pick in zip(indices, sequence):
+            out[slot] = pairs[pick]
+    return out
+
+
+def note_bypasses(started: Job, waiting: Sequence[Job]) -> None:
+    """`started` (an unstarted table-cache completion) runs now: every waiting
+    one of its group that arrived earlier has been overtaken once more."""
+    group = rerank_group(started)
+    for job in waiting:
+        if is_unstarted_table_job(job) and rerank_group(job) == group and job.arrival < started.arrival:
+            job.bypassed += 1
