@@ -51,8 +51,9 @@ class ReplicaCore:
         with self._lock:
             return session_id in self._attached or len(self._attached) < self.max_attached
 
-    def attach(self, session_id: str, db: str, policy: str = "headstart") -> AttachResult:
-        """Take a stream slot and return the session, building it when absent.
+    def attach(self, session_id: str, db: str, policy: str = "headstart", tenant: str | None = None) -> AttachResult:
+        """Take a stream slot and return the session, building it when absent
+        (its jobs carry `tenant`).
 
         Raises:
             InvalidInput: empty id or unknown policy.
@@ -76,7 +77,8 @@ class ReplicaCore:
                     return AttachResult(session, rebuilt=False)
             if not self.runtime.worker.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.runtime.worker.max_queued} jobs)")
-            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id), rebuilt=True)
+            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id, tenant=tenant),
+                                rebuilt=True)
         except BaseException:
             self.detach(session_id)
             raise

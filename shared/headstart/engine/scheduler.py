@@ -153,16 +153,12 @@ class Scheduler:
         if self.max_batch_rows == 1 or kind is None:
             return rows, kind
         owners, tokens = {first.owner}, rows[0].num_tokens
-        due_skipped: dict[tuple, int] = {}  # rule 7's bound: group -> arrival of a due completion left out
+        guard = scheduler_order.GroupGuard(self.rerank_max_delay, first)  # rule 7's bound
         for rank, job in ranked[1:]:
             if len(rows) >= self.max_batch_rows:
                 break
-            table = scheduler_order.is_unstarted_table_job(job)
-            group = scheduler_order.rerank_group(job) if table else None
-            if table and job.arrival > due_skipped.get(group, job.arrival):
-                continue  # it would overtake a completion that is due
-            if job.owner in owners or self.batch_kind(job) != kind:
-                self._skip(job, group, due_skipped)
+            if not guard.allows(job) or job.owner in owners or self.batch_kind(job) != kind:
+                guard.left_out(job)
                 continue
             try:
                 cost = self._cost(job)
@@ -170,16 +166,13 @@ class Scheduler:
                 failed.append((job, exc))
                 continue
             if tokens + cost > self.max_batch_tokens:
-                self._skip(job, group, due_skipped)
+                guard.left_out(job)
                 continue  # a smaller job further down may still fit
+            guard.took(job)
             rows.append(PlannedRow(job, rank, cost))
             owners.add(job.owner)
             tokens += cost
         return rows, kind
-
-    def _skip(self, job: Job, group: tuple | None, due_skipped: dict[tuple, int]) -> None:
-        if group is not None and job.bypassed >= self.rerank_max_delay:
-            due_skipped[group] = min(due_skipped.get(group, job.arrival), job.arrival)
 
     def rank(self, job: Job, now: float) -> Rank:
         """(class, priority, key, arrival): lower runs first (rules 1-3)."""

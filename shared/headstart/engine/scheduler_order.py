@@ -1,11 +1,13 @@
 """The scheduler's ordering rules 6 and 7, as pure functions over ranked jobs.
 
 6. **Fairness across tenants.** Within a class (the rank's class and
-   priority), the tenant served least recently goes first; within a tenant,
-   the rank's key and arrival keep their order (rules 1-3). So the tenants
-   with work waiting in a class take turns, one iteration each: a tenant's
-   many sessions cannot put another tenant's submit behind all of theirs.
-   With one tenant (or none) the order is exactly rules 1-3's.
+   priority), tenants take turns: every tenant's most urgent job (by rules
+   1-3) goes before any tenant's second one, and so on; within a turn, the
+   tenant served least recently goes first. So a tenant's many sessions
+   cannot put another tenant's submit behind all of theirs, neither within
+   one batched group nor over successive iterations (a tenant whose job
+   needs many steps alternates with the others). With one tenant (or none)
+   the order is exactly rules 1-3's.
 7. **Reranking of table-cache completions** (papers/tablecache.md, section
    4.2.1). The completions of one tenant and class that have not started
    (their blocks are not loaded yet) keep the slots rule 6 gave them, but
@@ -26,15 +28,23 @@ from collections.abc import Sequence
 from headstart.engine.scheduler_types import Job, Rank
 
 
-def fair_key(rank: Rank, served_at: int) -> tuple:
-    """Rule 6's sort key: (class, priority, the tenant's last service, key, arrival)."""
-    return rank.cls, rank.priority, served_at, rank.key, rank.arrival
+def fair_key(rank: Rank, turn: int, served_at: int) -> tuple:
+    """Rule 6's sort key: (class, priority, the job's turn among its tenant's
+    jobs of the class, the tenant's last service, key, arrival)."""
+    return rank.cls, rank.priority, turn, served_at, rank.key, rank.arrival
 
 
 def order_fairly(ranked: Sequence[tuple[Rank, Job]], served: dict) -> list[tuple[Rank, Job]]:
     """`ranked` in rule 6's order; `served` maps a tenant to the stamp of its
     last service (absent: never served, first)."""
-    return sorted(ranked, key=lambda pair: fair_key(pair[0], served.get(pair[1].tenant, -1)))
+    turns: dict[tuple, int] = {}
+    keyed = []
+    for rank, job in sorted(ranked, key=lambda pair: pair[0]):
+        group = (rank.cls, rank.priority, job.tenant)
+        turn = turns[group] = turns.get(group, -1) + 1
+        keyed.append((fair_key(rank, turn, served.get(job.tenant, -1)), rank, job))
+    keyed.sort(key=lambda item: item[0])
+    return [(rank, job) for _, rank, job in keyed]
 
 
 def is_unstarted_table_job(job: Job) -> bool:
@@ -104,3 +114,35 @@ def note_bypasses(started: Job, waiting: Sequence[Job]) -> None:
     for job in waiting:
         if is_unstarted_table_job(job) and rerank_group(job) == group and job.arrival < started.arrival:
             job.bypassed += 1
+
+
+class GroupGuard:
+    """Rule 7's bound while a batched group forms: a completion left out of
+    the group (another owner's turn, the token budget) must not be overtaken
+    by more than `max_delay` completions, counting those the group takes."""
+
+    def __init__(self, max_delay: int, first: Job):
+        self.max_delay = max_delay
+        self._placed = [first] if is_unstarted_table_job(first) else []
+        self._skipped: list[Job] = []
+
+    def allows(self, job: Job) -> bool:
+        """Whether `job` may join without overtaking a completion past the bound."""
+        if not is_unstarted_table_job(job):
+            return True
+        group = rerank_group(job)
+        return all(self._overtakes(left) < self.max_delay for left in self._skipped
+                   if rerank_group(left) == group and left.arrival < job.arrival)
+
+    def took(self, job: Job) -> None:
+        if is_unstarted_table_job(job):
+            self._placed.append(job)
+
+    def left_out(self, job: Job) -> None:
+        if is_unstarted_table_job(job):
+            self._skipped.append(job)
+
+    def _overtakes(self, left: Job) -> int:
+        group = rerank_group(left)
+        return left.bypassed + sum(1 for job in self._placed
+                                   if rerank_group(job) == group and job.arrival > left.arrival)
