@@ -212,6 +212,22 @@ def test_sequence_matches_the_papers_batch_rerank_and_its_bound():
             assert len(overtaken_by) <= max_delay
 
 
+def test_a_limited_sequence_starts_as_the_whole_one():
+    """The scheduler reranks only the picks one iteration can use; the rest
+    follow in arrival order."""
+    rng = random.Random(11)
+    tables = [f"t{i}" for i in range(6)]
+    for _ in range(100):
+        n = rng.randint(1, 12)
+        sets = [frozenset(rng.sample(tables, rng.randint(1, 3))) for _ in range(n)]
+        bypassed = [rng.randint(0, 2) for _ in range(n)]
+        whole = rerank_sequence(sets, bypassed, frozenset({"t0"}), 2)
+        for limit in range(n + 1):
+            part = rerank_sequence(sets, bypassed, frozenset({"t0"}), 2, limit)
+            assert part[:limit] == whole[:limit]
+            assert part[limit:] == sorted(part[limit:]) and sorted(part) == list(range(n))
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="max_delay"):
         rerank_sequence([frozenset()], [0], frozenset(), -1)
@@ -219,3 +235,17 @@ def test_bad_arguments_are_refused():
         rerank_sequence([frozenset()], [], frozenset(), 1)
     with pytest.raises(ValueError, match="rerank_max_delay"):
         Scheduler(rerank_max_delay=-1)
+
+
+def test_the_scheduler_bench_runs_end_to_end(tmp_path):
+    from bench.scheduler_order import run_scheduler_bench
+
+    report = run_scheduler_bench(tmp_path, repeats=1)
+    assert {p.name for p in tmp_path.iterdir()} == {"scheduler_order.json", "scheduler_order.md",
+                                                   "scheduler_order.png"}
+    for row in report["fairness"]:  # B runs after one of A's steps, not after all of them
+        assert (row["steps_before_b_named"], row["steps_before_b_one_tenant"]) == (1, 2 * row["flood"])
+    for row in report["reranking"]:
+        assert row["max_overtaken"] <= row["max_delay"]
+    loads = {row["max_delay"]: row["block_loads"] for row in report["reranking"]}
+    assert loads[16] < loads[0]

@@ -133,7 +133,8 @@ class Scheduler:
         if not any(scheduler_order.is_unstarted_table_job(job) for _, job in ordered):
             return ordered
         ref = self._last_blocks if self._last_blocks is not None else frozenset(self.resident_blocks())
-        return scheduler_order.rerank_slots(ordered, ref, self.rerank_max_delay)
+        # a group takes at most max_batch_rows rows: rerank that many picks (and one more) per group
+        return scheduler_order.rerank_slots(ordered, ref, self.rerank_max_delay, self.max_batch_rows + 1)
 
     def _note_service(self, rows: list[PlannedRow]) -> None:
         """Rules 6 and 7's memory: the tenants served now, the completions overtaken."""

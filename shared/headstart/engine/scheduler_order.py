@@ -58,7 +58,7 @@ def rerank_group(job: Job) -> tuple:
 
 
 def rerank_sequence(blocks: Sequence[frozenset[str]], bypassed: Sequence[int], ref: frozenset[str],
-                    max_delay: int) -> list[int]:
+                    max_delay: int, limit: int | None = None) -> list[int]:
     """Rule 7's order of waiting completions, given in arrival order.
 
     Args:
@@ -66,6 +66,9 @@ def rerank_sequence(blocks: Sequence[frozenset[str]], bypassed: Sequence[int], r
         bypassed: how many later arrivals already started before each.
         ref: the blocks on the device to start from.
         max_delay: the starvation bound.
+        limit: pick only this many (the rest follow in arrival order): one
+            iteration starts at most a group's rows, and each pick costs
+            O(waiting), so the scheduler does not pay O(waiting^2) per step.
     Returns:
         A permutation of range(len(blocks)).
     Raises:
@@ -78,7 +81,7 @@ def rerank_sequence(blocks: Sequence[frozenset[str]], bypassed: Sequence[int], r
     waiting = list(range(len(blocks)))  # arrival order: ties and due ones go earliest first
     passed = list(bypassed)
     order: list[int] = []
-    while waiting:
+    while waiting and (limit is None or len(order) < limit):
         due = [i for i in waiting if passed[i] >= max_delay]
         pick = due[0] if due else min(waiting, key=lambda i: (len(ref ^ blocks[i]), i))
         waiting.remove(pick)
@@ -87,12 +90,14 @@ def rerank_sequence(blocks: Sequence[frozenset[str]], bypassed: Sequence[int], r
             if i < pick:
                 passed[i] += 1
         ref = blocks[pick]
-    return order
+    return order + waiting
 
 
-def rerank_slots(ordered: list[tuple[Rank, Job]], ref: frozenset[str], max_delay: int) -> list[tuple[Rank, Job]]:
+def rerank_slots(ordered: list[tuple[Rank, Job]], ref: frozenset[str], max_delay: int,
+                 limit: int | None = None) -> list[tuple[Rank, Job]]:
     """Rule 7 applied to `ordered` (rule 6's order): each group's unstarted
-    table-cache completions refill the slots they hold in rerank order."""
+    table-cache completions refill the slots they hold in rerank order (the
+    first `limit` of each group reranked, see `rerank_sequence`)."""
     slots: dict[tuple, list[int]] = {}
     for index, (_, job) in enumerate(ordered):
         if is_unstarted_table_job(job):
@@ -101,7 +106,7 @@ def rerank_slots(ordered: list[tuple[Rank, Job]], ref: frozenset[str], max_delay
     for indices in slots.values():
         pairs = sorted((ordered[i] for i in indices), key=lambda pair: pair[1].arrival)
         sequence = rerank_sequence([job.blocks for _, job in pairs], [job.bypassed for _, job in pairs], ref,
-                                   max_delay)
+                                   max_delay, limit)
         for slot, pick in zip(indices, sequence):
             out[slot] = pairs[pick]
     return out
