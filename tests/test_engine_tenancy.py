@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -204,3 +205,23 @@ def test_table_completions_share_a_batched_forward(tables_runtime):
     gate.wait(30)
     assert [r.result(timeout=120).token_ids for r in requests] == lone
     assert worker.batched_groups > before
+
+
+def test_the_worker_does_no_store_io_for_a_completion(tables_runtime):
+    """Blocks the device tier lacks are read from the store at lookup, on the
+    caller's thread; the worker only admits them to the device."""
+    service = tables_runtime.prefix_source.service
+    for key in service.tier.keys():
+        service.tier.remove(key)
+    threads = []
+    get = service.store.get
+    service.store.get = lambda block_id: threads.append(threading.current_thread().name) or get(block_id)
+    try:
+        before = service.stats()
+        tables_runtime.complete(DB, "How many singers?", max_new_tokens=2, tables=["singer", "concert"])
+        after = service.stats()
+    finally:
+        del service.store.get
+    assert threads and "headstart-forward" not in threads
+    assert after["num_store_hits"] - before["num_store_hits"] == 2
+    assert len(service.tier.keys()) == 2  # admitted to the device at the first step

@@ -9,11 +9,13 @@
   the next session tries the blocks again.
 - `lookup`: a completion's head, assembled from the blocks of the tables in
   its prompt (any order, any subset); the generation request then prefills
-  only what follows the last block (the question). The blocks are loaded
-  (store -> device tier) and assembled on the forward worker at the
-  request's first step, so the scheduler's reranking of waiting completions
+  only what follows the last block (the question). The store is read on the
+  calling thread at lookup (for the blocks the device tier lacks then: the
+  forward worker does no store I/O); the blocks are admitted to the device
+  tier, pinned, and assembled on the forward worker at the request's first
+  step, so the scheduler's reranking of waiting completions
   (`headstart.engine.scheduler_order`) decides which blocks are on the
-  device when they are needed; the TTFT counts the load.
+  device when they are needed; the TTFT counts both.
 
 It also owns the table cache's own work: a database's layout (precomputing
 missing blocks and warming the shared head at first use) and the precompute
@@ -71,7 +73,7 @@ class TablePrefixSource:
 
     def lookup(self, db: str, prompt: PromptBuilder, prompt_ids: list[int]) -> PrefixHit:
         plan = self.service.plan(self.layout(db), prompt_ids)
-        return self.hit(plan)
+        return self.hit(plan, prefetched=self.service.prefetch(plan))
 
     def resident_blocks(self) -> frozenset[str]:
         return frozenset(self.service.tier.keys())
@@ -81,15 +83,19 @@ class TablePrefixSource:
 
     # -- hits ----------------------------------------------------------------------
 
-    def hit(self, plan: TablePlan, loaded: LoadedBlocks | None = None) -> PrefixHit:
-        """The head of `plan`'s prompt: its blocks loaded and assembled at the
-        request's first step (or `loaded` already, by the batch pipeline)."""
+    def hit(self, plan: TablePlan, loaded: LoadedBlocks | None = None,
+            prefetched: dict[str, object] | None = None) -> PrefixHit:
+        """The head of `plan`'s prompt: its blocks loaded (from `prefetched`
+        host copies where the device lacks them) and assembled at the
+        request's first step, or `loaded` already (the batch pipeline)."""
         service = self.service
         holder: dict[str, LoadedBlocks] = {} if loaded is None else {"blocks": loaded}
 
         def prepare() -> KVState:
             if "blocks" not in holder:
-                holder["blocks"] = service.load(plan)
+                holder["blocks"] = service.load(plan, prefetched)
+                if prefetched:
+                    prefetched.clear()  # the host copies are on the device now (or not needed)
             return service.assemble(holder["blocks"], compute_tail=False)[0]
 
         def release() -> None:
