@@ -48,8 +48,9 @@ from headstart.config import EngineSettings
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.worker import Priority
 from headstart.models import load_model
-from headstart.tables.batch import BatchItem
+from headstart.tables.batch import BatchItem, serve_batch
 from headstart.tables.device_tier import DeviceTier
+from headstart.tables.engine_source import use_table_service
 from headstart.tables.service import TableCacheService
 from headstart.tables.store import open_store
 
@@ -170,9 +171,9 @@ def _store_url(store: str, stack: contextlib.ExitStack) -> str:
 
 
 def _precompute(runtime: EngineRuntime, service: TableCacheService, dbs: list[str]) -> dict:
-    runtime.table_cache = service
+    use_table_service(runtime, service)
     started = time.perf_counter()
-    reports = [runtime.precompute_tables(db) for db in dbs]
+    reports = [runtime.prefix_source.precompute(db) for db in dbs]
     return {"seconds": time.perf_counter() - started, "num_databases": len(dbs),
             "num_tables": sum(r.num_tables for r in reports), "num_groups": sum(r.num_groups for r in reports),
             "num_tokens_encoded": sum(r.num_tokens_encoded for r in reports),
@@ -181,7 +182,7 @@ def _precompute(runtime: EngineRuntime, service: TableCacheService, dbs: list[st
 
 def _warm_up(runtime: EngineRuntime, service: TableCacheService, q) -> None:
     """One request per path before the clocks (allocator, kernels)."""
-    runtime.table_cache = None
+    use_table_service(runtime, None)
     runtime.complete(q.db, q.question, "cold", 1, tables=q.tables)
-    runtime.table_cache = service
-    runtime.complete_batch([BatchItem(q.db, q.question, q.tables)], FIRST_TOKEN)
+    use_table_service(runtime, service)
+    serve_batch(runtime, [BatchItem(q.db, q.question, q.tables)], FIRST_TOKEN)

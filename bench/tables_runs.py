@@ -21,7 +21,8 @@ from bench.tables_report import mode_summary
 from headstart.engine.generation import SamplingParams
 from headstart.engine.kv import KVState, extend
 from headstart.engine.worker import Priority
-from headstart.tables.batch import BatchItem
+from headstart.tables.batch import BatchItem, serve_batch
+from headstart.tables.engine_source import use_table_service
 
 FIRST_TOKEN = SamplingParams(max_new_tokens=1)
 
@@ -33,7 +34,7 @@ class ColdRun:
         self.runtime, self.ttfts = runtime, []
 
     def serve(self, batch) -> None:
-        self.runtime.table_cache = None
+        use_table_service(self.runtime, None)
         for q in batch:
             request = self.runtime.start_complete(q.db, q.question, "cold", FIRST_TOKEN, tables=q.tables)
             self.ttfts.append(request.result().ttft_ms)
@@ -82,9 +83,9 @@ class TableRun:
         self.ttfts, self.load_ms, self.num_tokens = [], 0.0, 0
 
     def serve(self, batch) -> None:
-        self.runtime.table_cache = self.service
+        use_table_service(self.runtime, self.service)
         items = [BatchItem(q.db, q.question, q.tables) for q in batch]
-        results = self.runtime.complete_batch(items, FIRST_TOKEN, rerank=self.rerank, pipeline=self.pipeline,
+        results = serve_batch(self.runtime, items, FIRST_TOKEN, rerank=self.rerank, pipeline=self.pipeline,
                                               micro_batch=self.micro_batch)
         self.ttfts += [r.ttft_ms for r in results]
         self.load_ms += sum(r.load_ms for r in results)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench.common import markdown_table, spider_questions, summarize_ms, write_json
 from bench.peer_llamacpp import start_peer
+from headstart.build import build_runtime
 from headstart.engine.kv import extend, prefill
 from headstart.engine.runtime import EngineRuntime
 from headstart.replay_modes import replay_in_mode
@@ -57,8 +58,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     (outputs may then differ from cold: block assembly changes attention).
     `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when installed)."""
     peer = start_peer(model, llamacpp, threads)  # first: `--llamacpp on` without the extra fails at once
-    runtime = EngineRuntime.from_settings(model=model, dtype=dtype, device=device, threads=threads,
-                                          p0_cache_on_disk=False, table_cache=table_cache)
+    runtime = build_runtime(model=model, dtype=dtype, device=device, threads=threads,
+                            p0_cache_on_disk=False, table_cache=table_cache)
     peer_decode = None
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts

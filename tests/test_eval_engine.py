@@ -68,8 +68,11 @@ BIRD_QUESTION = EvalQuestion(1, "8", "shop", "Best rate?", "SELECT 1", Path("/d/
          ("replay_typed", "pets_1", "How many pets?", "headstart", 40.0, question_seed(0, "7"), 256, {"speed": 10.0})),
     ],
 )
-def test_engine_calls(mode: str, settings: GeneratorSettings, question: EvalQuestion, call: tuple) -> None:
+def test_engine_calls(mode: str, settings: GeneratorSettings, question: EvalQuestion, call: tuple,
+                      monkeypatch) -> None:
     runtime = RecordingRuntime()
+    monkeypatch.setattr("headstart.replay.replay_typed",
+                        lambda rt, *args, **kwargs: rt.replay_typed(*args, **kwargs))
     generator = EngineGenerator(runtime, mode, settings)
     generation = generator.generate(question)
     generator.close()
@@ -91,10 +94,8 @@ def test_engine_calls(mode: str, settings: GeneratorSettings, question: EvalQues
 )
 def test_load_runtime_settings_per_mode(monkeypatch, mode: str, settings: GeneratorSettings, options: dict) -> None:
     """A table mode is `prefix` on an engine whose table cache is on: the settings it is built with."""
-    from headstart.engine.runtime import EngineRuntime
-
     built: list[dict] = []
-    monkeypatch.setattr(EngineRuntime, "from_settings", classmethod(lambda cls, **kw: built.append(kw) or "rt"))
+    monkeypatch.setattr("headstart.build.build_runtime", lambda **kw: built.append(kw) or "rt")
     assert load_runtime(settings, mode) == "rt"
     assert built == [options]
 

@@ -63,11 +63,11 @@ def tables_gateway(serve_engine, redis_restartable, tmp_path):
 
 def _precompute(redis_url: str, p0_dir) -> int:
     """What an operator runs after a Redis restart: encode the database's blocks again."""
-    from headstart.engine.runtime import EngineRuntime
+    from headstart.build import build_runtime
 
-    runtime = EngineRuntime(_settings(redis_url, p0_dir).model_copy(update={"table_precompute_on_open": False}))
+    runtime = build_runtime(_settings(redis_url, p0_dir).model_copy(update={"table_precompute_on_open": False}))
     try:
-        return runtime.precompute_tables(DB).num_groups_encoded
+        return runtime.prefix_source.precompute(DB).num_groups_encoded
     finally:
         runtime.shutdown()
 

@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from headstart.build import build_runtime
 from headstart.config import EngineSettings
-from headstart.engine.runtime import EngineRuntime
 from headstart.tables.keys import BlockScope
 from headstart.v1 import tablecache_pb2 as pb
 from headstart.v1 import tablecache_pb2_grpc
@@ -176,19 +176,19 @@ def test_engine_reads_the_blocks_the_service_wrote(service, tmp_path, redis_url)
     spec = make_db(tmp_path)
     list(stub.Precompute(pb.TableCachePrecomputeRequest(spec=spec)))
     question = "How many orders has each customer placed?"
-    reader = EngineRuntime(EngineSettings(**ENGINE, table_store_url=redis_url, table_precompute_on_open=False))
+    reader = build_runtime(EngineSettings(**ENGINE, table_store_url=redis_url, table_precompute_on_open=False))
     try:
         result = reader.complete(spec, question, "prefix", max_new_tokens=8)
-        stats = reader.table_cache.stats()
+        stats = reader.prefix_source.service.stats()
         # every table came from Redis; only the question was computed
         assert (stats["num_store_hits"], stats["num_misses"]) == (NUM_TABLES, 0)
-        layout = reader.table_layout(spec)
+        layout = reader.prefix_source.layout(spec)
         cached = len(layout.head_ids) + sum(len(t.ids) for t in layout.texts.values())
         assert result.computed_tokens_at_submit == result.prompt_tokens - cached
     finally:
         reader.shutdown()
     # the same tokens as an engine that encodes its own blocks
-    local = EngineRuntime(EngineSettings(**ENGINE, table_store_url="memory://"))
+    local = build_runtime(EngineSettings(**ENGINE, table_store_url="memory://"))
     try:
         assert local.complete(spec, question, "prefix", max_new_tokens=8).token_ids == result.token_ids
     finally:

@@ -9,13 +9,16 @@ import random
 import pytest
 import torch
 
+from headstart.build import build_runtime
+from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput
 from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import prefill
 from headstart.engine.p0_store import p0_key
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.worker import Priority
-from headstart.tables.batch import BatchItem
+from headstart.tables.batch import BatchItem, serve_batch
+from headstart.tables.engine_source import table_source
 from tests.typing_traces import KINDS, QUESTIONS
 
 MAX_NEW = 10
@@ -25,7 +28,7 @@ TABLES = ("stadium", "singer", "concert", "singer_in_concert")
 
 @pytest.fixture(scope="module", params=["pfk", "independent"])
 def runtime(request, tmp_path_factory):
-    rt = EngineRuntime.from_settings(model="random:tiny", dtype="float64", table_cache=request.param,
+    rt = build_runtime(model="random:tiny", dtype="float64", table_cache=request.param,
                                      p0_cache_dir=tmp_path_factory.mktemp("p0"), chunk_tokens=64, debounce_ms=0.0)
     yield rt
     rt.shutdown()
@@ -44,13 +47,13 @@ def from_base(rt: EngineRuntime, db: str, question: str) -> list[int]:
 
 @pytest.mark.parametrize("order", [TABLES, TABLES[::-1], ("singer_in_concert", "singer"), ("stadium",)])
 def test_complete_over_tables_in_any_order_computes_only_the_question(runtime, order):
-    layout = runtime.table_layout("concert_singer")
+    layout = runtime.prefix_source.layout("concert_singer")
     result = runtime.complete("concert_singer", QUESTIONS[0], max_new_tokens=MAX_NEW, tables=order)
     cached = len(layout.head_ids) + sum(len(layout.texts[t].ids) for t in order)
     assert (result.cached_tokens_at_submit, result.computed_tokens_at_submit) == \
         (cached, result.prompt_tokens - cached)
     assert len(result.token_ids) == MAX_NEW
-    assert runtime.table_cache.tier.protected_bytes == 0
+    assert runtime.prefix_source.service.tier.protected_bytes == 0
 
 
 def test_schema_order_matches_cold_in_pfk(runtime):
@@ -58,7 +61,7 @@ def test_schema_order_matches_cold_in_pfk(runtime):
     float64 rounding), so the tokens equal a cold run's; independent blocks lose attention."""
     table = runtime.complete("concert_singer", QUESTIONS[0], max_new_tokens=MAX_NEW, tables=TABLES)
     cold = runtime.complete("concert_singer", QUESTIONS[0], "cold", MAX_NEW, tables=TABLES)
-    if runtime.table_cache.mode == "pfk":
+    if runtime.prefix_source.service.mode == "pfk":
         assert table.token_ids == cold.token_ids
     else:
         assert table.token_ids != cold.token_ids
@@ -71,7 +74,7 @@ def test_p0_is_assembled_and_kept_under_a_table_key(runtime):
     reference = runtime.worker.run_sync(lambda: prefill(runtime.model, prompt.base_ids))
     diff = max(float((a.keys - b.keys).abs().max()) for a, b in zip(base.cache.layers, reference.cache.layers))
     assert diff > 1e-3  # world_1 encodes country before city: the assembled P0 is not the prefill's
-    mode = runtime.table_cache.mode
+    mode = runtime.prefix_source.service.mode
     loaded = runtime.loaded
     assert runtime.p0_store.get(p0_key(f"{loaded.model_id}|tables={mode}", "float64", prompt.base_ids),
                                 loaded.device) is base
@@ -107,7 +110,7 @@ def test_batch_serves_every_item_as_a_single_completion_would(runtime, rerank, p
              for db, tables in (("concert_singer", list(TABLES)), ("world_1", ["city", "country", "countrylanguage"]))
              for q in QUESTIONS[:3]]
     rng.shuffle(items)
-    results = runtime.complete_batch(items, SamplingParams(max_new_tokens=4), rerank=rerank, pipeline=pipeline)
+    results = serve_batch(runtime, items, SamplingParams(max_new_tokens=4), rerank=rerank, pipeline=pipeline)
     assert [r.index for r in results] == list(range(len(items)))
     assert sorted(r.position for r in results) == list(range(len(items)))
     for item, r in zip(items, results):
@@ -121,7 +124,7 @@ def test_batch_serves_every_item_as_a_single_completion_would(runtime, rerank, p
         assert switches == 1  # all of one database, then all of the other
     else:
         assert positions == list(range(len(items)))
-    assert runtime.table_cache.tier.protected_bytes == 0
+    assert runtime.prefix_source.service.tier.protected_bytes == 0
 
 
 @pytest.mark.parametrize("tables,message", [
@@ -132,19 +135,25 @@ def test_bad_table_lists_are_invalid_input(runtime, tables, message):
         runtime.complete("concert_singer", "q", max_new_tokens=1, tables=tables)
 
 
+def test_a_table_cache_setting_needs_the_table_source():
+    settings = EngineSettings(model="random:tiny", dtype="float64", table_cache="pfk", p0_cache_on_disk=False)
+    with pytest.raises(InvalidInput, match="build_runtime"):
+        EngineRuntime(settings)
+
+
 def test_table_calls_need_the_table_cache(tmp_path):
     rt = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
     try:
         with pytest.raises(InvalidInput, match="table cache is off"):
-            rt.precompute_tables("concert_singer")
+            table_source(rt).precompute("concert_singer")
         assert rt.complete("concert_singer", "q", max_new_tokens=2, tables=["singer"]).prompt_tokens > 0
     finally:
         rt.shutdown()
 
 
 def test_block_tensors_are_not_written_by_sessions(runtime):
-    layout = runtime.table_layout("world_1")
-    block = runtime.table_cache.store.get(layout.scope.block_id("city"))
+    layout = runtime.prefix_source.layout("world_1")
+    block = runtime.prefix_source.service.store.get(layout.scope.block_id("city"))
     before = block.keys_pre_rope.clone()
     session = runtime.open_session("world_1", "headstart")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from headstart.build import build_runtime
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.kv_memory import KVUsage
@@ -43,7 +44,7 @@ class ReplicaCore:
     cached until the runtime's LRU evicts them or the gateway closes them."""
 
     def __init__(self, settings: EngineSettings, max_attached: int | None = None, runtime: EngineRuntime | None = None):
-        self.runtime = runtime or EngineRuntime(settings)
+        self.runtime = runtime or build_runtime(settings)
         self.max_attached = max_attached or settings.max_sessions
         self._attached: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -52,8 +53,9 @@ class ReplicaCore:
         with self._lock:
             return session_id in self._attached or len(self._attached) < self.max_attached
 
-    def attach(self, session_id: str, db: str, policy: str = "headstart") -> AttachResult:
-        """Take a stream slot and return the session, building it when absent.
+    def attach(self, session_id: str, db: str, policy: str = "headstart", tenant: str | None = None) -> AttachResult:
+        """Take a stream slot and return the session, building it when absent
+        (its jobs carry `tenant`).
 
         Raises:
             InvalidInput: empty id or unknown policy.
@@ -77,7 +79,8 @@ class ReplicaCore:
                     return AttachResult(session, rebuilt=False)
             if not self.runtime.worker.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.runtime.worker.max_queued} jobs)")
-            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id), rebuilt=True)
+            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id, tenant=tenant),
+                                rebuilt=True)
         except BaseException:
             self.detach(session_id)
             raise

@@ -22,7 +22,7 @@ from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore
 from services.engine.generate import generation_events
-from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret
+from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
 from services.engine.kv_metrics import ReplicaKVGauge, kv_values
 from services.engine.loader import SchemaLoader
 from services.engine.stream import SessionStream, sampling_params
@@ -65,7 +65,8 @@ class EngineDeployment:
         except EngineUnauthenticated as exc:
             yield events.error(exc.code, exc.message)
             return
-        async for event in SessionStream(self.core, self.replica, self._prepare).run(request_stream):
+        stream = SessionStream(self.core, self.replica, self._prepare, tenant=tenant_of(_metadata(grpc_context)))
+        async for event in stream.run(request_stream):
             yield event
 
     async def Complete(self, request: engine_pb2.EngineCompleteRequest, grpc_context=None):  # noqa: N802
@@ -76,7 +77,7 @@ class EngineDeployment:
             params: SamplingParams = sampling_params(request.params)
             gen = await asyncio.to_thread(
                 self.core.runtime.start_complete, spec, request.question, request.mode or "prefix", params,
-                tables=tables)
+                tables=tables, tenant=tenant_of(_metadata(grpc_context)))
         except EngineUnauthenticated as exc:
             yield events.error(exc.code, exc.message)
             return

@@ -25,8 +25,17 @@ from headstart.schema.catalogue import Catalogue
 log = logging.getLogger(__name__)
 
 SECRET_METADATA_KEY = "headstart-engine-secret"
+# The tenant a call works for, as the gateway authenticated it: the engine's
+# scheduler orders work of one class fairly across tenants. Trusted only
+# because the call carries the engine secret (only the gateway has it).
+TENANT_METADATA_KEY = "headstart-tenant"
 SECRET_ENV = "HEADSTART_ENGINE_SECRET"
 SECRET_FILE_ENV = "HEADSTART_ENGINE_SECRET_FILE"
+
+
+def tenant_of(metadata) -> str | None:
+    """The tenant named in a call's metadata (pairs), or None."""
+    return next((v for k, v in (metadata or ()) if k == TENANT_METADATA_KEY), None) or None
 
 
 class EngineUnauthenticated(Exception):

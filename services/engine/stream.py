@@ -38,8 +38,10 @@ def sampling_params(proto: types_pb2.SamplingParams, default_max_new: int = DEFA
 class SessionStream:
     """Serves one `Engine.Session` call on a replica."""
 
-    def __init__(self, core: ReplicaCore, replica: str, prepare: Callable[[str], Awaitable[str]] | None = None):
+    def __init__(self, core: ReplicaCore, replica: str, prepare: Callable[[str], Awaitable[str]] | None = None,
+                 tenant: str | None = None):
         self.core, self.replica = core, replica
+        self.tenant = tenant  # whose work the session's jobs are (the scheduler's fairness)
         self._prepare = prepare  # catalogue name -> loaded spec (None: the name is the spec)
         self._out: asyncio.Queue = asyncio.Queue()
         self._session: Session | None = None
@@ -91,7 +93,8 @@ class SessionStream:
     async def _attach(self, attach: engine_pb2.Attach) -> bool:
         try:
             spec = await self._prepare(attach.db) if self._prepare is not None else attach.db
-            result = await asyncio.to_thread(self.core.attach, attach.session_id, spec, attach.policy or "headstart")
+            result = await asyncio.to_thread(self.core.attach, attach.session_id, spec, attach.policy or "headstart",
+                                             self.tenant)
         except Exception as exc:
             self._post(events.from_exception(exc, attach.seq))
             return False

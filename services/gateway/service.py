@@ -18,7 +18,7 @@ import grpc
 from headstart.client.errors import ApiError
 from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
-from services.engine.guard import SECRET_METADATA_KEY, configured_secret
+from services.engine.guard import SECRET_METADATA_KEY, TENANT_METADATA_KEY, configured_secret
 from services.gateway.auth import Authenticator
 from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, run_read_only, sqlite_file
 from services.gateway.engine_kv import EngineKVGauges
@@ -118,7 +118,8 @@ class GatewayService:
         link = EngineLink(
             self._stub, self.settings.engine_app, engine_session_id(tenant, session.session_id), db,
             self.settings.policy, session.latest, lambda ev: self._deliver(session, ev),
-            self.metrics.observe_rtt, self.settings.reconnect_timeout_s, extra_metadata=self._engine_md[1:],
+            self.metrics.observe_rtt, self.settings.reconnect_timeout_s,
+            extra_metadata=(*self._engine_md[1:], (TENANT_METADATA_KEY, tenant)),
         )
         try:
             await link.start()
@@ -222,7 +223,7 @@ class GatewayService:
                                                    mode=mode, tables=tables or [])
         async with self.quotas.completes.slot(tenant):
             self.quotas.work.spend(tenant, len(question))
-            call = self._stub.Complete(request, metadata=self._engine_md)
+            call = self._stub.Complete(request, metadata=(*self._engine_md, (TENANT_METADATA_KEY, tenant)))
             outcome = "error"
             try:
                 async for event in call:

@@ -143,14 +143,14 @@ def _runtime(**settings):
     """An EngineRuntime from CLI options; a bad option value exits with code 2 and a clear message."""
     from pydantic import ValidationError
 
+    from headstart.build import build_runtime
     from headstart.config import EngineSettings
-    from headstart.engine.runtime import EngineRuntime
 
     try:
         parsed = EngineSettings(**settings)
     except ValidationError as exc:
         _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    return EngineRuntime(parsed)
+    return build_runtime(parsed)
 
 
 def _print_result(trace, result) -> None:

@@ -67,7 +67,9 @@ class EngineSettings(BaseSettings):
     table_cpu_tier_bytes: int | None = Field(None, ge=0, description="CPU tier in front of a remote block store")
     table_device_bytes: int = Field(1 << 30, ge=0, description="device tier budget for table blocks (0: none)")
     table_eviction: Literal["lru", "lfu", "fifo"] = Field("lru", description="device tier eviction policy")
-    table_rerank_max_delay: int = Field(16, ge=0, description="batch reranking: most positions a request may slip")
+    table_rerank_max_delay: int = Field(
+        16, ge=0, description="reranking of table-cache completions (batches and the scheduler): most later "
+        "arrivals that may overtake one")
     table_precompute_on_open: bool = Field(
         True, description="precompute a database's missing blocks the first time it is used"
     )

@@ -7,6 +7,7 @@ import time
 from headstart.engine.generation import SamplingParams, SubmitResult
 from headstart.engine.session import Session
 from headstart.trace import Trace
+from headstart.typist import Typist
 
 
 def _sleep_until(start: float, t: float, speed: float) -> None:
@@ -32,3 +33,16 @@ def replay_trace(session: Session, trace: Trace, params: SamplingParams = Sampli
     stats = session.stats()
     result.extra.update(computed_tokens_total=stats.computed_tokens, memory_bytes=stats.memory_bytes)
     return result
+
+
+def replay_typed(runtime, db: str, question: str, policy: str = "headstart", wpm: float = 40.0,
+                 typo_rate: float = 0.0, pause_s: float = 0.0, seed: int = 0, speed: float = 1.0,
+                 max_new_tokens: int = 128) -> SubmitResult:
+    """Type `question` as a synthetic typist into a fresh session of `runtime`
+    (an `EngineRuntime`), then submit."""
+    trace = Typist(wpm=wpm, typo_rate=typo_rate, pause_s=pause_s, seed=seed).trace(question)
+    session = runtime.open_session(db, policy)
+    try:
+        return replay_trace(session, trace, SamplingParams(max_new_tokens=max_new_tokens), speed=speed)
+    finally:
+        runtime.close_session(session.session_id)

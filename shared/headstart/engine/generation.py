@@ -184,11 +184,12 @@ class GenerationRequest:
         `headstart.engine.scheduler`)."""
         return self.status is RequestState.DECODE
 
-    def enqueue_on(self, worker, priority, name: str, owner: str | None = None):
-        """Queue this request's steps on `worker` with its scheduling hints;
+    def enqueue_on(self, worker, priority, name: str, owner: str | None = None, **hints):
+        """Queue this request's steps on `worker` with its scheduling hints
+        (`hints`: more of `ForwardWorker.enqueue`'s, e.g. tenant, blocks);
         returns the job (whose preemption flag a decode step polls)."""
         self.job = worker.enqueue(self.step, priority, name, order_key=self.schedule_key, owner=owner,
-                                  cost=self.pending_tokens, decoding=self.is_decoding)
+                                  cost=self.pending_tokens, decoding=self.is_decoding, **hints)
         return self.job
 
     def _yield_requested(self) -> bool:

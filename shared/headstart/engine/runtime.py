@@ -1,8 +1,11 @@
-"""EngineRuntime: a loaded model, its forward worker, the P0 store and the sessions.
+"""EngineRuntime: a loaded model, its forward worker, a prefix source and the sessions.
 
 This is the engine's one entry point for every caller in a process: the CLI
 replay and benchmarks, the evaluator, and (in the serving tier) each Ray
-Serve replica.
+Serve replica. Where a prompt's head comes from (the P0 store, or table
+blocks) is a `PrefixSource` (`headstart.engine.prefix_source`): the runtime
+asks it and does not know which one it is. A runtime with the table cache on
+is built by `headstart.build.build_runtime`, which sits above both.
 """
 
 from __future__ import annotations
@@ -16,14 +19,16 @@ from collections.abc import Callable, Sequence
 import torch
 
 from headstart.config import EngineSettings
-from headstart.engine.errors import HeadstartError, InvalidInput
+from headstart.engine.errors import HeadstartError, InvalidInput, PromptTooLong
 from headstart.engine.generation import GenerationRequest, SamplingParams, SubmitResult
-from headstart.engine.kv import KVState, prefill
+from headstart.engine.kv import KVState
 from headstart.engine.kv_memory import KVMemory
-from headstart.engine.p0_store import P0Store, p0_key
+from headstart.engine.p0_store import P0Store
 from headstart.engine.policy import PaperPolicy, make_policy
+from headstart.engine.prefix_source import P0Source, PrefixHit, PrefixSource
 from headstart.engine.session import Session, SessionLimits
 from headstart.engine.session_table import SessionTable
+from headstart.engine.tenant_worker import TenantWorker
 from headstart.engine.worker import ForwardWorker, Priority  # noqa: F401 (re-exported)
 from headstart.models import LoadedModel, load_model
 from headstart.paths import run_dir
@@ -40,10 +45,19 @@ class EngineRuntime:
     """Args:
         settings: the engine's settings (built at the edge).
         loaded: a model already loaded (benchmarks share one between runtimes).
-        table_cache: a table cache service to use instead of the one `settings` describe.
+        prefix_source: where prompt heads come from: a `PrefixSource`, or a
+            function of this runtime returning one; None: the P0 store.
+
+    Raises:
+        InvalidInput: `settings` ask for the table cache and no `prefix_source`
+            is given (build the runtime with `headstart.build.build_runtime`).
     """
 
-    def __init__(self, settings: EngineSettings, loaded: LoadedModel | None = None, table_cache=None):
+    def __init__(self, settings: EngineSettings, loaded: LoadedModel | None = None,
+                 prefix_source: PrefixSource | Callable[["EngineRuntime"], PrefixSource] | None = None):
+        if prefix_source is None and settings.table_cache != "off":
+            raise InvalidInput(f"table_cache={settings.table_cache!r} needs the table prefix source: "
+                               "build the runtime with headstart.build.build_runtime")
         self.settings = settings
         if settings.threads:
             torch.set_num_threads(settings.threads)
@@ -63,11 +77,13 @@ class EngineRuntime:
         self._prompts: dict[tuple[str, tuple[str, ...] | None], PromptBuilder] = {}
         self._lock = threading.Lock()
         self.stop_ids = self._stop_ids()
-        self.table_cache = table_cache
-        if table_cache is None and settings.table_cache != "off":
-            from headstart.tables.service import TableCacheService
-
-            self.table_cache = TableCacheService.from_settings(settings, self.loaded)
+        self.p0_source = P0Source(self.loaded, self.worker, self.p0_store)
+        if callable(prefix_source) and not isinstance(prefix_source, PrefixSource):
+            prefix_source = prefix_source(self)
+        self.prefix_source: PrefixSource = prefix_source or self.p0_source
+        # the scheduler reranks waiting table-cache completions around the blocks on the device
+        self.worker.scheduler.resident_blocks = lambda: self.prefix_source.resident_blocks()
+        self.worker.scheduler.rerank_max_delay = settings.table_rerank_max_delay
 
     @property
     def model(self):
@@ -88,7 +104,7 @@ class EngineRuntime:
         Raises:
             InvalidInput: `tables` is empty, repeats a table or names one the database lacks.
         """
-        from headstart.schema.resolve import resolve_database
+        from headstart.schema.resolve import resolve_database  # imports psycopg: only when needed
 
         key = (db, None if tables is None else tuple(tables))
         with self._lock:
@@ -131,59 +147,22 @@ class EngineRuntime:
         raise InvalidInput("this prompt builder was not made by this runtime's prompt_for")
 
     def base_state(self, prompt: PromptBuilder) -> KVState:
-        """P0's cache from the store, else prefilled (or, with the table cache on,
-        assembled from table blocks) on the worker and stored."""
-        if self.table_cache is not None:
-            from headstart.tables.requests import table_base_state
-
-            return table_base_state(self, self._db_of(prompt), prompt)
-        key = p0_key(self.loaded.model_id, self.loaded.dtype_name, prompt.base_ids)
-        state = self.p0_store.get(key, self.loaded.device)
-        if state is None:
-            state = self.worker.run_sync(lambda: prefill(self.loaded.model, prompt.base_ids), Priority.STREAM, "p0")
-            self.p0_store.put(key, state)
-        return state
-
-    # -- table cache -----------------------------------------------------------
-
-    def table_layout(self, db: str):
-        """The table layout of `db`; the first call precomputes missing blocks when configured."""
-        from headstart.tables.requests import require_table_cache
-
-        layout = require_table_cache(self).layout(db, self.prompt_for(db))
-        first = self.table_cache.claim_first_use(db)
-        if first and self.settings.table_precompute_on_open and self.table_cache.missing_tables(layout):
-            self.precompute_tables(db)
-        if first:
-            self.worker.run_sync(lambda: self.table_cache.warm(layout), Priority.STREAM, "tables:head")
-        return layout
-
-    def precompute_tables(self, db: str, *, skip_existing: bool = True,
-                          progress: Callable[[object], None] | None = None):
-        """Encode and store `db`'s table blocks on the worker, one group per step.
-
-        Returns a `PrecomputeReport`; `progress` is called with each `GroupProgress`.
-        """
-        from headstart.tables.requests import precompute_on_worker
-
-        return precompute_on_worker(self, db, skip_existing=skip_existing, progress=progress)
-
-    def complete_batch(self, items, params: SamplingParams = SamplingParams(), **options):
-        """Serve a batch of table-cache completions, reranked and pipelined
-        (`headstart.tables.batch.serve_batch`, whose options this takes)."""
-        from headstart.tables.batch import serve_batch
-
-        return serve_batch(self, items, params, **options)
+        """P0 of `prompt` from the prefix source (stored P0, or assembled from
+        table blocks), computed on the worker at a miss."""
+        return self.prefix_source.base_state(self._db_of(prompt), prompt)
 
     # -- sessions ------------------------------------------------------------
 
-    def open_session(self, db: str, policy: str = "headstart", session_id: str | None = None) -> Session:
+    def open_session(self, db: str, policy: str = "headstart", session_id: str | None = None,
+                     tenant: str | None = None) -> Session:
+        """A new session on `db` starting from P0 (shared). Its jobs carry
+        `tenant`: the scheduler is fair across tenants within a class."""
         prompt = self.prompt_for(db)
         kwargs = {"debounce_s": self.settings.debounce_ms / 1000.0} if policy == PaperPolicy.name else {}
         confirm = make_policy(policy, **kwargs)
         base = self.base_state(prompt)
         session = Session(
-            session_id or uuid.uuid4().hex, self.loaded.model, self.worker, prompt, confirm,
+            session_id or uuid.uuid4().hex, self.loaded.model, TenantWorker(self.worker, tenant), prompt, confirm,
             base.share(), self.stop_ids, self.limits,
         )
         self.sessions.add(session)
@@ -193,35 +172,44 @@ class EngineRuntime:
 
     def start_complete(self, db: str, question: str, mode: str = "prefix",
                        params: SamplingParams = SamplingParams(), priority: Priority = Priority.POOL,
-                       tables: Sequence[str] | None = None) -> GenerationRequest:
+                       tables: Sequence[str] | None = None, tenant: str | None = None) -> GenerationRequest:
         """Queue a completion with no typing: `cold` prefills everything at
-        submit, `prefix` starts from a warm P0 (what prefix caching gives) or,
-        with the table cache on, from the prompt's table blocks. `tables`
-        restricts the schema to those tables in that order."""
-        started = time.perf_counter()  # TTFT counts tokenization too
+        submit, `prefix` starts from the prefix source's head of the prompt
+        (a warm P0, what prefix caching gives, or the prompt's table blocks).
+        `tables` restricts the schema to those tables in that order. The
+        TTFT clock starts here, for every mode and source."""
+        started = time.perf_counter()  # TTFT counts tokenization and the lookup too
         if mode not in MODES:
             raise InvalidInput(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         params.validate()
         prompt = self.prompt_for(db, tables)
         ids = prompt.prompt_ids(question)
         if len(ids) + params.max_new_tokens > self.limits.max_prompt_tokens:
-            from headstart.engine.errors import PromptTooLong
-
             raise PromptTooLong(f"prompt of {len(ids)} tokens exceeds the limit")
-        if mode == "prefix" and self.table_cache is not None:
-            from headstart.tables.requests import table_request
+        hit = self.prefix_source.lookup(db, prompt, ids) if mode == "prefix" else PrefixHit(KVState, 0)
+        label = f"{mode}:{self.prefix_source.name}" if mode == "prefix" else mode
+        return self.start_from_hit(prompt, ids, params, hit, priority, f"{label}:{db}", started=started,
+                                   tenant=tenant, chunk_tokens=len(ids) if mode == "cold" else None)
 
-            request = table_request(self, db, prompt, ids, params)
-            request.enqueue_on(self.worker, priority, f"tables:{db}")
-            return request
-        base = self.base_state(prompt) if mode == "prefix" else None
-        prepare = (lambda: base.share()) if base is not None else KVState
+    def start_from_hit(self, prompt: PromptBuilder, ids: list[int], params: SamplingParams, hit: PrefixHit,
+                       priority: Priority, name: str, *, started: float | None = None, tenant: str | None = None,
+                       chunk_tokens: int | None = None) -> GenerationRequest:
+        """Queue a generation request over `ids` starting from `hit`, as a job
+        with an owner (so its steps batch like any request's), its tenant and
+        the hit's blocks (the scheduler's reranking hint)."""
+        release = hit.release
         request = GenerationRequest(
             self.loaded.model, prompt.decode, ids, params, self.stop_ids,
-            chunk_tokens=len(ids) if mode == "cold" else self.limits.chunk_tokens, prepare=prepare,
-            started=started, expected_cached=base.num_tokens if base is not None else 0,
+            chunk_tokens=chunk_tokens or self.limits.chunk_tokens, prepare=hit.prepare, started=started,
+            expected_cached=hit.cached_tokens, on_finish=(lambda _request: release()) if release else None,
         )
-        request.enqueue_on(self.worker, priority, f"{mode}:{db}", owner=f"request-{id(request)}")
+        try:
+            request.enqueue_on(self.worker, priority, name, owner=f"request-{id(request)}", tenant=tenant,
+                               blocks=hit.blocks or None)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
         return request
 
     def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,
@@ -229,28 +217,15 @@ class EngineRuntime:
         params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
         return self.start_complete(db, question, mode, params, tables=tables).result()
 
-    def replay_typed(self, db: str, question: str, policy: str = "headstart", wpm: float = 40.0,
-                     typo_rate: float = 0.0, pause_s: float = 0.0, seed: int = 0, speed: float = 1.0,
-                     max_new_tokens: int = 128) -> SubmitResult:
-        """Type `question` as a synthetic typist into a fresh session, then submit."""
-        from headstart.replay import replay_trace
-        from headstart.typist import Typist
-
-        trace = Typist(wpm=wpm, typo_rate=typo_rate, pause_s=pause_s, seed=seed).trace(question)
-        session = self.open_session(db, policy)
-        try:
-            return replay_trace(session, trace, SamplingParams(max_new_tokens=max_new_tokens), speed=speed)
-        finally:
-            self.close_session(session.session_id)
-
     def close_session(self, session_id: str) -> None:
         self.sessions.remove(session_id)
 
     def shutdown(self) -> None:
         self.sessions.close_all()
         self.worker.shutdown()
-        if self.table_cache is not None:
-            self.table_cache.close()
+        self.prefix_source.close()
+        if self.p0_source is not self.prefix_source:
+            self.p0_source.close()
 
     def _stop_ids(self) -> set[int]:
         tok = self.loaded.tokenizer

@@ -33,6 +33,11 @@ changed only here). Its rules, written once:
    job at least as urgent as its request (a submit), never to typing.
    A row that yields leaves a batched forward; the others go on.
 
+6. **Fairness across tenants** and 7. **reranking of table-cache
+   completions** (with its starvation bound `rerank_max_delay`): ordering
+   keys applied after rules 1-3, written in `headstart.engine.scheduler_order`.
+   A group never lets a completion join ahead of a due one it skipped.
+
 Hints are read on the worker thread between steps (no step of that job runs
 then), so they need no lock and no fallback: a hint that raises fails its own
 job (`Plan.failed`) instead of silently reordering work.
@@ -41,7 +46,9 @@ job (`Plan.failed`) instead of silently reordering work.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
+from headstart.engine import scheduler_order
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler_types import (
     DEFERRED_DECODE, BatchKind, BatchScope, Job, JobState, Plan, PlannedRow, Priority, Rank, StepOutcome,
@@ -53,15 +60,24 @@ class Scheduler:
     under its own lock."""
 
     def __init__(self, max_batch_rows: int = 1, max_batch_tokens: int = 64,
-                 batch_scope: str | BatchScope = BatchScope.TYPING, decode_defer_s: float = 0.0):
+                 batch_scope: str | BatchScope = BatchScope.TYPING, decode_defer_s: float = 0.0,
+                 rerank_max_delay: int = 16):
         if max_batch_rows < 1 or max_batch_tokens < 1:
             raise ValueError("max_batch_rows and max_batch_tokens must be >= 1")
+        if rerank_max_delay < 0:
+            raise ValueError("rerank_max_delay must be >= 0")
         self.max_batch_rows = max_batch_rows
         self.max_batch_tokens = max_batch_tokens
         self.batch_scope = BatchScope.parse(batch_scope)
         self.decode_defer_s = decode_defer_s
         self._waiting: list[Job] = []
         self._arrivals = itertools.count()
+        # rule 6: tenant -> stamp of its last service; rule 7: the bound, and where blocks are
+        self._served: dict[str | None, int] = {}
+        self._services = itertools.count()
+        self.rerank_max_delay = rerank_max_delay
+        self.resident_blocks: Callable[[], frozenset[str]] = frozenset  # set by the runtime's prefix source
+        self._last_blocks: frozenset[str] | None = None
 
     # -- queue -------------------------------------------------------------------
 
@@ -97,10 +113,11 @@ class Scheduler:
                 ranked.append((self.rank(job, now), job))
             except Exception as exc:  # the hint's own job fails, visibly; nothing is reordered
                 failed.append((job, exc))
-        ranked.sort(key=lambda pair: pair[0])
+        ranked = self.order(ranked)
         rows, kind = self._group(ranked, failed)
         taken = {id(job) for job in dropped} | {id(row.job) for row in rows} | {id(job) for job, _ in failed}
         self._waiting = [job for job in self._waiting if id(job) not in taken]
+        self._note_service(rows)
         for row in rows:
             row.job.state = JobState.RUNNING
             row.job.running_class = row.rank.cls
@@ -111,6 +128,25 @@ class Scheduler:
         deferred = tuple(job for rank, job in ranked if rank.cls == DEFERRED_DECODE)
         return Plan(tuple(rows), kind if len(rows) > 1 else None, dropped, tuple(failed), deferred)
 
+    def order(self, ranked: list[tuple[Rank, Job]]) -> list[tuple[Rank, Job]]:
+        """Waiting jobs in run order: rules 1-3 (`rank`), then 6 and 7
+        (`scheduler_order`)."""
+        ordered = scheduler_order.order_fairly(ranked, self._served)
+        if not any(scheduler_order.is_unstarted_table_job(job) for _, job in ordered):
+            return ordered
+        ref = self._last_blocks if self._last_blocks is not None else frozenset(self.resident_blocks())
+        # a group takes at most max_batch_rows rows: rerank that many picks (and one more) per group
+        return scheduler_order.rerank_slots(ordered, ref, self.rerank_max_delay, self.max_batch_rows + 1)
+
+    def _note_service(self, rows: list[PlannedRow]) -> None:
+        """Rules 6 and 7's memory: the tenants served now, the completions overtaken."""
+        for row in rows:
+            job = row.job
+            self._served[job.tenant] = next(self._services)
+            if scheduler_order.is_unstarted_table_job(job):
+                scheduler_order.note_bypasses(job, self._waiting)
+                self._last_blocks = job.blocks
+
     def _group(self, ranked: list[tuple[Rank, Job]], failed: list) -> tuple[list[PlannedRow], BatchKind | None]:
         if not ranked:
             return [], None
@@ -120,10 +156,12 @@ class Scheduler:
         if self.max_batch_rows == 1 or kind is None:
             return rows, kind
         owners, tokens = {first.owner}, rows[0].num_tokens
+        guard = scheduler_order.GroupGuard(self.rerank_max_delay, first)  # rule 7's bound
         for rank, job in ranked[1:]:
             if len(rows) >= self.max_batch_rows:
                 break
-            if job.owner in owners or self.batch_kind(job) != kind:
+            if not guard.allows(job) or job.owner in owners or self.batch_kind(job) != kind:
+                guard.left_out(job)
                 continue
             try:
                 cost = self._cost(job)
@@ -131,7 +169,9 @@ class Scheduler:
                 failed.append((job, exc))
                 continue
             if tokens + cost > self.max_batch_tokens:
+                guard.left_out(job)
                 continue  # a smaller job further down may still fit
+            guard.took(job)
             rows.append(PlannedRow(job, rank, cost))
             owners.add(job.owner)
             tokens += cost

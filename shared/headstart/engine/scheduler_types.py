@@ -96,6 +96,11 @@ class Job:
         decoding: whether the next step is a decode step (read at each
             (re)queue: only the job's own step changes it).
         owner: whose cache the step touches; None: never batched.
+
+    Set by the queueing side before `Scheduler.add` (plain attributes):
+        tenant: whose work it is (fairness across tenants within a class).
+        blocks: the table blocks a table-cache completion will place at its
+            first step (reranking); None for every other job.
     """
 
     def __init__(self, step: Callable[[], object], priority: Priority, name: str = "",
@@ -108,6 +113,9 @@ class Job:
         self.owner = owner
         self.cost = cost
         self.decoding = decoding
+        self.tenant: str | None = None
+        self.blocks: frozenset[str] | None = None
+        self.bypassed = 0  # later-arrived table-cache completions started before this one (reranking)
         self.state = JobState.WAITING
         self.arrival = 0  # set by the scheduler at each (re)queue
         self.queued_at = 0.0  # a deferred step's wait counts from here

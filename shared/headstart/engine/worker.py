@@ -104,10 +104,12 @@ class ForwardWorker:
 
     def enqueue(self, step: Callable[[], "Row | bool"], priority: Priority, name: str = "",
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
-                cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None) -> Job:
+                cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None,
+                tenant: str | None = None, blocks: frozenset[str] | None = None) -> Job:
         """Queue a job (its step and hints: see `Job`); raises ResourceExhausted
         when the queue is full."""
         job = Job(step, priority, name, order_key, owner, cost, decoding)
+        job.tenant, job.blocks = tenant, blocks
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")

@@ -1,14 +1,14 @@
 """The model-backed modes: every call the evaluation makes into the engine, in one place.
 
 The engine API used (headstart.engine.runtime.EngineRuntime):
-- `EngineRuntime.from_settings(model=M, [dtype=...], [device=...], [threads=...],
-  [table_cache=pfk|independent])`: the table modes are an engine built with
-  its table cache on (`TABLE_CACHE_OF_MODE`)
+- `build_runtime(model=M, [dtype=...], [device=...], [threads=...],
+  [table_cache=pfk|independent])` (`headstart.build`): the table modes are an
+  engine built with its table cache on (`TABLE_CACHE_OF_MODE`)
 - `runtime.complete(db, question, mode=MODE, max_new_tokens=N)` for MODE in
   cold | prefix (the table modes complete in `prefix`: from the prompt's
   table blocks, assembled)
-- `runtime.replay_typed(db, question, policy="headstart", wpm=W, seed=S,
-  max_new_tokens=N, [speed=X])` for the session mode (the question typed by
+- `replay_typed(runtime, db, question, policy="headstart", wpm=W, seed=S,
+  max_new_tokens=N, [speed=X])` (`headstart.replay`) for the session mode (the question typed by
   a seeded synthetic typist into a fresh session, then submitted)
 - `runtime.shutdown()` at the end.
 Each call returns a result with `.text`, `.ttft_ms` and `.token_ids` (and,
@@ -35,14 +35,14 @@ def load_runtime(settings: GeneratorSettings, mode: str = "prefix") -> Any:
     """Build the engine once per run for `mode` (a table mode turns its table
     cache on); EngineUnavailableError when it cannot be imported."""
     try:
-        from headstart.engine.runtime import EngineRuntime
+        from headstart.build import build_runtime
     except ImportError as exc:
         raise EngineUnavailableError(
-            f"model modes need headstart.engine.runtime.EngineRuntime, which failed to import: {exc}"
+            f"model modes need headstart.build.build_runtime, which failed to import: {exc}"
         ) from exc
     options = {"dtype": settings.dtype, "device": settings.device, "threads": settings.threads,
                "table_cache": TABLE_CACHE_OF_MODE.get(mode)}
-    return EngineRuntime.from_settings(model=settings.model, **{k: v for k, v in options.items() if v is not None})
+    return build_runtime(model=settings.model, **{k: v for k, v in options.items() if v is not None})
 
 
 def engine_mode(mode: str) -> str:
@@ -107,8 +107,11 @@ class EngineGenerator:
 
     def _call(self, question: EvalQuestion) -> Any:
         if self.mode == "session":
+            from headstart.replay import replay_typed  # the engine (torch) only when a model mode runs
+
             timing = {} if self.settings.speed is None else {"speed": self.settings.speed}
-            return self.runtime.replay_typed(
+            return replay_typed(
+                self.runtime,
                 self._db(question),
                 question_text(question),
                 policy="headstart",

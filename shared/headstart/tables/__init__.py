@@ -10,6 +10,7 @@ Model-dependent parts: what each block covers and how tables are grouped
 (`layout`), keys captured before rotary encoding and rotated at placement
 (`rope`), the precompute job (`precompute`), cache assembly (`assemble`), the
 per-process service tying them to a store and a device tier (`service`), the
-engine's paths (`requests`: P0 and completions from blocks), batch serving
-with reranking and the pipeline (`batch`), and `headstart tables ...` (`cli`).
+engine's prefix source (`engine_source`: P0 and completions from blocks,
+behind `headstart.engine.prefix_source.PrefixSource`), batch serving with
+reranking and the pipeline (`batch`), and `headstart tables ...` (`cli`).
 """

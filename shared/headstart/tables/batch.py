@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from headstart.engine.generation import SamplingParams, SubmitResult
 from headstart.engine.worker import Priority
 from headstart.tables.pipeline import iter_pipeline
-from headstart.tables.requests import require_table_cache, table_request
+from headstart.tables.engine_source import table_source
 from headstart.tables.rerank import rerank as rerank_order
 
 
@@ -68,12 +68,13 @@ def serve_batch(runtime, items: list[BatchItem], params: SamplingParams = Sampli
     """
     if micro_batch < 1:
         raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
-    service = require_table_cache(runtime)
+    source = table_source(runtime)
+    service = source.service
     prepared = []
     for item in items:
         prompt = runtime.prompt_for(item.db, item.tables)
         ids = prompt.prompt_ids(item.question)
-        prepared.append((item, prompt, ids, service.plan(runtime.table_layout(item.db), ids)))
+        prepared.append((item, prompt, ids, service.plan(source.layout(item.db), ids)))
     keys = [{plan.layout.scope.block_id(t).key for t in plan.match.table_names} for *_, plan in prepared]
     if rerank:
         delay = runtime.settings.table_rerank_max_delay if max_delay is None else max_delay
@@ -90,8 +91,8 @@ def serve_batch(runtime, items: list[BatchItem], params: SamplingParams = Sampli
     def compute(batch: list[int], loaded) -> None:
         for i, blocks in zip(batch, loaded):
             item, prompt, ids, _ = prepared[i]
-            request = table_request(runtime, item.db, prompt, ids, params, blocks=blocks)
-            request.enqueue_on(runtime.worker, priority, f"tables-batch:{item.db}")
+            request = runtime.start_from_hit(prompt, ids, params, source.hit(blocks.plan, blocks), priority,
+                                             f"tables-batch:{item.db}")
             result = request.result()
             ttft_ms = (request.first_token_at - clock["free_at"]) * 1000.0
             clock["free_at"] = request.finished_at

@@ -46,6 +46,7 @@ def precompute(
     try:
         from headstart.config import EngineSettings
         from headstart.engine.runtime import EngineRuntime
+        from headstart.tables.engine_source import TablePrefixSource
         from headstart.models import load_model
         from headstart.tables.device_tier import DeviceTier
         from headstart.tables.service import TableCacheService
@@ -57,11 +58,12 @@ def precompute(
         loaded = load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed)
         tier = DeviceTier(0, device=loaded.device)  # the job only writes blocks
         service = TableCacheService(loaded, mode=table_cache, store=block_store, tier=tier)
-        runtime = EngineRuntime(settings, loaded, table_cache=service)
+        runtime = EngineRuntime(settings, loaded, prefix_source=lambda rt: TablePrefixSource(rt, service))
         for name in _split(db):
             layout = service.layout(name, runtime.prompt_for(name))
             bar = tqdm(total=len(layout.groups), desc=f"{name} ({table_cache})", unit="group")
-            report = runtime.precompute_tables(name, skip_existing=not force, progress=lambda _step: bar.update(1))
+            report = runtime.prefix_source.precompute(name, skip_existing=not force,
+                                                      progress=lambda _step: bar.update(1))
             bar.close()
             typer.echo(f"{name}: {report.num_tables} tables in {report.num_groups} groups; encoded "
                        f"{report.num_groups_encoded} groups ({report.num_tokens_encoded} tokens, "

@@ -6,6 +6,7 @@ It ties the model-independent parts (store, device tier, trie) to the model:
     iter_precompute(layout) encode and store missing blocks, one group per step   [worker thread]
     warm(layout)            compute the shared head state (else the first request does)  [worker thread]
     plan(layout, ids)       find the tables in a prompt (trie), no I/O             [any thread]
+    prefetch(plan)          read the blocks the device tier lacks from the store  [any thread]
     load(plan)              get the blocks onto the device tier, pinned            [any thread]
     assemble(loaded, ...)   build the prompt's KV cache from blocks + forwards     [worker thread]
     release(loaded)         unpin                                                  [any thread]
@@ -130,8 +131,23 @@ class TableCacheService:
         """Find the layout's tables in a prompt (any order, any subset)."""
         return TablePlan(layout, tuple(prompt_ids), layout.trie.match(prompt_ids))
 
-    def load(self, plan: TablePlan) -> LoadedBlocks:
-        """Put the plan's blocks on the device, pinned; never raises on a store failure."""
+    def prefetch(self, plan: TablePlan) -> dict[str, object]:
+        """The store's copies (host memory; None: the store lacks it) of the
+        plan's blocks the device tier does not hold now, by key: the store I/O
+        of a later `load`, done on the calling thread, so that `load` on the
+        forward worker only admits to the device what it does not find there."""
+        out: dict[str, object] = {}
+        for span in plan.match.tables:
+            block_id = plan.layout.scope.block_id(span.table)
+            if block_id.key not in self.tier:
+                out[block_id.key] = self.store.get(block_id)
+        return out
+
+    def load(self, plan: TablePlan, prefetched: dict[str, object] | None = None) -> LoadedBlocks:
+        """Put the plan's blocks on the device, pinned; never raises on a store failure.
+
+        `prefetched` (from `prefetch`): host copies to use instead of reading
+        the store; a block neither on the device nor there is read from it."""
         started = time.perf_counter()
         loaded = LoadedBlocks(plan, [], [], [])
         counts = dict.fromkeys(("num_device_hits", "num_store_hits", "num_misses"), 0)
@@ -142,7 +158,8 @@ class TableCacheService:
                 loaded.pinned.append(block_id.key)
                 counts["num_device_hits"] += 1
             else:
-                host = self.store.get(block_id)
+                host = prefetched[block_id.key] if prefetched and block_id.key in prefetched \
+                    else self.store.get(block_id)
                 if host is None or host.token_ids != plan.layout.texts[span.table].ids:
                     loaded.missing.append(span.table)
                     counts["num_misses"] += 1
