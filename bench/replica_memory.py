@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -95,8 +96,20 @@ async def run_cycle(core: ReplicaCore, cycle: int, per_cycle: int, db: str, max_
         got = await serve_session(core, f"c{cycle}-s{j}", db, QUESTIONS[j % len(QUESTIONS)], ending, max_new)
         outcomes[got] = outcomes.get(got, 0) + 1
     await serve_complete(core, db, QUESTIONS[cycle % len(QUESTIONS)], max_new)
-    await asyncio.sleep(0.05)  # let the pump threads of cancelled generations end
+    await settle(core)
     return outcomes
+
+
+async def settle(core: ReplicaCore, timeout_s: float = 30.0) -> None:
+    """Wait until cancelled work is gone: nothing queued or running on the worker
+    and no generation pump thread left (they hold their request until they end)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while loop.time() < end:
+        pumps = [t for t in threading.enumerate() if t.name == "headstart-gen-pump"]
+        if not pumps and core.info().num_queued == 0:
+            return
+        await asyncio.sleep(0.02)
 
 
 def run_experiment(core: ReplicaCore, cycles: int, per_cycle: int, db: str = "world_1",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import threading
 import tracemalloc
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,8 +57,12 @@ def snapshot(watched: tuple[str, ...] = WATCHED) -> MemorySnapshot:
     import torch
 
     gc.collect()
-    objects = gc.get_objects()
-    names = set(watched)
+    with warnings.catch_warnings():  # isinstance on some torch module objects warns (deprecated aliases)
+        warnings.simplefilter("ignore")
+        return _count(gc.get_objects(), set(watched), torch.Tensor)
+
+
+def _count(objects: list, names: set[str], tensor_type: type) -> MemorySnapshot:
     counts: Counter[str] = Counter()
     storages: dict[int, int] = {}
     num_tensors = 0
@@ -65,7 +70,7 @@ def snapshot(watched: tuple[str, ...] = WATCHED) -> MemorySnapshot:
         name = type(obj).__name__
         if name in names:
             counts[name] += 1
-        if isinstance(obj, torch.Tensor) and obj.device.type != "meta":
+        if isinstance(obj, tensor_type) and obj.device.type != "meta":
             num_tensors += 1
             try:
                 storage = obj.untyped_storage()
