@@ -21,6 +21,7 @@ from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, 
 from services.gateway.engine_link import EngineLink
 from services.gateway.limits import check_seq, check_tables, check_text, new_chars
 from services.gateway.metrics import GatewayMetrics
+from services.gateway.loop_lag import LoopLagProbe
 from services.gateway.runs import RunPool
 from services.gateway.sessions import GatewaySession, SessionRegistry, engine_session_id
 from services.gateway.settings import GatewaySettings
@@ -48,6 +49,8 @@ class GatewayService:
         self._stub: engine_pb2_grpc.EngineStub | None = None
         self._databases: list[DatabaseInfo] | None = None
         self._runs = RunPool(RUN_WORKERS)
+        # How late the loop wakes a 5 ms sleeper: diagnostics (bench neighbour reads it per phase).
+        self.loop_lag = LoopLagProbe()
         self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -55,10 +58,12 @@ class GatewayService:
         self._channel = grpc.aio.insecure_channel(self.settings.engine_target)
         self._stub = engine_pb2_grpc.EngineStub(self._channel)
         self._reaper = asyncio.create_task(self._reap_idle_sessions())
+        self.loop_lag.start()
 
     async def stop(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
+        self.loop_lag.stop()
         for tenant, sid in [(s.tenant, s.session_id) for s in self.sessions.all()]:
             await self.close(tenant, sid, free_engine=False)
         if self._channel is not None:
