@@ -89,12 +89,15 @@ async def serve_complete(core: ReplicaCore, db: str, question: str, max_new: int
         pass
 
 
-async def run_cycle(core: ReplicaCore, cycle: int, per_cycle: int, db: str, max_new: int) -> dict[str, int]:
+async def run_cycle(core: ReplicaCore, cycle: int, per_cycle: int, db: str, max_new: int,
+                    concurrency: int = 1) -> dict[str, int]:
     outcomes: dict[str, int] = {}
-    for j in range(per_cycle):
-        ending = ENDINGS[j % len(ENDINGS)]
-        got = await serve_session(core, f"c{cycle}-s{j}", db, QUESTIONS[j % len(QUESTIONS)], ending, max_new)
-        outcomes[got] = outcomes.get(got, 0) + 1
+    for first in range(0, per_cycle, concurrency):  # `concurrency` sessions at once: their forwards batch
+        got = await asyncio.gather(*(
+            serve_session(core, f"c{cycle}-s{j}", db, QUESTIONS[j % len(QUESTIONS)], ENDINGS[j % len(ENDINGS)], max_new)
+            for j in range(first, min(per_cycle, first + concurrency))))
+        for outcome in got:
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
     await serve_complete(core, db, QUESTIONS[cycle % len(QUESTIONS)], max_new)
     await settle(core)
     return outcomes
@@ -113,16 +116,17 @@ async def settle(core: ReplicaCore, timeout_s: float = 30.0) -> None:
 
 
 def run_experiment(core: ReplicaCore, cycles: int, per_cycle: int, db: str = "world_1",
-                   max_new: int = 4) -> list[dict]:
+                   max_new: int = 4, concurrency: int = 1, say=lambda row: None) -> list[dict]:
     """Snapshots before the first cycle and after each: [{cycle, outcomes, sessions, evicted, probe}]."""
     rows = [{"cycle": 0, "outcomes": {}, "sessions": len(core.runtime.sessions), "evicted": 0,
              "probe": snapshot().as_dict()}]
     loop = asyncio.new_event_loop()
     try:
         for cycle in range(1, cycles + 1):
-            outcomes = loop.run_until_complete(run_cycle(core, cycle, per_cycle, db, max_new))
+            outcomes = loop.run_until_complete(run_cycle(core, cycle, per_cycle, db, max_new, concurrency))
             rows.append({"cycle": cycle, "outcomes": outcomes, "sessions": len(core.runtime.sessions),
                          "evicted": core.runtime.sessions.evicted, "probe": snapshot().as_dict()})
+            say(rows[-1])
     finally:
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
@@ -170,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--per-cycle", type=int, default=12)
     ap.add_argument("--cycles", type=int, default=12)
     ap.add_argument("--max-new", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=1, help="sessions served at once (their forwards batch)")
     ap.add_argument("--out", type=Path, default=Path("bench-out/replica-memory"))
     args = ap.parse_args(argv)
     tracemalloc.start()
@@ -177,7 +182,10 @@ def main(argv: list[str] | None = None) -> None:
                               debounce_ms=0.0, p0_cache_on_disk=False)
     core = ReplicaCore(settings, max_attached=args.max_sessions)
     try:
-        rows = run_experiment(core, args.cycles, args.per_cycle, max_new=args.max_new)
+        rows = run_experiment(core, args.cycles, args.per_cycle, max_new=args.max_new, concurrency=args.concurrency,
+                              say=lambda r: print(r["cycle"], r["sessions"], r["evicted"],
+                                                  f"tensors {r['probe']['tensor_bytes'] / 2**20:.1f} MiB",
+                                                  f"RSS {r['probe']['rss_mib']:.1f} MiB", flush=True))
         bound = session_bound_bytes(core)
         bound["rss_mib_before_trim"], bound["rss_mib_after_trim"] = rss_mib(), _malloc_trim()
     finally:

@@ -32,7 +32,8 @@ class MemorySnapshot:
     counts: dict[str, int] = field(default_factory=dict)  # live objects per watched type name
     tensor_bytes: int = 0  # bytes of distinct tensor storages reachable as Python objects
     num_tensors: int = 0
-    gc_objects: int = 0  # every object the collector tracks
+    gc_objects: int = 0  # every object the collector tracks (not those frozen before: `frozen`)
+    frozen: int = 0  # objects gc.freeze() moved out of sight (Ray workers freeze their imports)
     traced_bytes: int = 0  # Python heap (tracemalloc; 0 when not tracing)
     num_threads: int = 0
     rss_mib: float = 0.0
@@ -79,4 +80,4 @@ def _count(objects: list, names: set[str], tensor_type: type) -> MemorySnapshot:
                 pass
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return MemorySnapshot(dict(sorted(counts.items())), sum(storages.values()), num_tensors, len(objects),
-                          traced, threading.active_count(), rss_mib())
+                          gc.get_freeze_count(), traced, threading.active_count(), rss_mib())
