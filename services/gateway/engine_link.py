@@ -93,8 +93,12 @@ class EngineLink:
         seq, text = self._latest()
         call = self.stub.Session(metadata=self.metadata)
         attach = engine_pb2.Attach(session_id=self.engine_session_id, db=self.db, policy=self.policy, seq=seq, text=text)
-        await call.write(engine_pb2.EngineRequest(attach=attach))
-        first = await call.read()
+        try:
+            await call.write(engine_pb2.EngineRequest(attach=attach))
+            first = await call.read()
+        except asyncio.CancelledError:  # closed while attaching: do not leave the new call open on a replica
+            call.cancel()
+            raise
         if first is grpc.aio.EOF:
             raise ApiError("UNAVAILABLE", "the engine closed the stream at attach")
         if first.WhichOneof("kind") == "error":
