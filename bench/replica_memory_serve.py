@@ -13,6 +13,7 @@ Serve's per-request state) shows here.
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import threading
 import time
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
                       flush=True)
     finally:
         stop_engine()
+        shutil.rmtree(ray_dir, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "replica_memory_serve.json", {"config": vars(args) | {"out": str(args.out)}, "rows": rows})
     header = ["cycle", "sessions", "evicted", "Session", "KVState", "Job", "Task", "gc objects", "tensor MiB",
