@@ -31,6 +31,9 @@ from headstart.typist import Typist
 
 TOKENS = ["noisy=tok-noisy", "quiet=tok-quiet"]
 SLOW_DB = "stuck_pg"
+# What A does (`--noise`, to measure each apart): long texts on its share of
+# WebSockets, opens of a database that never answers, heavy Runs.
+NOISE_KINDS = ("typers", "opens", "runs")
 HEAVY_SQL = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 
 
@@ -66,17 +69,18 @@ class NoisyTenant:
     Runs in a process of its own (`noisy_process`), so its client work does
     not share an event loop or the GIL with B's client."""
 
-    def __init__(self, http_url: str, share: int, text_chars: int):
+    def __init__(self, http_url: str, share: int, text_chars: int, noise: tuple[str, ...] = NOISE_KINDS):
         self.http_url, self.share, self.text_chars = http_url, share, text_chars
+        self.noise = noise
         self.counts: dict[str, int] = {}
 
     def _count(self, key: str) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [asyncio.create_task(self._typer(i, stop)) for i in range(self.share)]
-        tasks += [asyncio.create_task(self._slow_opens(stop)) for _ in range(2)]
-        tasks += [asyncio.create_task(self._heavy_runs(stop)) for _ in range(4)]
+        tasks = [asyncio.create_task(self._typer(i, stop)) for i in range(self.share) if "typers" in self.noise]
+        tasks += [asyncio.create_task(self._slow_opens(stop)) for _ in range(2) if "opens" in self.noise]
+        tasks += [asyncio.create_task(self._heavy_runs(stop)) for _ in range(4) if "runs" in self.noise]
         await stop.wait()
         for task in tasks:
             task.cancel()
@@ -132,9 +136,10 @@ class NoisyTenant:
                     await asyncio.sleep(0.05)
 
 
-def noisy_process(http_url: str, share: int, text_chars: int, stop, counts) -> None:
+def noisy_process(http_url: str, share: int, text_chars: int, stop, counts,
+                  noise_kinds: tuple[str, ...] = NOISE_KINDS) -> None:
     """Process entry: tenant A until the multiprocessing Event `stop` is set; its counts into `counts`."""
-    noise = NoisyTenant(http_url, share, text_chars)
+    noise = NoisyTenant(http_url, share, text_chars, noise_kinds)
 
     async def main():
         done = asyncio.Event()
@@ -152,8 +157,11 @@ def noisy_process(http_url: str, share: int, text_chars: int, stop, counts) -> N
     counts.update(noise.counts)
 
 
-async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, text_chars, say):
+async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, text_chars, say,
+                  noise: tuple[str, ...] = NOISE_KINDS):
     samples: dict[str, list[Sample]] = {"alone": [], "beside A": []}
+    lags: dict[str, list[dict]] = {"alone": [], "beside A": []}  # the gateway loop's lag, per phase
+    probe = stack.gateway.service.loop_lag
     noisy_counts: dict[str, int] = {}
     ws_url = stack.http_url.replace("http", "ws", 1)
     q = 0
@@ -163,14 +171,17 @@ async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, t
                 ctx = multiprocessing.get_context("spawn")
                 manager = ctx.Manager()
                 stop, counts = manager.Event(), manager.dict()
-                proc = ctx.Process(target=noisy_process, args=(stack.http_url, share, text_chars, stop, counts))
+                proc = ctx.Process(target=noisy_process,
+                                   args=(stack.http_url, share, text_chars, stop, counts, noise))
                 proc.start()
                 await asyncio.sleep(5.0)  # A reaches its limits before B starts
+            probe.reset()
             for _ in range(per_phase):
                 trace = typist.trace(questions[q % len(questions)])
                 q += 1
                 sample = await ws_typist(ws_url, "tok-quiet", "world_1", trace, True, max_new)
                 samples["beside A" if noisy else "alone"].append(sample)
+            lags["beside A" if noisy else "alone"].append(probe.stats())
             if noisy:
                 stop.set()
                 await asyncio.to_thread(proc.join, 120)
@@ -178,7 +189,15 @@ async def _phases(stack, questions, rounds, per_phase, typist, max_new, share, t
                     noisy_counts[key] = noisy_counts.get(key, 0) + n
                 manager.shutdown()
             say(f"round {r + 1}/{rounds} {'beside A' if noisy else 'alone'} done")
-    return samples, noisy_counts
+    return samples, noisy_counts, lags
+
+
+def _lag_summary(stats: list[dict]) -> dict:
+    """The gateway loop's lag over a phase kind: the median of its phases' p50 and the worst p99."""
+    if not stats:
+        return {"loop_lag_p50_ms": None, "loop_lag_p99_ms": None}
+    p50s = sorted(s["p50_ms"] for s in stats)
+    return {"loop_lag_p50_ms": p50s[len(p50s) // 2], "loop_lag_p99_ms": max(s["p99_ms"] for s in stats)}
 
 
 def _row(phase: str, samples: list[Sample]) -> dict:
@@ -193,7 +212,8 @@ def _row(phase: str, samples: list[Sample]) -> dict:
 
 def run_neighbour_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
                         rounds: int = 2, per_phase: int = 6, max_new_tokens: int = 16, text_chars: int = 3000,
-                        max_sessions: int = 8, wpm: float = 90.0, seed: int = 0, say=print) -> dict:
+                        max_sessions: int = 8, wpm: float = 90.0, seed: int = 0, say=print,
+                        noise: tuple[str, ...] = NOISE_KINDS) -> dict:
     """Start a local stack (two tenants, a stuck PostgreSQL alias), run the phases, write the report."""
     from services.launcher import serve_command
 
@@ -219,18 +239,18 @@ def run_neighbour_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-
             with HeadstartClient(stack.grpc_target, token="tok-quiet", timeout_s=600) as client:
                 client.complete("world_1", "warm up", 1)
             started = time.perf_counter()
-            samples, noisy = asyncio.run(_phases(stack, questions, rounds, per_phase, typist, max_new_tokens, share,
-                                                 text_chars, say))
+            samples, noisy, lags = asyncio.run(_phases(stack, questions, rounds, per_phase, typist, max_new_tokens,
+                                                       share, text_chars, say, noise))
             wall_s = time.perf_counter() - started
         finally:
             stack.stop()
-    rows = [_row(phase, s) for phase, s in samples.items()]
+    rows = [_row(phase, s) | _lag_summary(lags[phase]) for phase, s in samples.items()]
     alone, beside = rows
     ratios = {k: (beside[k] / alone[k] if alone[k] and beside[k] else None)
               for k in ("ttft_p50_ms", "answer_p50_ms")}
     report = {"config": {"model": model, "dtype": dtype, "rounds": rounds, "per_phase": per_phase,
                          "max_new_tokens": max_new_tokens, "text_chars": text_chars, "max_sessions": max_sessions,
-                         "noisy_share": share, "wpm": wpm, "load_avg_1m_at_end": os.getloadavg()[0],
+                         "noisy_share": share, "wpm": wpm, "noise": list(noise), "load_avg_1m_at_end": os.getloadavg()[0],
                          "cpu_count": os.cpu_count(), "wall_s": wall_s},
               "rows": rows, "ratios_beside_over_alone": ratios, "noisy_counts": noisy,
               "goal": "B's TTFT p50 beside A within 1.5x of B alone",
@@ -248,11 +268,13 @@ def _fmt(v) -> str:
 
 
 def table(rows: list[dict], ratios: dict, noisy: dict) -> str:
-    out = ["| B (quiet tenant) | samples | errors | TTFT p50 ms | TTFT p99 ms | answer p50 ms | engine TTFT p50 ms |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = ["| B (quiet tenant) | samples | errors | TTFT p50 ms | TTFT p99 ms | answer p50 ms | engine TTFT p50 ms "
+           "| gateway loop lag p50 / p99 ms |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
     out += [f"| {r['phase']} | {r['num_samples']} | {r['num_errors']} | {_fmt(r['ttft_p50_ms'])} | "
-            f"{_fmt(r['ttft_p99_ms'])} | {_fmt(r['answer_p50_ms'])} | {_fmt(r['engine_ttft_p50_ms'])} |" for r in rows]
-    out += [f"| ratio beside/alone | | | {_fmt(ratios['ttft_p50_ms'])}x | | {_fmt(ratios['answer_p50_ms'])}x | |", ""]
+            f"{_fmt(r['ttft_p99_ms'])} | {_fmt(r['answer_p50_ms'])} | {_fmt(r['engine_ttft_p50_ms'])} | "
+            f"{_fmt(r.get('loop_lag_p50_ms'))} / {_fmt(r.get('loop_lag_p99_ms'))} |" for r in rows]
+    out += [f"| ratio beside/alone | | | {_fmt(ratios['ttft_p50_ms'])}x | | {_fmt(ratios['answer_p50_ms'])}x | | |", ""]
     out += ["A (noisy tenant) during its phases: " + ", ".join(f"{k} {v}" for k, v in sorted(noisy.items())), ""]
     return "\n".join(out)
 

@@ -16,12 +16,17 @@ def bench_neighbour(
     text_chars: int = typer.Option(3000, help="length of each of A's texts"),
     max_sessions: int = typer.Option(8, help="sessions of the one replica (A's share is half)"),
     wpm: float = typer.Option(90.0, help="B's typing speed"),
+    noise: str = typer.Option("typers,opens,runs", help="what A does, comma-separated (measure each apart)"),
     out: Path = typer.Option(Path("bench-out/neighbour")),
 ):
     """Tenant A at its limits (sessions, long texts, stuck database opens, heavy Runs) while tenant B types:
     B's TTFT and answer time beside A vs alone, in one run."""
-    from bench.neighbour import run_neighbour_bench
+    from bench.neighbour import NOISE_KINDS, run_neighbour_bench
+
+    kinds = tuple(k.strip() for k in noise.split(",") if k.strip())
+    if not kinds or any(k not in NOISE_KINDS for k in kinds):
+        raise typer.BadParameter(f"--noise takes a comma-separated subset of {', '.join(NOISE_KINDS)}")
 
     run_neighbour_bench(out, model=model, dtype=dtype, rounds=rounds, per_phase=per_phase,
                         max_new_tokens=max_new_tokens, text_chars=text_chars, max_sessions=max_sessions, wpm=wpm,
-                        say=typer.echo)
+                        say=typer.echo, noise=kinds)

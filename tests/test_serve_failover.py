@@ -18,6 +18,9 @@ from tests.serve_helpers import MAX_NEW
 from tests.typing_traces import QUESTIONS, typed
 
 pytestmark = pytest.mark.slow
+# Generous: the catch-up takes 1-3 s (router update + reattach + rebuild); the
+# bound only catches a session that waits on its client's next keystroke.
+CATCH_UP_BOUND_S = 30.0
 
 
 def _replica_of(serve_engine, engine_sid: str) -> engine_pb2.EngineSessionInfo:
@@ -60,11 +63,10 @@ def test_session_rebuilt_after_replica_killed(serve_stack, serve_engine, tiny_ru
             killed = time.perf_counter()
             for text in typed(question[half:], question[:half]):
                 session.input(text)
-            try:  # measured, not asserted: see the README's faults table (progress after a rebuild)
-                session.wait_caught_up(60)
-                caught_up = f"{(time.perf_counter() - killed) * 1000:.0f} ms"
-            except TimeoutError:
-                caught_up = "not within 60 s"
+            # Bounded: text typed while the gateway reattached reaches the rebuilt
+            # session at once (it used to wait for a keystroke that never came).
+            session.wait_caught_up(CATCH_UP_BOUND_S)
+            caught_up = f"{(time.perf_counter() - killed) * 1000:.0f} ms"
             sent = time.perf_counter()
             result = session.submit(question, MAX_NEW)
             waited_ms = (time.perf_counter() - sent) * 1000

@@ -107,6 +107,17 @@ class EngineDeployment:
     async def Watch(self, request):  # noqa: N802 (grpc.health.v1)
         yield await self.Check(request)
 
+    def memory_probe(self) -> dict:
+        """What this replica holds, counted (services/engine/memory_probe.py), plus its sessions.
+
+        A diagnostic for leak experiments (bench/replica_memory_serve.py). Reached
+        only through a Serve handle inside the Ray cluster: Serve's gRPC proxy
+        routes only the Engine and Health RPCs, and no RPC has this name."""
+        from services.engine.memory_probe import snapshot
+
+        return snapshot().as_dict() | {"num_sessions": len(self.core.runtime.sessions),
+                                       "evicted": self.core.runtime.sessions.evicted}
+
     def check_health(self) -> None:
         """Serve's replica health check: the forward worker thread must be alive.
 

@@ -56,6 +56,7 @@ class EngineLink:
         self._pending: PendingSubmit | None = None
         self._skip_tokens = 0
         self._sent_at: dict[int, float] = {}
+        self._sent_seq = 0  # the newest snapshot seq written to the current call (attach included)
 
     async def start(self) -> None:
         """Open the stream and attach; raises ApiError (e.g. RESOURCE_EXHAUSTED, NOT_FOUND)."""
@@ -66,7 +67,8 @@ class EngineLink:
         if len(self._sent_at) > 1024:
             self._sent_at.clear()
         self._sent_at[seq] = time.perf_counter()
-        await self._write(engine_pb2.EngineRequest(snapshot=engine_pb2.Snapshot(seq=seq, text=text)))
+        if await self._write(engine_pb2.EngineRequest(snapshot=engine_pb2.Snapshot(seq=seq, text=text))):
+            self._sent_seq = max(self._sent_seq, seq)
 
     async def send_submit(self, seq: int, text: str, params: types_pb2.SamplingParams) -> None:
         self._pending = PendingSubmit(seq, text, params)
@@ -91,18 +93,33 @@ class EngineLink:
         seq, text = self._latest()
         call = self.stub.Session(metadata=self.metadata)
         attach = engine_pb2.Attach(session_id=self.engine_session_id, db=self.db, policy=self.policy, seq=seq, text=text)
-        await call.write(engine_pb2.EngineRequest(attach=attach))
-        first = await call.read()
+        try:
+            await call.write(engine_pb2.EngineRequest(attach=attach))
+            first = await call.read()
+        except asyncio.CancelledError:  # closed while attaching: do not leave the new call open on a replica
+            call.cancel()
+            raise
         if first is grpc.aio.EOF:
             raise ApiError("UNAVAILABLE", "the engine closed the stream at attach")
         if first.WhichOneof("kind") == "error":
             call.cancel()
             raise ApiError(first.error.code, first.error.message)
         self.replica = first.attached.replica
-        self._call = call
+        self._call, self._sent_seq = call, seq
+        # NOTE: snapshots typed while this attach was on its way were written to
+        # the broken call and lost; nothing else re-sends them (the next
+        # keystroke may never come: the user stopped typing), so the rebuilt
+        # session would never catch up with the text typed during the failover.
+        await self._send_newest()
         if self._pending is not None:  # a submit the broken stream never answered
             self._skip_tokens = self._pending.forwarded_tokens
             await call.write(self._submit_request(self._pending))
+
+    async def _send_newest(self) -> None:
+        """Send the newest snapshot when the current call has not seen it."""
+        seq, text = self._latest()
+        if seq > self._sent_seq:
+            await self.send_snapshot(seq, text)
 
     async def _read_loop(self) -> None:
         while not self._closed:
@@ -117,6 +134,7 @@ class EngineLink:
             except (grpc.aio.AioRpcError, ConnectionError) as exc:
                 if self._closed:
                     return
+                self._call = None  # writes until the reattach are dropped; _open sends the newest text
                 log.info("engine stream of %s broke (%s); reconnecting", self.engine_session_id, exc)
             if not await self._reconnect():
                 self.failed = True
@@ -163,15 +181,19 @@ class EngineLink:
             self._pending = None
         self._on_event(event)
 
-    async def _write(self, request: engine_pb2.EngineRequest) -> None:
+    async def _write(self, request: engine_pb2.EngineRequest) -> bool:
+        """Write on the current call; False when there is none, it broke, or a
+        reattach replaced it meanwhile (the write went to the old call)."""
         call = self._call
         if call is None or self._closed:
-            return
+            return False
         try:
             await call.write(request)
+            return call is self._call
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError, RuntimeError) as exc:
             # The read loop sees the break and reattaches with the newest snapshot.
             log.debug("write to engine failed: %r", exc)
+            return False
 
     @staticmethod
     def _submit_request(p: PendingSubmit) -> engine_pb2.EngineRequest:

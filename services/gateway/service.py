@@ -7,10 +7,7 @@ All methods run on the gateway's one event loop. Typed failures are
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import os
-import threading
 from collections.abc import AsyncIterator
 
 import grpc
@@ -20,11 +17,13 @@ from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
 from services.engine.guard import SECRET_METADATA_KEY, TENANT_METADATA_KEY, configured_secret
 from services.gateway.auth import Authenticator
-from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, run_read_only, sqlite_file
+from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, sqlite_file
 from services.gateway.engine_kv import EngineKVGauges
 from services.gateway.engine_link import EngineLink
 from services.gateway.limits import check_seq, check_tables, check_text, new_chars
 from services.gateway.metrics import GatewayMetrics
+from services.gateway.loop_lag import LoopLagProbe
+from services.gateway.runs import RunPool
 from services.gateway.sessions import GatewaySession, SessionRegistry, engine_session_id
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenancy import TenantQuotas
@@ -32,19 +31,9 @@ from services.gateway.tenancy import TenantQuotas
 log = logging.getLogger(__name__)
 MODES = ("prefix", "cold")
 OPEN_ATTEMPTS = 12  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
-RUN_THREADS = 8
-RUN_NICENESS = 10
-
-
-def _lower_thread_priority() -> None:
-    """Run threads yield the CPU to the event loop (and to the engine on a shared machine).
-
-    Linux niceness is per thread: a CPU-bound Run then cannot slow every
-    other tenant's requests, only other Runs."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), RUN_NICENESS)
-    except (AttributeError, OSError):  # not Linux, or not permitted: run at normal priority
-        pass
+# Runs in worker processes at the idle CPU priority (services/gateway/runs.py:
+# on threads they shared the event loop's GIL).
+RUN_WORKERS = 8
 
 
 class GatewayService:
@@ -61,8 +50,9 @@ class GatewayService:
         self._channel: grpc.aio.Channel | None = None
         self._stub: engine_pb2_grpc.EngineStub | None = None
         self._databases: list[DatabaseInfo] | None = None
-        self._runs = concurrent.futures.ThreadPoolExecutor(RUN_THREADS, thread_name_prefix="headstart-run",
-                                                           initializer=_lower_thread_priority)
+        self._runs = RunPool(RUN_WORKERS)
+        # How late the loop wakes a 5 ms sleeper: diagnostics (bench neighbour reads it per phase).
+        self.loop_lag = LoopLagProbe()
         self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -70,15 +60,17 @@ class GatewayService:
         self._channel = grpc.aio.insecure_channel(self.settings.engine_target)
         self._stub = engine_pb2_grpc.EngineStub(self._channel)
         self._reaper = asyncio.create_task(self._reap_idle_sessions())
+        self.loop_lag.start()
 
     async def stop(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
+        self.loop_lag.stop()
         for tenant, sid in [(s.tenant, s.session_id) for s in self.sessions.all()]:
             await self.close(tenant, sid, free_engine=False)
         if self._channel is not None:
             await self._channel.close()
-        self._runs.shutdown(wait=False, cancel_futures=True)
+        self._runs.shutdown()
 
     async def _reap_idle_sessions(self) -> None:
         """Close sessions opened by REST/gRPC OpenSession that nobody used for session_idle_s."""
@@ -251,8 +243,7 @@ class GatewayService:
         limits = RunLimits(s.execute_row_limit, s.execute_cell_bytes, s.execute_total_bytes, s.execute_value_bytes,
                            s.execute_timeout_s)
         async with self.quotas.executes.slot(tenant):
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._runs, run_read_only, path, sql, limits)
+            return await self._runs.run(path, sql, limits)
 
     @staticmethod
     def _check_link(session: GatewaySession) -> None:
