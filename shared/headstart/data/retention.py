@@ -1,0 +1,52 @@
+"""Retention's cache move for `shift`: drop a span of the cache and re-rotate the rest.
+
+The keys in a Hugging Face cache are stored *after* rotary position
+encoding. Dropping `d` tokens at position `start` moves every later token
+`d` positions back: RoPE is a rotation by the position's angle, so rotating
+a stored key by the angle of `-d` gives the key at its new position (up to
+rounding: computed in float32, or float64 for a float64 cache). Values
+carry no position and are kept as they are.
+
+Approximate by nature (the paper's and llama.cpp's context shift): the
+kept tokens' keys and values were computed attending to the dropped rows,
+which a fresh prefill would not see. `bench/data_sessions.py` measures the
+drift against a fresh prefill.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from headstart.engine.kv import KVState
+from headstart.tables.rope import rotary_cos_sin, rotary_function
+
+
+@torch.inference_mode()
+def shift_out(model, kv: KVState, start: int, count: int) -> KVState:
+    """A new state: `kv` without tokens start..start+count-1, later keys
+    re-rotated `count` positions back. `kv` itself is left unchanged (a
+    query reading it keeps a consistent view)."""
+    if count <= 0:
+        return kv
+    if start < 0 or start + count > kv.num_tokens:
+        raise ValueError(f"cannot drop tokens {start}..{start + count - 1} of a {kv.num_tokens}-token cache")
+    rotate = rotary_function(model)
+    new = DynamicCache()
+    for index, layer in enumerate(kv.cache.layers):
+        keys, values = layer.keys, layer.values  # [1, heads, tokens, head_dim]
+        work = torch.float64 if keys.dtype == torch.float64 else torch.float32
+        later = keys[:, :, start + count:].to(work)
+        cos, sin = rotary_cos_sin(model, -count, 1, work, keys.device)  # the angle of -count, [1, 1, head_dim]
+        _, moved = rotate(later[:, :, :0], later, cos, sin)
+        new.update(torch.cat([keys[:, :, :start], moved.to(keys.dtype)], dim=2),
+                   torch.cat([values[:, :, :start], values[:, :, start + count:]], dim=2), index)
+    return KVState(kv.ids[:start] + kv.ids[start + count:], new, None)
+
+
+def frozen_part(kv: KVState, length: int) -> KVState:
+    """A new private state holding `kv`'s first `length` tokens (slices; no model run)."""
+    new = DynamicCache()
+    for index, layer in enumerate(kv.cache.layers):
+        new.update(layer.keys[:, :, :length].clone(), layer.values[:, :, :length].clone(), index)
+    return KVState(kv.ids[:length], new, None)
