@@ -2,10 +2,17 @@
 
 The keys in a Hugging Face cache are stored *after* rotary position
 encoding. Dropping `d` tokens at position `start` moves every later token
-`d` positions back: RoPE is a rotation by the position's angle, so rotating
-a stored key by the angle of `-d` gives the key at its new position (up to
-rounding: computed in float32, or float64 for a float64 cache). Values
-carry no position and are kept as they are.
+`d` positions back. RoPE is a rotation by the position's angle, so a kept
+key is rotated back by its old position's angle and forward by its new
+one's, with cos/sin from the model's own `rotary_emb` (`tables.rope`).
+Rotating once by the angle of `-d` would be cheaper but is not the same:
+the model computes each position's angle in float32, so the angle of `p-d`
+is not the angle of `p` minus that of `d` (1e-7 off in layer 0, measured);
+undoing the forward's own rotation (its exact inverse, see below) and
+applying the new one leaves only the arithmetic's rounding (float32, or
+float64 for a float64 cache: layer 0's keys then match a fresh prefill's to
+1e-15, tests/test_data_sessions.py).
+Values carry no position and are kept as they are.
 
 Approximate by nature (the paper's and llama.cpp's context shift): the
 kept tokens' keys and values were computed attending to the dropped rows,
@@ -37,8 +44,14 @@ def shift_out(model, kv: KVState, start: int, count: int) -> KVState:
         keys, values = layer.keys, layer.values  # [1, heads, tokens, head_dim]
         work = torch.float64 if keys.dtype == torch.float64 else torch.float32
         later = keys[:, :, start + count:].to(work)
-        cos, sin = rotary_cos_sin(model, -count, 1, work, keys.device)  # the angle of -count, [1, 1, head_dim]
-        _, moved = rotate(later[:, :, :0], later, cos, sin)
+        n = later.shape[2]
+        cos_old, sin_old = rotary_cos_sin(model, start + count, n, work, keys.device)  # [1, n, head_dim]
+        cos_new, sin_new = rotary_cos_sin(model, start, n, work, keys.device)
+        # R(a)^-1 = R(-a) / (cos^2 + sin^2): cos and sin come rounded from float32, so
+        # their squares do not sum to 1 exactly (6e-8 off) and the plain R(-a) would scale keys
+        norm = cos_old * cos_old + sin_old * sin_old
+        _, unrotated = rotate(later[:, :0], later, cos_old / norm, -sin_old / norm)
+        _, moved = rotate(later[:, :0], unrotated, cos_new, sin_new)
         new.update(torch.cat([keys[:, :, :start], moved.to(keys.dtype)], dim=2),
                    torch.cat([values[:, :, :start], values[:, :, start + count:]], dim=2), index)
     return KVState(kv.ids[:start] + kv.ids[start + count:], new, None)
