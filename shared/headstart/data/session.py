@@ -147,7 +147,8 @@ class DataSession:
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
         self.counts = dict(accepted=0, dropped=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
-                           queries=0)
+                           queries=0, rebuild_tokens=0)
+        self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
         self._live = self._open()
         self.state = advance(self.state, DataState.LIVE)
 
@@ -259,7 +260,9 @@ class DataSession:
         if not rows:
             return
         if self.settings.retention == "shift":
+            started = time.perf_counter()
             self._live = shift_out(self.model, self._live, self.frozen_tokens, tokens)
+            self.retention_seconds += time.perf_counter() - started
             with self._lock:
                 del self._segments[:rows]
                 self.counts["retired"] += rows
@@ -285,10 +288,16 @@ class DataSession:
         if self._rebuild_kv.ids == target:
             self._swap()
             return False
-        job = self._rebuild_job
+        job, started = self._rebuild_job, time.perf_counter()
+
+        def then(commit, result: RowResult) -> bool:
+            # the row's forward ran between this step and its commit, on this thread
+            self.retention_seconds += time.perf_counter() - started
+            self.counts["rebuild_tokens"] += len(commit.step.chunk) if result.ran else 0
+            return _raise_or(result, True)
+
         return start_commit(self.model, self._rebuild_kv, target, self.runtime.limits.chunk_tokens, False,
-                            lambda: job is not None and job.preempt_requested,
-                            lambda _c, result: _raise_or(result, True)).row
+                            lambda: job is not None and job.preempt_requested, then).row
 
     def _swap(self) -> None:
         with self._lock:
@@ -377,7 +386,8 @@ class DataSession:
                         data_version=self._version, frozen_tokens=self.frozen_tokens,
                         sliding_tokens=self.sliding_tokens, retention_tokens=self.settings.retention_tokens,
                         rows_in_cache=len(self._segments), buffered=len(self._buffer),
-                        cache_tokens=self._live.num_tokens, **self.counts)
+                        cache_tokens=self._live.num_tokens, retention_ms=self.retention_seconds * 1000,
+                        **self.counts)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Block until the buffer is ingested and no rebuild is in flight (tests, benchmarks)."""
