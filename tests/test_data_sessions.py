@@ -259,3 +259,27 @@ def test_bad_settings_and_questions_are_typed_errors(runtime, db):
             session.query("   ", 4)
     finally:
         session.close()
+
+
+def test_rows_the_database_refuses_are_counted_and_never_cached(runtime, db):
+    """Valid rows with a duplicate primary key (the catalogue's seed row, and one
+    within the push) are refused by the working copy: counted and named in
+    describe(), kept out of the cache, and the rest of the batch goes in."""
+    session = open_session(runtime, db, retention_tokens=4000)
+    try:
+        seed_dup = {"table": "readings", "values": {"id": 1, "sensor": "dup", "value": 0.0}}
+        push = rows(0, 2) + [seed_dup] + rows(1, 1) + rows(2, 1)  # rows(1, 1) repeats id 101
+        ack = session.push(push)
+        session.wait_idle()
+        info = session.describe()
+        assert (info["accepted"], info["refused"], info["processed"]) == (5, 2, 3)
+        assert [seq for seq, _ in info["last_refusals"]] == [ack.seqs[2], ack.seqs[3]]
+        assert "UNIQUE" in info["last_refusals"][0][1]
+        _, got = session.execute("SELECT id FROM readings ORDER BY id", session.data_version)
+        assert [r[0] for r in got] == [1, 100, 101, 102]
+        result = session.query(QUESTION, 6)
+        context = session.context_ids()
+        assert result.rows_in_cache == 3 and result.context_tokens == len(context)
+        assert result.token_ids == cold_answer(runtime, context + session.prompt.question_ids(QUESTION), 6)[0]
+    finally:
+        session.close()

@@ -5,6 +5,7 @@ Above the engine: a `DataSession` runs its ingestion, retention and queries
 as jobs on the runtime's one forward worker (no second scheduler).
 """
 
-from headstart.data.session import DataSession, DataSettings, PushAck, QueryResult
+from headstart.data.session import DataSession
+from headstart.data.types import DataSettings, PushAck, QueryResult
 
 __all__ = ["DataSession", "DataSettings", "PushAck", "QueryResult"]

@@ -31,14 +31,14 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
 
 import torch
 
 from headstart.data.prompt import DataPrompt
-from headstart.data.retention import frozen_part, shift_out
-from headstart.data.rows import DataRow, validate_row
+from headstart.data.retention import frozen_part, shift_out, truncate_to_ids
+from headstart.data.rows import validate_row
 from headstart.data.states import DataState, RetentionState, advance
+from headstart.data.types import DataSettings, PushAck, QueryResult, RowEntry
 from headstart.data.workcopy import WorkingCopy
 from headstart.engine.commit import start_commit
 from headstart.engine.decode import decode_row
@@ -50,70 +50,6 @@ from headstart.eval.extract import extract_sql
 from headstart.prompt import common_prefix_len
 from headstart.schema.model import SchemaError
 from headstart.schema.resolve import resolve_database
-
-RETENTION_MODES = ("shift", "rebuild")
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    """retention_tokens: bound of the sliding region; retention: "shift" or
-    "rebuild"; buffer_rows: unprocessed rows kept per session; batch_rows:
-    rows one ingestion step adds; max_row_chars / max_row_tokens: a row's
-    limits; max_question_chars: a question's limit."""
-
-    retention_tokens: int = 2048
-    retention: str = "rebuild"
-    buffer_rows: int = 1024
-    batch_rows: int = 32
-    max_row_chars: int = 512
-    max_row_tokens: int = 128
-    max_question_chars: int = 2000
-
-    def __post_init__(self):
-        if self.retention not in RETENTION_MODES:
-            raise InvalidInput(f"retention must be one of {RETENTION_MODES}, not {self.retention!r}")
-        for name in ("retention_tokens", "buffer_rows", "batch_rows", "max_row_chars", "max_row_tokens"):
-            if getattr(self, name) < 1:
-                raise InvalidInput(f"{name} must be >= 1")
-        if self.max_row_tokens > self.retention_tokens:
-            raise InvalidInput("max_row_tokens must not exceed retention_tokens")
-
-
-@dataclass(frozen=True)
-class PushAck:
-    """seqs: the pushed rows' sequence numbers; dropped: oldest unprocessed rows
-    this push pushed out of the full buffer (their seqs in `dropped_seqs`);
-    dropped_total: the session's count so far; buffered: rows waiting now."""
-
-    seqs: tuple[int, ...]
-    dropped: int
-    dropped_seqs: tuple[int, ...]
-    dropped_total: int
-    buffered: int
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    """text and its sql, the data version and rows the answer saw, the answer's
-    token ids, the context it attended to (tokens before the question), the
-    logits of its first token (drift measurements) and its wall time."""
-
-    text: str
-    sql: str
-    data_version: int
-    rows_in_cache: int
-    context_tokens: int
-    token_ids: list[int]
-    first_logits: torch.Tensor = field(repr=False)
-    seconds: float
-
-
-@dataclass(frozen=True)
-class _Entry:
-    seq: int
-    row: DataRow
-    ids: list[int]
-
 
 class DataSession:
     """A data session on `runtime` over the SQLite database `db` (a path or a
@@ -140,14 +76,15 @@ class DataSession:
         self.frozen_tokens = len(self.prompt.frozen_ids)
         self._lock = threading.Lock()
         self.state, self.retention_state = DataState.OPENING, RetentionState.STEADY
-        self._buffer: deque[_Entry] = deque()
-        self._segments: list[_Entry] = []  # rows in the live cache, oldest first (worker thread)
+        self._buffer: deque[RowEntry] = deque()
+        self._segments: list[RowEntry] = []  # rows in the live cache, oldest first (worker thread)
         self._next_seq, self._version = 1, 0
         self._ingest_job = self._rebuild_job = None
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
-        self.counts = dict(accepted=0, dropped=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
+        self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
                            queries=0, rebuild_tokens=0)
+        self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
         self._live = self._open()
         self.state = advance(self.state, DataState.LIVE)
@@ -202,7 +139,7 @@ class DataSession:
                 raise SessionClosed(f"data session {self.id} is closed")
             seqs = tuple(range(self._next_seq, self._next_seq + len(entries)))
             self._next_seq += len(entries)
-            self._buffer.extend(_Entry(seq, row, ids) for seq, (row, ids) in zip(seqs, entries))
+            self._buffer.extend(RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, entries))
             dropped = []
             while len(self._buffer) > self.settings.buffer_rows:
                 dropped.append(self._buffer.popleft().seq)  # the oldest unprocessed rows go, counted
@@ -218,15 +155,30 @@ class DataSession:
                 self._ingest_job = None
                 return False
             batch = [self._buffer.popleft() for _ in range(min(self.settings.batch_rows, len(self._buffer)))]
+        refused = self.copy.rejects([entry.row for entry in batch])
+        if refused:  # valid rows the database refuses (a duplicate key): counted, named, never cached
+            with self._lock:
+                self.counts["refused"] += len(refused)
+                self.refusals.extend((batch[i].seq, message) for i, message in refused)
+            skip = {i for i, _ in refused}
+            batch = [entry for i, entry in enumerate(batch) if i not in skip]
+            if not batch:
+                return True
         ids = [t for entry in batch for t in entry.ids]
         return Row(self.model, self._live, ids, False, None, lambda result: self._ingest_commit(batch, result))
 
-    def _ingest_commit(self, batch: list[_Entry], result: RowResult) -> bool:
+    def _ingest_commit(self, batch: list[RowEntry], result: RowResult) -> bool:
         """The batch's one commit: insert into the working copy, record the rows
         in the cache, bump the version, apply retention (worker thread)."""
         if result.error is not None:
+            # the cache may have grown in some layers: cut it back to the rows it
+            # holds; the batch's rows are lost, counted as failed (never silently)
+            truncate_to_ids(self._live)
             with self._lock:
+                self.counts["failed"] += len(batch)
                 self._ingest_job = None
+                if self._buffer and self.state is not DataState.CLOSED:  # the rows behind it still go in
+                    self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
             raise result.error
         version = self._version + 1
         self.copy.insert([entry.row for entry in batch], version)
@@ -387,6 +339,7 @@ class DataSession:
                         sliding_tokens=self.sliding_tokens, retention_tokens=self.settings.retention_tokens,
                         rows_in_cache=len(self._segments), buffered=len(self._buffer),
                         cache_tokens=self._live.num_tokens, retention_ms=self.retention_seconds * 1000,
+                        last_refusals=list(self.refusals),
                         **self.counts)
 
     def wait_idle(self, timeout: float = 60.0) -> None:

@@ -46,6 +46,27 @@ class WorkingCopy:
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._conn.execute(f"CREATE TABLE IF NOT EXISTS {_SIDE} (tbl TEXT, rid INTEGER, version INTEGER)")
 
+    def rejects(self, rows: list[DataRow]) -> list[tuple[int, str]]:
+        """A dry run of inserting `rows` in order (rolled back): the index and
+        the database's message of each row it would refuse (a duplicate
+        primary key, a constraint), so those rows never reach the cache."""
+        refused = []
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN")
+            try:
+                for index, row in enumerate(rows):
+                    cur.execute("SAVEPOINT one_row")
+                    try:
+                        cur.execute(*_insert(row))
+                    except sqlite3.Error as exc:
+                        cur.execute("ROLLBACK TO one_row")
+                        refused.append((index, f"{row.table}: {exc}"))
+                    cur.execute("RELEASE one_row")
+            finally:
+                cur.execute("ROLLBACK")
+        return refused
+
     def insert(self, rows: list[DataRow], version: int) -> None:
         """Insert `rows` as data version `version` (one transaction)."""
         with self._lock:
@@ -53,9 +74,7 @@ class WorkingCopy:
             cur.execute("BEGIN")
             try:
                 for row in rows:
-                    cols = ", ".join(f'"{c}"' for c in row.columns)
-                    marks = ", ".join("?" for _ in row.columns)
-                    cur.execute(f'INSERT INTO "{row.table}" ({cols}) VALUES ({marks})', row.values)
+                    cur.execute(*_insert(row))
                     cur.execute(f"INSERT INTO {_SIDE} VALUES (?, ?, ?)", (row.table, cur.lastrowid, version))
                 cur.execute("COMMIT")
             except BaseException:
@@ -100,3 +119,9 @@ class WorkingCopy:
         with self._lock:
             self._conn.close()
         self._dir.cleanup()
+
+
+def _insert(row: DataRow) -> tuple[str, tuple]:
+    cols = ", ".join(f'"{c}"' for c in row.columns)
+    marks = ", ".join("?" for _ in row.columns)
+    return f'INSERT INTO "{row.table}" ({cols}) VALUES ({marks})', row.values
