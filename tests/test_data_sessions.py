@@ -213,9 +213,10 @@ def test_query_during_a_rebuild_reads_the_current_cache(runtime, db):
 
     def spy_step():
         if "thread" not in seen:  # mid-rebuild: queue a query, which runs before the next chunk
-            seen["context"] = session.context_ids()
-            seen["thread"] = threading.Thread(target=lambda: seen.update(result=session.query(QUESTION, 8)))
-            seen["thread"].start()
+            seen["context"], seen["rows"] = session.context_ids(), len(session._segments)
+            thread = threading.Thread(target=lambda: seen.update(result=session.query(QUESTION, 8)))
+            thread.start()
+            seen["thread"] = thread  # after start: the test thread joins it once it is here
             deadline = time.monotonic() + 10
             while not any(j.name.startswith("data-query") for j in runtime.worker.scheduler._waiting):
                 assert time.monotonic() < deadline
@@ -228,7 +229,7 @@ def test_query_during_a_rebuild_reads_the_current_cache(runtime, db):
 
     session._rebuild_step, session._swap = spy_step, spy_swap
     try:
-        session.push(rows(0, 12))  # one batch, well over the bound: a rebuild of several chunks
+        session.push(rows(0, 12))  # well over the bound: rebuilds of several chunks while rows arrive
         seen_deadline = time.monotonic() + 60
         while "thread" not in seen and time.monotonic() < seen_deadline:
             time.sleep(0.01)
@@ -236,14 +237,15 @@ def test_query_during_a_rebuild_reads_the_current_cache(runtime, db):
         session.wait_idle()
         assert seen["swapped_after_query"]
         result = seen["result"]
-        assert result.rows_in_cache == 12 and result.context_tokens == len(seen["context"])
+        assert result.rows_in_cache == seen["rows"] and result.context_tokens == len(seen["context"])
+        assert len(seen["context"]) - session.frozen_tokens > 90  # it read the cache before the cut
         tokens, _ = cold_answer(runtime, seen["context"] + session.prompt.question_ids(QUESTION), 8)
         assert result.token_ids == tokens  # exact on the cache it read
         info = session.describe()
-        assert info["rebuilds"] == 1 and info["rows_in_cache"] < 12
+        assert info["rebuilds"] >= 1 and info["rows_in_cache"] < 12 and info["sliding_tokens"] <= 90
         after = session.query(QUESTION, 8)
         tokens, _ = cold_answer(runtime, session.context_ids() + session.prompt.question_ids(QUESTION), 8)
-        assert after.token_ids == tokens and after.data_version == result.data_version
+        assert after.token_ids == tokens and after.data_version == session.data_version >= result.data_version
     finally:
         session.close()
 
@@ -280,6 +282,52 @@ def test_rows_the_database_refuses_are_counted_and_never_cached(runtime, db):
         result = session.query(QUESTION, 6)
         context = session.context_ids()
         assert result.rows_in_cache == 3 and result.context_tokens == len(context)
+        assert result.token_ids == cold_answer(runtime, context + session.prompt.question_ids(QUESTION), 6)[0]
+    finally:
+        session.close()
+
+
+def test_ingestion_yields_to_a_query_and_keeps_its_rows(runtime, db):
+    """An ingestion forward in flight stops between layers for a new query
+    (SUBMIT preempts STREAM); the query reads the cache without the batch,
+    and the batch goes in afterwards, whole and exact."""
+    session = open_session(runtime, db, retention_tokens=4000)
+    seen: dict = {}
+    ingest_step = session._ingest_step
+
+    def spy_step():
+        row = ingest_step()
+        if "thread" in seen or not hasattr(row, "should_abort"):
+            return row
+        original = row.should_abort
+
+        def should_abort():
+            if "thread" not in seen:  # first poll, inside the forward: a query arrives
+                thread = threading.Thread(target=lambda: seen.update(result=session.query(QUESTION, 4)))
+                thread.start()
+                seen["thread"] = thread
+                deadline = time.monotonic() + 10
+                while not original():  # the worker asks the running step to yield
+                    assert time.monotonic() < deadline
+                    time.sleep(0.001)
+            return original()
+
+        row.should_abort = should_abort
+        return row
+
+    session._ingest_step = spy_step
+    try:
+        session.push(rows(0, 3))
+        deadline = time.monotonic() + 60
+        while "thread" not in seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen["thread"].join(60)
+        session.wait_idle()
+        assert seen["result"].rows_in_cache == 0 and seen["result"].data_version == 0
+        info = session.describe()
+        assert (info["processed"], info["rows_in_cache"], info["data_version"]) == (3, 3, info["batches"])
+        result = session.query(QUESTION, 6)
+        context = session.context_ids()
         assert result.token_ids == cold_answer(runtime, context + session.prompt.question_ids(QUESTION), 6)[0]
     finally:
         session.close()

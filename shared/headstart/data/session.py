@@ -154,7 +154,13 @@ class DataSession:
             if self.state is DataState.CLOSED or not self._buffer:
                 self._ingest_job = None
                 return False
-            batch = [self._buffer.popleft() for _ in range(min(self.settings.batch_rows, len(self._buffer)))]
+            # a batch: at most batch_rows rows and one chunk of tokens (at least one row), so the
+            # forward a submit may wait behind stays bounded
+            batch, tokens = [], 0
+            while self._buffer and len(batch) < self.settings.batch_rows and (
+                    not batch or tokens + len(self._buffer[0].ids) <= self.runtime.limits.chunk_tokens):
+                tokens += len(self._buffer[0].ids)
+                batch.append(self._buffer.popleft())
         refused = self.copy.rejects([entry.row for entry in batch])
         if refused:  # valid rows the database refuses (a duplicate key): counted, named, never cached
             with self._lock:
@@ -165,7 +171,9 @@ class DataSession:
             if not batch:
                 return True
         ids = [t for entry in batch for t in entry.ids]
-        return Row(self.model, self._live, ids, False, None, lambda result: self._ingest_commit(batch, result))
+        job = self._ingest_job
+        return Row(self.model, self._live, ids, False, lambda: job is not None and job.preempt_requested,
+                   lambda result: self._ingest_commit(batch, result))
 
     def _ingest_commit(self, batch: list[RowEntry], result: RowResult) -> bool:
         """The batch's one commit: insert into the working copy, record the rows
@@ -180,6 +188,10 @@ class DataSession:
                 if self._buffer and self.state is not DataState.CLOSED:  # the rows behind it still go in
                     self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
             raise result.error
+        if not result.ran:  # it yielded to a more urgent job: the rows are still the oldest unprocessed
+            with self._lock:
+                self._buffer.extendleft(reversed(batch))
+            return True
         version = self._version + 1
         self.copy.insert([entry.row for entry in batch], version)
         with self._lock:
