@@ -19,8 +19,8 @@ from headstart.prompt import DEFAULT_SYSTEM_PROMPT
 from headstart.schema.model import Schema
 from headstart.schema.render import render_create_tables
 
-_ROWS = "\uE000HEADSTART_ROWS\uE000"
-_QUESTION = "\uE000HEADSTART_QUESTION\uE000"
+_ROWS = "\uE000DATA_ROWS\uE000"
+_QUESTION = "\uE000DATA_QUESTION\uE000"
 
 DATA_SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT + " Recent rows of the tables are listed after the schema, oldest first."
 

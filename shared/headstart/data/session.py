@@ -86,7 +86,12 @@ class DataSession:
                            queries=0, rebuild_tokens=0)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
-        self._live = self._open()
+        try:
+            self._live = self._open()
+        except BaseException:
+            self.state = advance(self.state, DataState.CLOSED)
+            self.copy.close()
+            raise
         self.state = advance(self.state, DataState.LIVE)
 
     # -- opening: the frozen region from P0 ----------------------------------------
@@ -327,6 +332,8 @@ class DataSession:
         Raises:
             InvalidInput: `version` is not one this session has had; SqlError: the SQL fails.
         """
+        if self.state is DataState.CLOSED:
+            raise SessionClosed(f"data session {self.id} is closed")
         if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= self._version:
             raise InvalidInput(f"data version {version!r} is not in 0..{self._version}")
         return self.copy.execute(sql, version)
@@ -351,6 +358,7 @@ class DataSession:
                         sliding_tokens=self.sliding_tokens, retention_tokens=self.settings.retention_tokens,
                         rows_in_cache=len(self._segments), buffered=len(self._buffer),
                         cache_tokens=self._live.num_tokens, retention_ms=self.retention_seconds * 1000,
+                        kv_bytes=self._live.nbytes() + (self._rebuild_kv.nbytes() if self._rebuild_kv else 0),
                         last_refusals=list(self.refusals),
                         **self.counts)
 
