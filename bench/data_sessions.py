@@ -211,6 +211,7 @@ def plot(report: dict, path: Path) -> None:
                          f"{modes[m]['questions']}", (i, modes[m]["retention_ms_per_pass"]), ha="center", va="bottom",
                          fontsize=8)
     axes[1].set_ylabel("worker ms per retention pass")
+    axes[1].set_ylim(0, 1.35 * max([modes[m]["retention_ms_per_pass"] for m in names] + [1e-3]))  # room for labels
     axes[1].set_title("retention: shift vs rebuild")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
