@@ -83,7 +83,7 @@ class DataSession:
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
         self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
-                           queries=0, rebuild_tokens=0)
+                           queries=0, rebuild_tokens=0, rebuild_failures=0)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
         try:
@@ -263,6 +263,10 @@ class DataSession:
             # the row's forward ran between this step and its commit, on this thread
             self.retention_seconds += time.perf_counter() - started
             self.counts["rebuild_tokens"] += len(commit.step.chunk) if result.ran else 0
+            if result.error is not None:  # give up this rebuild (the live cache is intact); the next batch retries
+                self._rebuild_kv = None
+                self.retention_state = advance(self.retention_state, RetentionState.STEADY)
+                self.counts["rebuild_failures"] += 1
             return _raise_or(result, True)
 
         return start_commit(self.model, self._rebuild_kv, target, self.runtime.limits.chunk_tokens, False,
