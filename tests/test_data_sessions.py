@@ -92,6 +92,20 @@ def test_malformed_rows_are_rejected_with_the_problem_named(runtime, db):
         session.close()
 
 
+def test_types_follow_sqlite_affinity():
+    from headstart.data.rows import validate_row
+    from headstart.schema.model import Column, Schema, Table
+
+    schema = Schema("s", (Table("t", (Column("n", "INT"), Column("d", "DECIMAL(10,2)"), Column("at", "DATETIME"),
+                                      Column("note", "VARCHAR(20)"), Column("any", ""))),))
+    row = validate_row(schema, "T", {"N": 3, "d": 2.5, "at": "2026-11-24 07:00", "note": "it's", "any": 1.0}, 200)
+    assert row.line == "t(3, 2.5, '2026-11-24 07:00', 'it''s', 1.0)" and row.table == "t"
+    with pytest.raises(InvalidInput, match="DECIMAL"):
+        validate_row(schema, "t", {"d": "2.5"}, 200)
+    with pytest.raises(InvalidInput, match="not a finite number"):
+        validate_row(schema, "t", {"d": float("nan")}, 200)
+
+
 def test_full_buffer_drops_the_oldest_unprocessed_rows_counted(runtime, db):
     session = open_session(runtime, db, buffer_rows=4, batch_rows=2)
     try:

@@ -55,7 +55,9 @@ def _check_value(table: Table, column: str, declared: str, value: Any) -> Scalar
     kind = affinity(declared)
     if kind == "INTEGER" and not isinstance(value, int):
         raise InvalidInput(f"{where} is {declared}: {value!r} is not an integer")
-    if kind in ("REAL", "NUMERIC") and isinstance(value, str):
+    # dates and times have NUMERIC affinity but are written as text ('2026-11-24')
+    temporal = kind == "NUMERIC" and any(s in declared.upper() for s in ("DATE", "TIME", "YEAR"))
+    if kind in ("REAL", "NUMERIC") and isinstance(value, str) and not temporal:
         raise InvalidInput(f"{where} is {declared}: {value!r} is not a number")
     if kind == "TEXT" and not isinstance(value, str):
         raise InvalidInput(f"{where} is {declared}: {value!r} is not text")
