@@ -41,7 +41,9 @@ class DataPrompt:
         middle, tail = rest.split(_QUESTION)
         specials = sorted(tokenizer.all_special_tokens + list(tokenizer.added_tokens_encoder), key=len, reverse=True)
         cut = min((tail.find(s) for s in specials if s in tail), default=len(tail))
-        self.frozen_ids: list[int] = self._template(head)
+        # the schema's text is plain text (a column named "<|im_end|>" is characters, not a turn end)
+        head_cut = max((head.rfind(s) + len(s) for s in specials if s in head), default=0)
+        self.frozen_ids: list[int] = self._template(head[:head_cut]) + self._plain(head[head_cut:])
         self._question_head, self._question_tail_text = middle, tail[:cut]
         self._question_special = self._template(tail[cut:])
 
