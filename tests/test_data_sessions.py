@@ -345,3 +345,17 @@ def test_ingestion_yields_to_a_query_and_keeps_its_rows(runtime, db):
         assert result.token_ids == cold_answer(runtime, context + session.prompt.question_ids(QUESTION), 6)[0]
     finally:
         session.close()
+
+
+def test_the_frozen_region_starts_from_the_databases_p0(runtime, db):
+    """Same system prompt and schema text as the typing prompt: the frozen
+    region shares P0 up to the schema's end (only its last tokens differ)."""
+    from headstart.prompt import common_prefix_len
+
+    p0 = runtime.prompt_for(db).base_ids
+    session = open_session(runtime, db)
+    try:
+        shared = common_prefix_len(p0, session.prompt.frozen_ids)
+        assert shared >= len(p0) - 4 and session.describe()["cache_tokens"] == session.frozen_tokens
+    finally:
+        session.close()

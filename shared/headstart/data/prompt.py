@@ -22,7 +22,9 @@ from headstart.schema.render import render_create_tables
 _ROWS = "\uE000DATA_ROWS\uE000"
 _QUESTION = "\uE000DATA_QUESTION\uE000"
 
-DATA_SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT + " Recent rows of the tables are listed after the schema, oldest first."
+# The typing prompt's system prompt and schema text, so the frozen region shares
+# the database's P0 up to the schema's end (the rows' note comes after it).
+DATA_SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
 
 
 class DataPrompt:
@@ -31,7 +33,7 @@ class DataPrompt:
     def __init__(self, tokenizer, schema: Schema, system_prompt: str = DATA_SYSTEM_PROMPT):
         self.tokenizer = tokenizer
         self.schema = schema
-        user = (f"Database schema:\n{render_create_tables(schema)}\n\nRecent rows:\n{_ROWS}"
+        user = (f"Database schema:\n{render_create_tables(schema)}\n\nRecent rows of the tables, oldest first:\n{_ROWS}"
                 f"\nQuestion: {_QUESTION}")
         rendered = tokenizer.apply_chat_template(
             [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}],
