@@ -254,6 +254,28 @@ def _mount_neighbour() -> None:
 _mount_neighbour()
 
 
+@bench_app.command("data")
+def bench_data(
+    model: str = typer.Option("random:tiny", help=MODEL_HELP),
+    dtype: str = typer.Option("float32"),
+    threads: int = typer.Option(2),
+    steps: str = typer.Option("0,25,50,100,200", help="rows in the cache at each latency point"),
+    repeats: int = typer.Option(5),
+    new_tokens: int = typer.Option(8, help="answer tokens in the retention comparison"),
+    latency_tokens: int = typer.Option(1, help="answer tokens in the latency points"),
+    retention_rows: int = typer.Option(120),
+    retention_batch: int = typer.Option(10),
+    bound: int = typer.Option(600, help="retention bound in tokens"),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("bench-out/data")),
+):
+    """Data sessions: query latency vs rows in the cache; retention shift vs rebuild (drift, cost)."""
+    from bench.data_sessions import run_data_bench
+
+    run_data_bench(out, model, dtype, threads, [int(s) for s in steps.split(",")], repeats, new_tokens,
+                   latency_tokens, retention_rows, retention_batch, bound, seed)
+
+
 def _mount_eval() -> None:
     """`headstart eval` and `headstart eval-compare` (issue: evaluation harness)."""
     from headstart.eval.cli import compare_cli, eval_cli

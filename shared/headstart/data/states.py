@@ -1,0 +1,50 @@
+"""The states of a data session, each move written once (like `engine/states.py`).
+
+Session lifecycle (`DataState`):
+
+    OPENING   the frozen region (instructions + schema) is being brought from P0
+    LIVE      pushes, ingestion and queries are served
+    CLOSED    final
+
+Retention (`RetentionState`), orthogonal to ingestion:
+
+    STEADY      the live cache is what queries read; shift mode stays here
+    REBUILDING  a background STREAM job re-prefills frozen + retained rows
+                while queries keep reading the live cache; the swap brings
+                it back to STEADY
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from headstart.engine.states import IllegalTransition
+
+
+class DataState(Enum):
+    OPENING = "opening"
+    LIVE = "live"
+    CLOSED = "closed"
+
+
+class RetentionState(Enum):
+    STEADY = "steady"
+    REBUILDING = "rebuilding"
+
+
+TRANSITIONS: dict[Enum, frozenset[Enum]] = {
+    DataState.OPENING: frozenset({DataState.LIVE, DataState.CLOSED}),
+    DataState.LIVE: frozenset({DataState.CLOSED}),
+    DataState.CLOSED: frozenset(),
+    RetentionState.STEADY: frozenset({RetentionState.REBUILDING}),
+    RetentionState.REBUILDING: frozenset({RetentionState.STEADY}),
+}
+
+
+def advance(current: Enum, new: Enum) -> Enum:
+    """`new` if the table allows the move (staying put is allowed), else IllegalTransition."""
+    if new is current:
+        return new
+    if type(new) is not type(current) or new not in TRANSITIONS[current]:
+        raise IllegalTransition(f"{type(current).__name__}: {current.name} -> {new.name} is not allowed")
+    return new

@@ -1,0 +1,75 @@
+"""The values a data session takes and gives: its settings, a push's ack, a query's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from headstart.data.rows import DataRow
+from headstart.engine.errors import InvalidInput
+
+RETENTION_MODES = ("shift", "rebuild")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """retention_tokens: bound of the sliding region; retention: "shift" or
+    "rebuild"; buffer_rows: unprocessed rows kept per session; batch_rows:
+    rows one ingestion step adds; max_row_chars / max_row_tokens: a row's
+    limits; max_question_chars: a question's limit."""
+
+    retention_tokens: int = 2048
+    retention: str = "rebuild"
+    buffer_rows: int = 1024
+    batch_rows: int = 32
+    max_row_chars: int = 512
+    max_row_tokens: int = 128
+    max_question_chars: int = 2000
+
+    def __post_init__(self):
+        if self.retention not in RETENTION_MODES:
+            raise InvalidInput(f"retention must be one of {RETENTION_MODES}, not {self.retention!r}")
+        for name in ("retention_tokens", "buffer_rows", "batch_rows", "max_row_chars", "max_row_tokens"):
+            if getattr(self, name) < 1:
+                raise InvalidInput(f"{name} must be >= 1")
+        if self.max_row_tokens > self.retention_tokens:
+            raise InvalidInput("max_row_tokens must not exceed retention_tokens")
+
+
+@dataclass(frozen=True)
+class PushAck:
+    """seqs: the pushed rows' sequence numbers; dropped: oldest unprocessed rows
+    this push pushed out of the full buffer (their seqs in `dropped_seqs`);
+    dropped_total: the session's count so far; buffered: rows waiting now."""
+
+    seqs: tuple[int, ...]
+    dropped: int
+    dropped_seqs: tuple[int, ...]
+    dropped_total: int
+    buffered: int
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """text and its sql, the data version and rows the answer saw, the answer's
+    token ids, the context it attended to (tokens before the question), the
+    logits of its first token (drift measurements) and its wall time."""
+
+    text: str
+    sql: str
+    data_version: int
+    rows_in_cache: int
+    context_tokens: int
+    token_ids: list[int]
+    first_logits: torch.Tensor = field(repr=False)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RowEntry:
+    """A buffered or cached row: its sequence number, the row, its line's tokens."""
+
+    seq: int
+    row: DataRow
+    ids: list[int]
