@@ -37,10 +37,13 @@ from typing import Callable
 
 import torch
 
+from headstart.engine.fast_ops import FAST_PATHS, EagerOps, OneDNNOps, onednn_supports
 from headstart.engine.kv import KVState, kept_logits
 from headstart.engine.shared_prefix import layer_segments
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
+# `auto` turns the fast path on from this hidden size (0.5B: 896; random:tiny: 32)
+AUTO_MIN_HIDDEN = 256
 
 
 @dataclass
@@ -82,6 +85,7 @@ def extend_rows(model, calls: list) -> list[bool]:
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     decoder = model.model
+    ops = getattr(model, "_headstart_ops", None) or EagerOps(model)
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
     starts = [sum(counts[:i]) for i in range(len(calls))]
@@ -97,20 +101,18 @@ def extend_rows(model, calls: list) -> list[bool]:
             return [False] * len(calls)
         if leaving:
             hidden, cos, sin = _drop_rows(live, leaving, hidden, cos, sin)
-        residual = hidden
-        x = layer.input_layernorm(hidden)
         attn = layer.self_attn
-        shape = (1, x.shape[1], -1, attn.head_dim)
-        q = attn.q_proj(x).view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
-        k = attn.k_proj(x).view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
-        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k, v = ops.qkv(index, hidden)
+        shape = (1, hidden.shape[1], -1, attn.head_dim)
+        q = q.view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
+        k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
+        v = v.view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b)
                          for b, start, n in zip(live.rows, live.starts, live.counts)], dim=0)  # [T, heads*dim]
-        hidden = residual + attn.o_proj(out[None])
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        hidden = ops.post(index, out[None], hidden)
     hidden = decoder.norm(hidden)[0]  # [T, hidden]
-    logits = _row_logits(model, calls, live, hidden)
+    logits = _row_logits(model, ops, calls, live, hidden)
     for b in live.rows:
         state = calls[b].state
         _append(state, live.new_kv, b)
@@ -165,13 +167,13 @@ def _drop_rows(live: _Rows, leaving: list[int], hidden, cos, sin):
     return hidden.index_select(1, index), cos.index_select(1, index), sin.index_select(1, index)
 
 
-def _row_logits(model, calls, live: _Rows, hidden) -> dict[int, torch.Tensor]:
+def _row_logits(model, ops, calls, live: _Rows, hidden) -> dict[int, torch.Tensor]:
     """The LM head on the last position of each running row that wants logits."""
     wanted = [(i, b) for i, b in enumerate(live.rows) if calls[b].want_logits]
     if not wanted:
         return {}
     last = torch.tensor([live.starts[i] + live.counts[i] - 1 for i, _ in wanted], device=hidden.device)
-    rows = model.lm_head(hidden.index_select(0, last))  # [rows wanting logits, vocab]
+    rows = ops.head(hidden.index_select(0, last))  # [rows wanting logits, vocab]
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # as the causal-LM classes that have it apply it (Gemma 2)
         rows = torch.tanh(rows / cap) * cap
@@ -186,3 +188,57 @@ def _append(state: KVState, new_kv: list[dict], b: int) -> None:
     for layer, per_row in enumerate(new_kv):
         k, v = per_row[b]
         state.cache.update(k.contiguous(), v.contiguous(), layer)
+
+
+def resolve_fast_path(model, mode: str) -> str:
+    """The kernels `mode` means for this model: `auto` picks oneDNN packed
+    matmuls for a real-sized Llama-family model on a CPU in float32/bfloat16
+    (no compile, nothing for a test to wait for) and the model's own modules
+    otherwise (random:tiny, float64, a GPU). Unknown mode -> ValueError."""
+    if mode not in FAST_PATHS:
+        raise ValueError(f"unknown fast path {mode!r}; valid: {', '.join(FAST_PATHS)}")
+    if mode == "auto":
+        big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
+        mode = "onednn" if big and onednn_supports(model) else "off"
+    if mode != "off" and not supports_packed_rows(model):
+        return "off"  # the runner cannot run this model's layers: the model's own forward
+    if mode == "onednn" and not onednn_supports(model):
+        return "off"
+    return mode
+
+
+def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = ()) -> str:
+    """Install the kernels `mode` resolves to (`resolve_fast_path`) on `model`,
+    once, at engine start. From then on every extension of this model, lone
+    (`kv.extend`) or batched, runs `extend_rows` with those ops, so every
+    mode of the engine uses the same kernels. `warm_rows` are the row counts
+    compiled ahead (inductor). Returns the resolved name ("off": the model's
+    own forward for lone extensions, as before)."""
+    resolved = resolve_fast_path(model, mode)
+    current = getattr(model, "_headstart_ops", None)
+    if current is not None and current.name == resolved:
+        return resolved
+    if resolved == "off":
+        model._headstart_ops = None
+        model._headstart_fast_extend = None
+        return resolved
+    if resolved == "onednn":
+        ops = OneDNNOps(model)
+    else:
+        from headstart.engine.compiled_ops import InductorOps
+
+        ops = InductorOps(model, warm_rows)
+    model._headstart_ops = ops
+    model._headstart_fast_extend = _lone_extend
+    return resolved
+
+
+def fast_path_name(model) -> str:
+    """The kernels installed on `model` ("off" when none)."""
+    ops = getattr(model, "_headstart_ops", None)
+    return "off" if ops is None else ops.name
+
+
+def _lone_extend(model, state: KVState, new_ids: list[int], want_logits: bool, should_abort) -> bool:
+    """`kv.extend` of a model with a fast path: a batch of one row."""
+    return extend_rows(model, [RowExtension(state, new_ids, want_logits, should_abort)])[0]
