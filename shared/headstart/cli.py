@@ -23,6 +23,7 @@ app.add_typer(deploy_app, name="deploy")
 MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
 TABLE_CACHE_MODES = ("off", "pfk", "independent")
 TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
+FAST_PATH_CASES = ("off", "eager", "onednn", "inductor")
 TABLE_STORE_HELP = "table block store: memory:// or redis://host:port/db"
 
 
@@ -192,6 +193,27 @@ def bench_ttft(
                        pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                        max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without the extra, or a bad choice
+        _fail(str(exc))
+
+
+@bench_app.command("decode-step")
+def bench_decode_step(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
+    kernels: list[str] = typer.Option(["off", "eager", "onednn", "inductor"],
+                                      help=f"fast paths to compare: {', '.join(FAST_PATH_CASES)}"),
+    rows: list[int] = typer.Option([1, 8], help="decode rows sharing one forward (repeat)"),
+    steps: int = typer.Option(24, help="decode steps timed per case"),
+    prompt_tokens: int = typer.Option(600, help="tokens in the warm cache the steps extend"),
+    threads: Optional[int] = typer.Option(2),
+    out: Path = typer.Option(Path("bench-out/decode-step")),
+):
+    """One decode step per kernel choice (HEADSTART_FAST_PATH), dtype and batch size."""
+    from bench.decode_step import run_decode_step_bench
+
+    try:
+        run_decode_step_bench(model, _split(dtype), _split(kernels), rows, steps, prompt_tokens, threads, out)
+    except ValueError as exc:
         _fail(str(exc))
 
 

@@ -14,7 +14,8 @@ calls one of these *ops* objects for the parts around attention:
 
 Variants (`FAST_PATHS`, picked once per model by `enable_fast_path`):
 
-- `eager`: the model's own modules, what every forward ran before.
+- `eager`: the model's own modules, what every batched forward ran before
+  (`off` keeps the model's own forward for lone extensions too).
 - `onednn`: the linear layers as oneDNN packed matmuls (weights reordered
   once into oneDNN's blocked layout, q/k/v fused into one matrix and
   gate/up into another, so one call reads each layer's weights). Any M, no
@@ -31,9 +32,8 @@ session all use the same kernels.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-FAST_PATHS = ("off", "auto", "onednn", "inductor")
+FAST_PATHS = ("off", "auto", "eager", "onednn", "inductor")
 ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -127,8 +127,3 @@ def onednn_supports(model) -> bool:
     """oneDNN packed matmuls run float32 and bfloat16 on a CPU (not float64)."""
     param = next(model.parameters())
     return param.device.type == "cpu" and param.dtype in ONEDNN_DTYPES and torch.backends.mkldnn.is_available()
-
-
-def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """The MLP's activation (Qwen2/Llama: SiLU) times the up projection."""
-    return F.silu(gate) * up

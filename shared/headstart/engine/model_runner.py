@@ -222,7 +222,9 @@ def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = ()) -> str:
         model._headstart_ops = None
         model._headstart_fast_extend = None
         return resolved
-    if resolved == "onednn":
+    if resolved == "eager":
+        ops = EagerOps(model)
+    elif resolved == "onednn":
         ops = OneDNNOps(model)
     else:
         from headstart.engine.compiled_ops import InductorOps
