@@ -176,10 +176,12 @@ def bench_ttft(
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: Optional[int] = typer.Option(2),
-    max_new_tokens: int = typer.Option(8),
+    max_new_tokens: int = typer.Option(32, help="answer tokens per question: the table shows the p50 time to the last one per mode"),
     out: Path = typer.Option(Path("bench-out/ttft")),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
     llamacpp: str = typer.Option("auto", help="llama.cpp peer mode: auto (when the peer extra is installed), on, off"),
+    fast_path: str = typer.Option("auto", help="kernels of every mode's forwards (HEADSTART_FAST_PATH): "
+                                  "off | auto | eager | onednn | inductor"),
 ):
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
@@ -191,7 +193,8 @@ def bench_ttft(
     try:
         run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
                        pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
-                       max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp)
+                       max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp,
+                       fast_path=fast_path)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without the extra, or a bad choice
         _fail(str(exc))
 

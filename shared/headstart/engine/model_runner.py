@@ -24,6 +24,13 @@ state is left exactly as it was) and the others go on; when every row has
 left the forward stops. The LM head runs only on the last position of the
 rows that want logits.
 
+Kernels: the weight-bound parts of each layer (norms, projections, MLP) and
+the LM head run through the model's *ops* (`fast_ops`: the model's own
+modules, oneDNN packed matmuls, or compiled blocks), installed once by
+`enable_fast_path` (HEADSTART_FAST_PATH). With a fast path on, a lone
+extension (`kv.extend`) is a batch of one row here, so the cold baseline,
+prefix requests and sessions all run the same kernels.
+
 Exactness: a row's attention, RoPE and positions are those of a lone
 extension; the matrix products differ from it only in blocking (packed M),
 so a batched row equals its lone forward up to floating-point reassociation.
