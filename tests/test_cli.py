@@ -89,3 +89,15 @@ def test_bench_decode_step_plumbing(tmp_path):
     assert (out / "decode_step.md").read_text().count("\n|") >= 7 and (out / "decode_step.png").stat().st_size > 1000
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--kernels", "fastest", "--out", str(out)], tmp_path)
     assert proc.returncode == 2 and "valid: off, eager, onednn, inductor" in proc.stderr
+
+
+def test_bench_batch_invariance_plumbing(tmp_path):
+    """Batched rows against their lone forwards: bit-identical with HEADSTART_BATCH_INVARIANT on."""
+    out = tmp_path / "inv"
+    proc = run(["bench", "batch-invariance", "--model", "random:tiny", "--dtype", "float32", "--kernels", "eager",
+                "--rows", "3", "--repeats", "1", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "batch_invariance.json").read_text())
+    assert [r["batch_invariant"] for r in report["results"]] == [False, True]
+    assert report["results"][1]["bit_identical"] and report["results"][1]["max_abs_diff"] == 0.0
+    assert (out / "batch_invariance.md").read_text().count("\n|") >= 3

@@ -167,3 +167,36 @@ def test_sessions_match_cold_on_the_fast_path(fast_runtime):
     assert len(results) == 5
     for text, tokens in results.values():
         assert tokens == fast_runtime.complete("world_1", text, "cold", MAX_NEW).token_ids
+
+
+def batched_vs_lone(model, new: tuple[int, ...] = (1, 3, 2)) -> tuple[list, list]:
+    """Logits of three rows (caches of 7, 19, 41 tokens, `new` tokens each)
+    extended alone and in one batched forward."""
+    prompts = [PROMPT[:n] for n in (7, 19, 41)]
+    extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate(new)]
+    lone = []
+    for p, e in zip(prompts, extra):
+        state = prefill(model, p)
+        extend(model, state, e)
+        lone.append(state.last_logits)
+    states = [prefill(model, p) for p in prompts]
+    assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
+    return lone, [s.last_logits for s in states]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", ["eager", "onednn"])
+def test_batch_invariant_rows_are_bit_identical_to_lone(dtype, mode):
+    """HEADSTART_BATCH_INVARIANT: a batched row's logits equal its lone
+    forward's bit for bit (a near-tie can no longer flip with batching)."""
+    model = load_model("random:tiny", dtype).model
+    assert enable_fast_path(model, mode, batch_invariant=True) == mode
+    lone, batched = batched_vs_lone(model)
+    for a, b in zip(lone, batched):
+        assert torch.equal(a, b)
+
+
+def test_batch_invariant_needs_the_runner_for_lone_extensions():
+    model = load_model("random:tiny", "float32").model
+    assert enable_fast_path(model, "off", batch_invariant=True) == "eager"
+    assert enable_fast_path(model, "off") == "off" and not model._headstart_batch_invariant

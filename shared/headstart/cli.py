@@ -220,6 +220,26 @@ def bench_decode_step(
         _fail(str(exc))
 
 
+@bench_app.command("batch-invariance")
+def bench_batch_invariance(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
+    kernels: list[str] = typer.Option(["eager", "onednn"], help="fast paths (eager, onednn, inductor)"),
+    rows: int = typer.Option(4, help="rows of the batched forward (caches of different lengths)"),
+    new_tokens: int = typer.Option(3, help="most new tokens per row"),
+    repeats: int = typer.Option(5, help="batched forwards timed per case (min reported)"),
+    threads: Optional[int] = typer.Option(2),
+    out: Path = typer.Option(Path("bench-out/batch-invariance")),
+):
+    """Largest |batched row - lone forward| logit, HEADSTART_BATCH_INVARIANT off and on, and its cost."""
+    from bench.batch_invariance import run_batch_invariance_bench
+
+    try:
+        run_batch_invariance_bench(model, _split(dtype), _split(kernels), rows, new_tokens, repeats, threads, out)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 @bench_app.command("memory")
 def bench_memory(
     model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),

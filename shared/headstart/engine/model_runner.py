@@ -93,6 +93,7 @@ def extend_rows(model, calls: list) -> list[bool]:
 
     decoder = model.model
     ops = getattr(model, "_headstart_ops", None) or EagerOps(model)
+    invariant = getattr(model, "_headstart_batch_invariant", False)
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
     starts = [sum(counts[:i]) for i in range(len(calls))]
@@ -109,7 +110,7 @@ def extend_rows(model, calls: list) -> list[bool]:
         if leaving:
             hidden, cos, sin = _drop_rows(live, leaving, hidden, cos, sin)
         attn = layer.self_attn
-        q, k, v = ops.qkv(index, hidden)
+        q, k, v = _by_row(lambda h: ops.qkv(index, h), live, invariant, hidden)
         shape = (1, hidden.shape[1], -1, attn.head_dim)
         q = q.view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
         k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
@@ -117,9 +118,9 @@ def extend_rows(model, calls: list) -> list[bool]:
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b)
                          for b, start, n in zip(live.rows, live.starts, live.counts)], dim=0)  # [T, heads*dim]
-        hidden = ops.post(index, out[None], hidden)
-    hidden = decoder.norm(hidden)[0]  # [T, hidden]
-    logits = _row_logits(model, ops, calls, live, hidden)
+        hidden = _by_row(lambda o, h: ops.post(index, o, h), live, invariant, out[None], hidden)
+    hidden = _by_row(decoder.norm, live, invariant, hidden)[0]  # [T, hidden]
+    logits = _row_logits(model, ops, calls, live, hidden, invariant)
     for b in live.rows:
         state = calls[b].state
         _append(state, live.new_kv, b)
@@ -174,13 +175,29 @@ def _drop_rows(live: _Rows, leaving: list[int], hidden, cos, sin):
     return hidden.index_select(1, index), cos.index_select(1, index), sin.index_select(1, index)
 
 
-def _row_logits(model, ops, calls, live: _Rows, hidden) -> dict[int, torch.Tensor]:
+def _by_row(fn, live: _Rows, invariant: bool, *packed: torch.Tensor):
+    """`fn` over the packed tokens [1, T, ...]; in batch-invariant mode over
+    each row's tokens alone, so every matrix product sees the M of the row's
+    lone forward and reduces in the same order (the rows' results are then
+    bit-identical to their lone forwards, at the cost of reading the weights
+    once per row)."""
+    if not invariant or len(live.rows) == 1:
+        return fn(*packed)
+    parts = [fn(*(t[:, s:s + n] for t in packed)) for s, n in zip(live.starts, live.counts)]
+    if isinstance(parts[0], tuple):
+        return tuple(torch.cat(pieces, dim=1) for pieces in zip(*parts))
+    return torch.cat(parts, dim=1)
+
+
+def _row_logits(model, ops, calls, live: _Rows, hidden, invariant: bool = False) -> dict[int, torch.Tensor]:
     """The LM head on the last position of each running row that wants logits."""
     wanted = [(i, b) for i, b in enumerate(live.rows) if calls[b].want_logits]
     if not wanted:
         return {}
     last = torch.tensor([live.starts[i] + live.counts[i] - 1 for i, _ in wanted], device=hidden.device)
-    rows = ops.head(hidden.index_select(0, last))  # [rows wanting logits, vocab]
+    picked = hidden.index_select(0, last)  # [rows wanting logits, hidden]
+    # batch-invariant: one row per call, as a lone extension's head runs
+    rows = torch.cat([ops.head(picked[j:j + 1]) for j in range(len(wanted))]) if invariant else ops.head(picked)
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # as the causal-LM classes that have it apply it (Gemma 2)
         rows = torch.tanh(rows / cap) * cap
@@ -214,14 +231,21 @@ def resolve_fast_path(model, mode: str) -> str:
     return mode
 
 
-def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = ()) -> str:
+def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (), batch_invariant: bool = False) -> str:
     """Install the kernels `mode` resolves to (`resolve_fast_path`) on `model`,
     once, at engine start. From then on every extension of this model, lone
     (`kv.extend`) or batched, runs `extend_rows` with those ops, so every
     mode of the engine uses the same kernels. `warm_rows` are the row counts
     compiled ahead (inductor). Returns the resolved name ("off": the model's
-    own forward for lone extensions, as before)."""
+    own forward for lone extensions, as before).
+
+    `batch_invariant` (HEADSTART_BATCH_INVARIANT): a batched row's results
+    are bit-identical to its lone forward's (`_by_row`); it needs the
+    runner for lone extensions too, so `off` becomes `eager` then."""
     resolved = resolve_fast_path(model, mode)
+    if batch_invariant and resolved == "off" and supports_packed_rows(model):
+        resolved = "eager"
+    model._headstart_batch_invariant = batch_invariant
     current = getattr(model, "_headstart_ops", None)
     if current is not None and current.name == resolved:
         return resolved

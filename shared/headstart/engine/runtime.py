@@ -51,7 +51,8 @@ class EngineRuntime:
         self.loaded = loaded or load_model(
             settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed
         )
-        self.fast_path = enable_fast_path(self.loaded.model, settings.fast_path)  # every forward's kernels
+        self.fast_path = enable_fast_path(self.loaded.model, settings.fast_path,  # every forward's kernels
+                                          batch_invariant=settings.batch_invariant)
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
                                     max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
                                     decode_defer_ms=settings.decode_defer_ms)
