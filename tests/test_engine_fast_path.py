@@ -200,3 +200,50 @@ def test_batch_invariant_needs_the_runner_for_lone_extensions():
     model = load_model("random:tiny", "float32").model
     assert enable_fast_path(model, "off", batch_invariant=True) == "eager"
     assert enable_fast_path(model, "off") == "off" and not model._headstart_batch_invariant
+
+
+@pytest.mark.slow
+def test_inductor_fast_path_computes_the_models_forward(tmp_path, monkeypatch):
+    """The compiled blocks (one token, and 2..64 tokens with the axis dynamic)
+    give the model's own logits, without recompiling per token count. A one-
+    layer Qwen2 with a small vocabulary keeps the compile short."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import torch._dynamo.utils as dynamo_utils
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2)
+    model = Qwen2ForCausalLM(config).eval()
+    prompt = [(37 * i) % 512 for i in range(30)]
+    reference = prefill(model, prompt).last_logits
+    before = dynamo_utils.counters["stats"]["unique_graphs"]
+    assert enable_fast_path(model, "inductor", (1, 2)) == "inductor"
+    try:
+        graphs = dynamo_utils.counters["stats"]["unique_graphs"]
+        assert graphs - before == 6, "pre, post and head, each for one token and for 2..64"
+        state = prefill(model, prompt[:20])  # 20 tokens: the dynamic graphs
+        extend(model, state, prompt[20:23])  # 3 tokens: the same graphs
+        for token in prompt[23:]:  # one token at a time: the one-token graphs
+            extend(model, state, [token])
+        assert dynamo_utils.counters["stats"]["unique_graphs"] == graphs, "no compile after engine start"
+        torch.testing.assert_close(state.last_logits, reference, rtol=1e-4, atol=1e-4)
+        lone, batched = batched_vs_lone_small(model)
+        assert [int(x.argmax()) for x in lone] == [int(x.argmax()) for x in batched]
+    finally:
+        enable_fast_path(model, "off")
+
+
+def batched_vs_lone_small(model):
+    """`batched_vs_lone` with token ids inside a 512-token vocabulary."""
+    prompts = [[(11 * i + r) % 512 for i in range(n)] for r, n in enumerate((5, 9, 17))]
+    extra = [[(7 * r + j) % 512 for j in range(k)] for r, k in enumerate((1, 3, 2))]
+    lone = []
+    for p, e in zip(prompts, extra):
+        state = prefill(model, p)
+        extend(model, state, e)
+        lone.append(state.last_logits)
+    states = [prefill(model, p) for p in prompts]
+    assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
+    return lone, [s.last_logits for s in states]
