@@ -231,12 +231,14 @@ def resolve_fast_path(model, mode: str) -> str:
     return mode
 
 
-def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (), batch_invariant: bool = False) -> str:
+def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batch_invariant: bool = False) -> str:
     """Install the kernels `mode` resolves to (`resolve_fast_path`) on `model`,
     once, at engine start. From then on every extension of this model, lone
     (`kv.extend`) or batched, runs `extend_rows` with those ops, so every
-    mode of the engine uses the same kernels. `warm_rows` are the row counts
-    compiled ahead (inductor). Returns the resolved name ("off": the model's
+    mode of the engine uses the same kernels. `warm_rows` are the token
+    counts compiled ahead (inductor: 1 compiles the one-token graphs, any
+    count above 1 the dynamic 2..64 ones; each graph holds its own packed
+    copy of the weights). Returns the resolved name ("off": the model's
     own forward for lone extensions, as before).
 
     `batch_invariant` (HEADSTART_BATCH_INVARIANT): a batched row's results
