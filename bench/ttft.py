@@ -25,6 +25,7 @@ from pathlib import Path
 from bench.common import markdown_table, spider_questions, summarize_ms, write_json
 from bench.peer_llamacpp import start_peer
 from headstart.build import build_runtime
+from headstart.engine.fast_ops import FAST_PATHS
 from headstart.engine.kv import extend, prefill
 from headstart.engine.runtime import EngineRuntime
 from headstart.replay_modes import replay_in_mode
@@ -53,13 +54,18 @@ def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> flo
 
 def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
                    seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path,
-                   table_cache: str = "off", llamacpp: str = "auto") -> dict:
+                   table_cache: str = "off", llamacpp: str = "auto", fast_path: str = "auto") -> dict:
     """With `table_cache` on, prefix and the sessions start from table blocks
     (outputs may then differ from cold: block assembly changes attention).
-    `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when installed)."""
+    `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when installed).
+    `fast_path`: the kernels of every mode's forwards (cold, prefix and the
+    sessions alike, `model_runner.enable_fast_path`)."""
+    if fast_path not in FAST_PATHS:
+        raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(FAST_PATHS)}")
     peer = start_peer(model, llamacpp, threads)  # first: `--llamacpp on` without the extra fails at once
     runtime = build_runtime(model=model, dtype=dtype, device=device, threads=threads,
-                            p0_cache_on_disk=False, table_cache=table_cache)
+                            p0_cache_on_disk=False, table_cache=table_cache, fast_path=fast_path)
+    print(f"fast path: {runtime.fast_path}", flush=True)
     peer_decode = None
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts
@@ -110,7 +116,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                                            max_new_tokens=max_new_tokens, table_cache=table_cache,
-                                           llamacpp=llamacpp), peer_decode)
+                                           llamacpp=llamacpp, fast_path=runtime.fast_path), peer_decode)
     _write(report, out)
     return report
 
@@ -168,7 +174,8 @@ def _write(report: dict, out: Path) -> None:
                  f"llama.cpp saw our prompt tokens: {peer['same_prompt_tokens']}, "
                  f"its text equals our cold output: {peer['same_text_as_cold']}\n")
     c = report["config"]
-    table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads), dbs {' '.join(c['dbs'])}, "
+    table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads, fast path "
+             f"{c.get('fast_path', 'off')}), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
              f"seed {c['seed']}\n\n" + markdown_table(header, rows) +
              f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms; "

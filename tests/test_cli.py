@@ -72,3 +72,32 @@ def test_bench_ttft_plumbing(tmp_path):
     assert report["decode_step_ms"] > 0 and len(report["rows"]) == 8
     assert report["config"]["dbs"] == ["world_1", "car_1"]
     assert (out / "ttft.md").read_text().count("\n|") >= 5 and (out / "ttft.png").stat().st_size > 1000
+
+
+def test_bench_decode_step_plumbing(tmp_path):
+    """One decode step per kernel choice: the files, the cases, and every
+    kernel picking the model's own forward's tokens (timings not asserted)."""
+    out = tmp_path / "decode"
+    proc = run(["bench", "decode-step", "--model", "random:tiny", "--dtype", "float32", "--kernels",
+                "off,eager,onednn", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
+                "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "decode_step.json").read_text())
+    cases = [(r["case"], r["rows"]) for r in report["results"]]
+    assert cases == [(c, n) for c in ("off", "eager", "onednn") for n in (1, 3)]
+    assert all(r["same_tokens"] and r["min_ms"] > 0 for r in report["results"])
+    assert (out / "decode_step.md").read_text().count("\n|") >= 7 and (out / "decode_step.png").stat().st_size > 1000
+    proc = run(["bench", "decode-step", "--model", "random:tiny", "--kernels", "fastest", "--out", str(out)], tmp_path)
+    assert proc.returncode == 2 and "valid: off, eager, onednn, inductor" in proc.stderr
+
+
+def test_bench_batch_invariance_plumbing(tmp_path):
+    """Batched rows against their lone forwards: bit-identical with HEADSTART_BATCH_INVARIANT on."""
+    out = tmp_path / "inv"
+    proc = run(["bench", "batch-invariance", "--model", "random:tiny", "--dtype", "float32", "--kernels", "eager",
+                "--rows", "3", "--repeats", "1", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "batch_invariance.json").read_text())
+    assert [r["batch_invariant"] for r in report["results"]] == [False, True]
+    assert report["results"][1]["bit_identical"] and report["results"][1]["max_abs_diff"] == 0.0
+    assert (out / "batch_invariance.md").read_text().count("\n|") >= 3

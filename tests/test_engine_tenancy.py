@@ -146,7 +146,7 @@ def test_the_gateway_names_the_tenant_on_every_engine_call(tmp_path):
         await service.close("acme", session.session_id)
         async for _ in service.complete("globex", "shop", "how many?"):
             pass
-        service._runs.shutdown(wait=False)
+        service._runs.shutdown()
 
     asyncio.run(scenario())
     assert (TENANT_METADATA_KEY, "acme") in stub.metadata["Session"]

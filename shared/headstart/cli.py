@@ -23,6 +23,7 @@ app.add_typer(deploy_app, name="deploy")
 MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
 TABLE_CACHE_MODES = ("off", "pfk", "independent")
 TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
+FAST_PATH_CASES = ("off", "eager", "onednn", "inductor")
 TABLE_STORE_HELP = "table block store: memory:// or redis://host:port/db"
 
 
@@ -175,10 +176,12 @@ def bench_ttft(
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: Optional[int] = typer.Option(2),
-    max_new_tokens: int = typer.Option(8),
+    max_new_tokens: int = typer.Option(32, help="answer tokens per question: the table shows the p50 time to the last one per mode"),
     out: Path = typer.Option(Path("bench-out/ttft")),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
     llamacpp: str = typer.Option("auto", help="llama.cpp peer mode: auto (when the peer extra is installed), on, off"),
+    fast_path: str = typer.Option("auto", help="kernels of every mode's forwards (HEADSTART_FAST_PATH): "
+                                  "off | auto | eager | onednn | inductor"),
 ):
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
@@ -190,8 +193,50 @@ def bench_ttft(
     try:
         run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
                        pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
-                       max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp)
+                       max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp,
+                       fast_path=fast_path)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without the extra, or a bad choice
+        _fail(str(exc))
+
+
+@bench_app.command("decode-step")
+def bench_decode_step(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
+    kernels: list[str] = typer.Option(["off", "eager", "onednn", "inductor"],
+                                      help=f"fast paths to compare: {', '.join(FAST_PATH_CASES)}"),
+    rows: list[int] = typer.Option([1, 8], help="decode rows sharing one forward (repeat)"),
+    steps: int = typer.Option(24, help="decode steps timed per case"),
+    prompt_tokens: int = typer.Option(600, help="tokens in the warm cache the steps extend"),
+    threads: Optional[int] = typer.Option(2),
+    out: Path = typer.Option(Path("bench-out/decode-step")),
+):
+    """One decode step per kernel choice (HEADSTART_FAST_PATH), dtype and batch size."""
+    from bench.decode_step import run_decode_step_bench
+
+    try:
+        run_decode_step_bench(model, _split(dtype), _split(kernels), rows, steps, prompt_tokens, threads, out)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+@bench_app.command("batch-invariance")
+def bench_batch_invariance(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
+    kernels: list[str] = typer.Option(["eager", "onednn"], help="fast paths (eager, onednn, inductor)"),
+    rows: int = typer.Option(4, help="rows of the batched forward (caches of different lengths)"),
+    new_tokens: int = typer.Option(3, help="most new tokens per row"),
+    repeats: int = typer.Option(5, help="batched forwards timed per case (min reported)"),
+    threads: Optional[int] = typer.Option(2),
+    out: Path = typer.Option(Path("bench-out/batch-invariance")),
+):
+    """Largest |batched row - lone forward| logit, HEADSTART_BATCH_INVARIANT off and on, and its cost."""
+    from bench.batch_invariance import run_batch_invariance_bench
+
+    try:
+        run_batch_invariance_bench(model, _split(dtype), _split(kernels), rows, new_tokens, repeats, threads, out)
+    except ValueError as exc:
         _fail(str(exc))
 
 

@@ -56,6 +56,16 @@ class EngineSettings(BaseSettings):
     decode_defer_ms: float = Field(
         1000.0, ge=0, description="a decode step waits behind typing prefill for at most this long (0: never)"
     )
+    # Measured per kernel choice by `headstart bench decode-step`.
+    fast_path: Literal["off", "auto", "eager", "onednn", "inductor"] = Field(
+        "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
+        "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | inductor (torch.compile, "
+        "minutes at start, cached on disk) | auto (onednn for a real-sized model on a CPU in bfloat16, else off)"
+    )
+    batch_invariant: bool = Field(
+        False, description="a batched row's logits bit-identical to its lone forward's (linear layers run per row: "
+        "the weights are read once per row, not once per batch); turns fast_path off into eager"
+    )
     debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")
     answer_ahead_tokens: int = Field(32, ge=0, description="greedy answer tokens decoded while the user pauses (0 = off)")
 

@@ -141,6 +141,9 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
     """
     if not new_ids:
         return True
+    fast = getattr(model, "_headstart_fast_extend", None)
+    if fast is not None:  # a fast path is on: the runner's layers and kernels (model_runner.enable_fast_path)
+        return fast(model, state, new_ids, want_logits, should_abort)
     old_len, fresh = state.num_tokens, state.cache is None
     if fresh:
         state.cache = DynamicCache()

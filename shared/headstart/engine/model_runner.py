@@ -24,6 +24,13 @@ state is left exactly as it was) and the others go on; when every row has
 left the forward stops. The LM head runs only on the last position of the
 rows that want logits.
 
+Kernels: the weight-bound parts of each layer (norms, projections, MLP) and
+the LM head run through the model's *ops* (`fast_ops`: the model's own
+modules, oneDNN packed matmuls, or compiled blocks), installed once by
+`enable_fast_path` (HEADSTART_FAST_PATH). With a fast path on, a lone
+extension (`kv.extend`) is a batch of one row here, so the cold baseline,
+prefix requests and sessions all run the same kernels.
+
 Exactness: a row's attention, RoPE and positions are those of a lone
 extension; the matrix products differ from it only in blocking (packed M),
 so a batched row equals its lone forward up to floating-point reassociation.
@@ -37,10 +44,13 @@ from typing import Callable
 
 import torch
 
+from headstart.engine.fast_ops import FAST_PATHS, EagerOps, OneDNNOps, onednn_supports
 from headstart.engine.kv import KVState, kept_logits
 from headstart.engine.shared_prefix import layer_segments
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
+# `auto` turns the fast path on from this hidden size (0.5B: 896; random:tiny: 32)
+AUTO_MIN_HIDDEN = 256
 
 
 @dataclass
@@ -82,6 +92,8 @@ def extend_rows(model, calls: list) -> list[bool]:
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     decoder = model.model
+    ops = getattr(model, "_headstart_ops", None) or EagerOps(model)
+    invariant = getattr(model, "_headstart_batch_invariant", False)
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
     starts = [sum(counts[:i]) for i in range(len(calls))]
@@ -97,20 +109,18 @@ def extend_rows(model, calls: list) -> list[bool]:
             return [False] * len(calls)
         if leaving:
             hidden, cos, sin = _drop_rows(live, leaving, hidden, cos, sin)
-        residual = hidden
-        x = layer.input_layernorm(hidden)
         attn = layer.self_attn
-        shape = (1, x.shape[1], -1, attn.head_dim)
-        q = attn.q_proj(x).view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
-        k = attn.k_proj(x).view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
-        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k, v = _by_row(lambda h: ops.qkv(index, h), live, invariant, hidden)
+        shape = (1, hidden.shape[1], -1, attn.head_dim)
+        q = q.view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
+        k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
+        v = v.view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b)
                          for b, start, n in zip(live.rows, live.starts, live.counts)], dim=0)  # [T, heads*dim]
-        hidden = residual + attn.o_proj(out[None])
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-    hidden = decoder.norm(hidden)[0]  # [T, hidden]
-    logits = _row_logits(model, calls, live, hidden)
+        hidden = _by_row(lambda o, h: ops.post(index, o, h), live, invariant, out[None], hidden)
+    hidden = _by_row(decoder.norm, live, invariant, hidden)[0]  # [T, hidden]
+    logits = _row_logits(model, ops, calls, live, hidden, invariant)
     for b in live.rows:
         state = calls[b].state
         _append(state, live.new_kv, b)
@@ -165,13 +175,29 @@ def _drop_rows(live: _Rows, leaving: list[int], hidden, cos, sin):
     return hidden.index_select(1, index), cos.index_select(1, index), sin.index_select(1, index)
 
 
-def _row_logits(model, calls, live: _Rows, hidden) -> dict[int, torch.Tensor]:
+def _by_row(fn, live: _Rows, invariant: bool, *packed: torch.Tensor):
+    """`fn` over the packed tokens [1, T, ...]; in batch-invariant mode over
+    each row's tokens alone, so every matrix product sees the M of the row's
+    lone forward and reduces in the same order (the rows' results are then
+    bit-identical to their lone forwards, at the cost of reading the weights
+    once per row)."""
+    if not invariant or len(live.rows) == 1:
+        return fn(*packed)
+    parts = [fn(*(t[:, s:s + n] for t in packed)) for s, n in zip(live.starts, live.counts)]
+    if isinstance(parts[0], tuple):
+        return tuple(torch.cat(pieces, dim=1) for pieces in zip(*parts))
+    return torch.cat(parts, dim=1)
+
+
+def _row_logits(model, ops, calls, live: _Rows, hidden, invariant: bool = False) -> dict[int, torch.Tensor]:
     """The LM head on the last position of each running row that wants logits."""
     wanted = [(i, b) for i, b in enumerate(live.rows) if calls[b].want_logits]
     if not wanted:
         return {}
     last = torch.tensor([live.starts[i] + live.counts[i] - 1 for i, _ in wanted], device=hidden.device)
-    rows = model.lm_head(hidden.index_select(0, last))  # [rows wanting logits, vocab]
+    picked = hidden.index_select(0, last)  # [rows wanting logits, hidden]
+    # batch-invariant: one row per call, as a lone extension's head runs
+    rows = torch.cat([ops.head(picked[j:j + 1]) for j in range(len(wanted))]) if invariant else ops.head(picked)
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # as the causal-LM classes that have it apply it (Gemma 2)
         rows = torch.tanh(rows / cap) * cap
@@ -186,3 +212,72 @@ def _append(state: KVState, new_kv: list[dict], b: int) -> None:
     for layer, per_row in enumerate(new_kv):
         k, v = per_row[b]
         state.cache.update(k.contiguous(), v.contiguous(), layer)
+
+
+def resolve_fast_path(model, mode: str) -> str:
+    """The kernels `mode` means for this model. `auto` picks oneDNN packed
+    matmuls for a real-sized Llama-family model on a CPU in bfloat16 (no
+    compile, nothing for a test to wait for) and the model's own forward
+    otherwise. Measured (0.5B, 2 threads, min of 38 interleaved decode steps,
+    load average 5-10): float32 off 81.8 / eager 84.4 / onednn 97.5 ms, so
+    float32 stays on MKL; bfloat16 off 80.2 / onednn 75.2 ms.
+    Unknown mode -> ValueError."""
+    if mode not in FAST_PATHS:
+        raise ValueError(f"unknown fast path {mode!r}; valid: {', '.join(FAST_PATHS)}")
+    if mode == "auto":
+        big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
+        bf16 = next(model.parameters()).dtype == torch.bfloat16
+        mode = "onednn" if big and bf16 and onednn_supports(model) else "off"
+    if mode != "off" and not supports_packed_rows(model):
+        return "off"  # the runner cannot run this model's layers: the model's own forward
+    if mode == "onednn" and not onednn_supports(model):
+        return "off"
+    return mode
+
+
+def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batch_invariant: bool = False) -> str:
+    """Install the kernels `mode` resolves to (`resolve_fast_path`) on `model`,
+    once, at engine start. From then on every extension of this model, lone
+    (`kv.extend`) or batched, runs `extend_rows` with those ops, so every
+    mode of the engine uses the same kernels. `warm_rows` are the token
+    counts compiled ahead (inductor: 1 compiles the one-token graphs, any
+    count above 1 the dynamic 2..64 ones; each graph holds its own packed
+    copy of the weights). Returns the resolved name ("off": the model's
+    own forward for lone extensions, as before).
+
+    `batch_invariant` (HEADSTART_BATCH_INVARIANT): a batched row's results
+    are bit-identical to its lone forward's (`_by_row`); it needs the
+    runner for lone extensions too, so `off` becomes `eager` then."""
+    resolved = resolve_fast_path(model, mode)
+    if batch_invariant and resolved == "off" and supports_packed_rows(model):
+        resolved = "eager"
+    model._headstart_batch_invariant = batch_invariant
+    current = getattr(model, "_headstart_ops", None)
+    if current is not None and current.name == resolved:
+        return resolved
+    if resolved == "off":
+        model._headstart_ops = None
+        model._headstart_fast_extend = None
+        return resolved
+    if resolved == "eager":
+        ops = EagerOps(model)
+    elif resolved == "onednn":
+        ops = OneDNNOps(model)
+    else:
+        from headstart.engine.compiled_ops import InductorOps
+
+        ops = InductorOps(model, warm_rows)
+    model._headstart_ops = ops
+    model._headstart_fast_extend = _lone_extend
+    return resolved
+
+
+def fast_path_name(model) -> str:
+    """The kernels installed on `model` ("off" when none)."""
+    ops = getattr(model, "_headstart_ops", None)
+    return "off" if ops is None else ops.name
+
+
+def _lone_extend(model, state: KVState, new_ids: list[int], want_logits: bool, should_abort) -> bool:
+    """`kv.extend` of a model with a fast path: a batch of one row."""
+    return extend_rows(model, [RowExtension(state, new_ids, want_logits, should_abort)])[0]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from headstart.engine.kv import KVState, prefill
+from headstart.engine.model_runner import fast_path_name
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.scheduler_types import Priority
 from headstart.prompt import PromptBuilder
@@ -87,7 +88,11 @@ class P0Source:
         self.loaded, self.worker, self.store = loaded, worker, store
 
     def base_state(self, db: str, prompt: PromptBuilder) -> KVState:
-        key = p0_key(self.loaded.model_id, self.loaded.dtype_name, prompt.base_ids)
+        # NOTE: the kernels are part of the key: a P0 prefilled by another fast
+        # path differs in float32 rounding, and reusing it would break exactness
+        kernels = fast_path_name(self.loaded.model)
+        dtype_key = self.loaded.dtype_name if kernels == "off" else f"{self.loaded.dtype_name}+{kernels}"
+        key = p0_key(self.loaded.model_id, dtype_key, prompt.base_ids)
         state = self.store.get(key, self.loaded.device)
         if state is None:
             state = self.worker.run_sync(lambda: prefill(self.loaded.model, prompt.base_ids), Priority.STREAM, "p0")

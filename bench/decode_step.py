@@ -1,0 +1,155 @@
+"""`headstart bench decode-step`: one decode step per fast path, dtype and batch size.
+
+A person waits for the complete SQL, and every answer token after the first
+is one decode step: one forward that reads every weight once. This measures
+that step on a warm cache of a real prompt, for each kernel choice of
+`model_runner.enable_fast_path` (`off`: the model's own forward, what a lone
+extension ran before the fast path; `eager`: the runner's layers with the
+model's own modules; `onednn`; `inductor`), each dtype, and a batch of `rows`
+decode rows sharing one forward (continuous batching). Reported per case:
+setup time (packing or compiling the kernels), min and median ms per step of
+`steps` steps, and the weight bytes read per second at the min.
+
+Every case also decodes greedily from the same prompt and checks its tokens
+against the `off` case's of the same dtype (`same_tokens`): a kernel that
+changed the answer would show here.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from bench.common import markdown_table, write_json
+from headstart.engine.kv import KVState, extend, prefill
+from headstart.engine.model_runner import RowExtension, enable_fast_path, extend_rows, fast_path_name
+from headstart.models.loader import load_model
+
+CASES = ("off", "eager", "onednn", "inductor")
+
+
+def _weights_bytes(model) -> int:
+    """Bytes one decode step reads: every layer's weights and the LM head (the
+    embedding table is indexed, not read; with tied weights it is the head)."""
+    layers = sum(p.numel() * p.element_size() for p in model.model.layers.parameters())
+    head = model.lm_head.weight
+    return layers + head.numel() * head.element_size()
+
+
+def _decode(model, states: list[KVState], tokens: list[int], steps: int) -> tuple[list[float], list[list[int]]]:
+    """`steps` greedy decode steps of every row at once; ms per step and each row's tokens."""
+    times, out = [], [[] for _ in states]
+    for _ in range(steps):
+        start = time.perf_counter()
+        if len(states) == 1:
+            extend(model, states[0], [tokens[0]])
+        else:
+            extend_rows(model, [RowExtension(s, [t]) for s, t in zip(states, tokens)])
+        times.append((time.perf_counter() - start) * 1000.0)
+        tokens = [int(s.last_logits.argmax()) for s in states]
+        for row, t in zip(out, tokens):
+            row.append(t)
+    return times, out
+
+
+def _case(model, case: str, base: KVState, rows: int, steps: int, warm_rows: tuple[int, ...]) -> dict:
+    start = time.perf_counter()
+    installed = enable_fast_path(model, case, warm_rows)
+    if installed != case:
+        return {"skipped": f"{case} is not available for this model/dtype (resolved to {installed})"}
+    setup_s = time.perf_counter() - start
+    states = [base.copy() for _ in range(rows)]
+    first = int(base.last_logits.argmax())
+    _decode(model, [s.copy() for s in states], [first] * rows, 2)  # warm (first-call allocations)
+    times, tokens = _decode(model, states, [first] * rows, steps)
+    return {"setup_s": setup_s, "min_ms": min(times), "p50_ms": statistics.median(times),
+            "tokens": tokens[0], "installed": fast_path_name(model)}
+
+
+def run_decode_step_bench(model: str, dtypes: list[str], cases: list[str], rows: list[int], steps: int,
+                          prompt_tokens: int, threads: int | None, out: Path) -> dict:
+    """Measure every (dtype, case, rows) and write decode_step.json/.md/.png under `out`."""
+    if threads:
+        torch.set_num_threads(threads)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise ValueError(f"unknown case(s) {unknown}; valid: {', '.join(CASES)}")
+    results = []
+    for dtype in dtypes:
+        loaded = load_model(model, dtype)
+        m = loaded.model
+        ids = [(1000 + 37 * i) % 150000 for i in range(prompt_tokens)]
+        enable_fast_path(m, "off")
+        base = prefill(m, ids)
+        gib = _weights_bytes(m) / 2**30
+        reference = None
+        for case in cases:
+            for n in rows:
+                r = _case(m, case, base, n, steps, tuple(sorted(set(rows))))
+                row = {"dtype": dtype, "case": case, "rows": n, **r}
+                if "skipped" not in r:
+                    if case == "off" and n == rows[0]:
+                        reference = r["tokens"]
+                    row["same_tokens"] = None if reference is None else r["tokens"] == reference
+                    row["gib_per_s"] = gib / (r["min_ms"] / 1000.0)
+                results.append(row)
+                print(f"  {dtype:9s} {case:9s} rows {n:2d} " + (r["skipped"] if "skipped" in r else
+                      f"setup {r['setup_s']:6.1f} s  min {r['min_ms']:7.1f} ms  p50 {r['p50_ms']:7.1f} ms  "
+                      f"{row['gib_per_s']:5.1f} GiB/s  same tokens {row['same_tokens']}"), flush=True)
+        enable_fast_path(m, "off")
+        del loaded, m, base
+    load = _load_average()
+    report = {"config": dict(model=model, dtypes=dtypes, cases=cases, rows=rows, steps=steps,
+                             prompt_tokens=prompt_tokens, threads=threads or torch.get_num_threads()),
+              "load_average": load, "results": results}
+    _write(report, out)
+    return report
+
+
+def _load_average() -> list[float] | None:
+    try:
+        import os
+
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def _write(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "decode_step.json", report)
+    header = ["dtype", "kernels", "rows", "setup s", "min ms/step", "p50 ms/step", "GiB/s at min", "same tokens as off"]
+    rows = [[r["dtype"], r["case"], r["rows"], r["setup_s"], r["min_ms"], r["p50_ms"], r["gib_per_s"],
+             r["same_tokens"]] for r in report["results"] if "skipped" not in r]
+    c, load = report["config"], report["load_average"]
+    table = (f"One decode step, {c['model']}, prompt {c['prompt_tokens']} tokens, {c['threads']} threads, "
+             f"{c['steps']} steps per case; load average {load}\n\n" + markdown_table(header, rows))
+    skipped = [f"{r['dtype']} {r['case']}: {r['skipped']}" for r in report["results"] if "skipped" in r]
+    if skipped:
+        table += "\nskipped: " + "; ".join(sorted(set(skipped))) + "\n"
+    (out / "decode_step.md").write_text(table)
+    print("\n" + table)
+    _plot(report, out / "decode_step.png")
+
+
+def _plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in report["results"] if "skipped" not in r]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"{r['dtype']}\n{r['case']}\n{r['rows']} row(s)" for r in done]
+    ax.bar(range(len(done)), [r["min_ms"] for r in done], label="min")
+    ax.scatter(range(len(done)), [r["p50_ms"] for r in done], color="black", zorder=3, label="p50")
+    ax.set_xticks(range(len(done)), labels, fontsize=7)
+    ax.set_ylabel("ms per decode step")
+    ax.set_title("One decode step per kernel choice")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

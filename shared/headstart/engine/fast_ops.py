@@ -1,0 +1,129 @@
+"""The weight-bound half of a decoder layer, with a choice of kernels.
+
+A decode step (and a typing row of a few tokens) is bound by reading the
+weights once: on a CPU the matrix-vector products of the projections, the
+MLP and the LM head are the whole cost. PyTorch's default (MKL) fp32 GEMV
+reads ~21 GiB/s with 2 threads on the machine we measure on, llama.cpp
+~59 GiB/s. `model_runner.extend_rows` runs every forward's layers itself and
+calls one of these *ops* objects for the parts around attention:
+
+- `qkv(index, hidden)`: input norm, then the q/k/v projections;
+- `post(index, attn_out, residual)`: o projection, residual, post-attention
+  norm, MLP, residual;
+- `head(rows)`: the LM head on the (already normed) rows that want logits.
+
+Variants (`FAST_PATHS`, picked once per model by `enable_fast_path`):
+
+- `eager`: the model's own modules, what every batched forward ran before
+  (`off` keeps the model's own forward for lone extensions too).
+- `onednn`: the linear layers as oneDNN packed matmuls (weights reordered
+  once into oneDNN's blocked layout, q/k/v fused into one matrix and
+  gate/up into another, so one call reads each layer's weights). Any M, no
+  compile. float32 and bfloat16; other dtypes keep the eager ops.
+- `inductor`: `torch.compile` (freezing, max-autotune, inductor's C++
+  micro-GEMM) of each layer's two blocks and the head, see `compiled_ops`.
+
+Every forward of a model with a fast path runs through the same ops (the
+lone extension of `kv.extend` included: `enable_fast_path` routes it to
+`extend_rows`), so a cold prefill, a prefix request and an anticipatory
+session all use the same kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FAST_PATHS = ("off", "auto", "eager", "onednn", "inductor")
+ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
+
+
+class EagerOps:
+    """The model's own modules (the reference every variant must match)."""
+
+    name = "eager"
+
+    def __init__(self, model):
+        self.model = model
+        self.layers = model.model.layers
+
+    def qkv(self, index: int, hidden: torch.Tensor):
+        """[1, T, hidden] -> q [1, T, heads*dim], k and v [1, T, kv_heads*dim]."""
+        layer = self.layers[index]
+        x = layer.input_layernorm(hidden)
+        attn = layer.self_attn
+        return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+
+    def post(self, index: int, out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Attention output [1, T, heads*dim] and the layer's input -> the layer's output."""
+        layer = self.layers[index]
+        hidden = residual + layer.self_attn.o_proj(out)
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        """Normed hidden rows [R, hidden] -> logits [R, vocab]."""
+        return self.model.lm_head(rows)
+
+
+class PackedLinear:
+    """One linear layer (or several fused along the output axis) as a oneDNN
+    packed matmul: the weight is reordered once, here, and read in that
+    layout by every call."""
+
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None]):
+        weight = torch.cat([w.detach() for w in weights], dim=0).contiguous()  # [N, K]
+        if any(b is not None for b in biases):
+            bias = torch.cat([b.detach() if b is not None else weight.new_zeros(w.shape[0])
+                              for w, b in zip(weights, biases)])
+        else:
+            bias = None
+        self.out_features, self.in_features = weight.shape
+        self.bias = bias
+        # the batch-size hint only picks oneDNN's blocking; any M runs with it
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if not flat.is_contiguous():
+            flat = flat.contiguous()
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed, self.bias, "none", [], "")
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+class OneDNNOps(EagerOps):
+    """The linear layers as oneDNN packed matmuls, q/k/v and gate/up fused."""
+
+    name = "onednn"
+
+    def __init__(self, model):
+        super().__init__(model)
+        self._qkv, self._o, self._gate_up, self._down, self._splits = [], [], [], [], []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            projs = (attn.q_proj, attn.k_proj, attn.v_proj)
+            self._qkv.append(PackedLinear([p.weight for p in projs], [p.bias for p in projs]))
+            self._splits.append([p.out_features for p in projs])
+            self._o.append(PackedLinear([attn.o_proj.weight], [attn.o_proj.bias]))
+            self._gate_up.append(PackedLinear([mlp.gate_proj.weight, mlp.up_proj.weight],
+                                              [mlp.gate_proj.bias, mlp.up_proj.bias]))
+            self._down.append(PackedLinear([mlp.down_proj.weight], [mlp.down_proj.bias]))
+        head = model.lm_head
+        self._head = PackedLinear([head.weight], [head.bias])
+
+    def qkv(self, index: int, hidden: torch.Tensor):
+        x = self.layers[index].input_layernorm(hidden)
+        return self._qkv[index](x).split(self._splits[index], dim=-1)
+
+    def post(self, index: int, out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        layer = self.layers[index]
+        hidden = residual + self._o[index](out)
+        gate, up = self._gate_up[index](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+        return hidden + self._down[index](layer.mlp.act_fn(gate) * up)
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        return self._head(rows)
+
+
+def onednn_supports(model) -> bool:
+    """oneDNN packed matmuls run float32 and bfloat16 on a CPU (not float64)."""
+    param = next(model.parameters())
+    return param.device.type == "cpu" and param.dtype in ONEDNN_DTYPES and torch.backends.mkldnn.is_available()
