@@ -12,10 +12,9 @@ hints the engine gives); what is modelled:
   2 threads: 1 row 1 token 155 ms, 8x1 214 ms, 8x3 319 ms, 8x7 460 ms);
 - text is ~4 characters a token; a typing step keeps the tokens of the text
   up to its last space and extends to the whole text (the headstart policy
-  recomputes the partial word); the prompt's turn end adds 5 tokens, cached
-  ahead once the text has not changed for `DEBOUNCE_S` (the policy's
-  debounce), else computed at submit; a submit whose prompt is all cached
-  has its first token at once (the logits at hand);
+  recomputes the partial word) and the prompt's turn end (5 tokens): the
+  headstart policy commits the whole prompt at every step; a submit whose
+  prompt is all cached has its first token at once (the logits at hand);
 - a submit arriving during a forward that has a preemptible row stops it
   after one layer (1/24 of it), and none of its rows progresses;
 - no answer-ahead (the anticipatory side gets no free tokens).
@@ -42,7 +41,6 @@ from headstart.engine.scheduler_types import Job, Priority, StepOutcome
 A_MS, B_MS, C_MS = 150.0, 8.4, 5.5
 TURN_END_TOKENS = 5
 LAYERS = 24
-DEBOUNCE_S = 0.3
 
 
 def forward_ms(rows: int, tokens: int) -> float:
@@ -96,13 +94,10 @@ class Sim:
     # -- jobs --------------------------------------------------------------------
 
     def _typing_target(self, ty: Typist) -> tuple[int, int]:
-        """(tokens kept, tokens wanted): the partial word is recomputed; after
-        the debounce the whole prompt (turn end included) is wanted."""
-        if self.now - ty.last_change >= DEBOUNCE_S:
-            full = ntok(ty.text) + TURN_END_TOKENS
-            return full, full
+        """(tokens a step keeps, tokens wanted): the whole prompt is wanted;
+        the partial word and the turn end after it are recomputed."""
         stable = ty.text[:ty.text.rfind(" ") + 1]
-        return ntok(stable), ntok(ty.text)
+        return ntok(stable), ntok(ty.text) + TURN_END_TOKENS
 
     def _typing_job(self, ty: Typist) -> Job:
         def cost() -> int:
@@ -130,12 +125,8 @@ class Sim:
             ty = self.by_name[name]
             if kind == "key":
                 ty.text, ty.last_change = text, t
-                ty.cached = min(ty.cached, ntok(text))  # the turn end is no longer the prompt's
+                ty.cached = min(ty.cached, ntok(text[:text.rfind(" ") + 1]))  # the common prefix
                 self._kick(ty, t)
-                heapq.heappush(self.events, (t + DEBOUNCE_S, -1, "settle", name, text))
-            elif kind == "settle":
-                if ty.last_change + DEBOUNCE_S <= t and ty.answer is None:
-                    self._kick(ty, t)
             else:
                 submitted = True
                 if ty.typing_job is not None:
