@@ -207,10 +207,12 @@ def test_known_answer_can_finish_without_the_worker(tiny_runtime, cold):
     assert result.token_ids == cold(question)[:3] and result.finish_reason == "length"
 
 
-@pytest.mark.parametrize(("policy", "scope"), [("headstart", "typing"), ("headstart", "typing,decode"),
-                                               ("headstart", "typing+decode"),
-                                               ("headstart", "all"), ("paper", "all")])
-def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy, scope, monkeypatch):
+@pytest.mark.parametrize(("policy", "scope", "stream_tokens"), [
+    ("headstart", "typing", 8), ("headstart", "typing,decode", 8), ("headstart", "typing+decode", 8),
+    # typing rows beside streaming answers cut to one token per forward (the scheduler's rule 2c)
+    ("headstart", "typing+decode", 1),
+    ("headstart", "all", 8), ("paper", "all", 8)])
+def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy, scope, stream_tokens, monkeypatch):
     """Several sessions type at once (every kind of edit) next to stateless
     requests, so the worker batches their forward passes (typing rows; with
     scope "all" also submit prefills, decode steps and answer-ahead in one
@@ -223,6 +225,7 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
     monkeypatch.setattr(worker, "batch_scope", scope)
+    monkeypatch.setattr(worker.scheduler, "stream_tokens", stream_tokens)
     before = (worker.batched_forwards, worker.batched_rows)
     kinds = sorted(KINDS)
     results, errors = {}, []

@@ -159,7 +159,77 @@ def test_preemption(running, cls, new, expected):
     assert scheduler.preempts(new, j) is expected
 
 
-@pytest.mark.parametrize("kwargs", [{"batch_scope": "bogus"}, {"max_batch_rows": 0}, {"max_batch_tokens": 0}])
+@pytest.mark.parametrize("kwargs", [{"batch_scope": "bogus"}, {"max_batch_rows": 0}, {"max_batch_tokens": 0},
+                                    {"stream_tokens": 0}])
 def test_bad_settings_are_refused(kwargs):
     with pytest.raises(ValueError):
         Scheduler(**kwargs)
+
+
+def run_groups(scheduler, now):
+    """Each plan as "name:tokens+...", in the order successive plans run them
+    (each step finishes its job)."""
+    order = []
+    while scheduler.num_waiting:
+        plan = scheduler.schedule(now)
+        order.append("+".join(f"{row.job.name}:{row.num_tokens}" for row in plan.rows))
+        scheduler.update(plan, [StepOutcome(False) for _ in plan.rows], now)
+    return order
+
+
+# Rules 2b and 2c: a streaming answer's decode step rides in every forward that may carry it,
+# and typing rows in such a forward share `stream_tokens`.
+# (situation, scope, rows, stream_tokens, defer_s, queued jobs, expected plans as run)
+RIDE_CASES = [
+    ("a deferred decode step rides the typing forward ahead of other typing rows", "typing+decode", 2, 8, 1.0,
+     [("t1", P.STREAM, {"owner": "a", "cost": 2}), ("t2", P.STREAM, {"owner": "b", "cost": 2}),
+      ("d1", P.SUBMIT, {"owner": "c", "decoding": True})], ["t1:2+d1:1", "t2:2"]),
+    ("the typing head is capped while an answer rides", "typing+decode", 4, 8, 1.0,
+     [("t1", P.STREAM, {"owner": "a", "cost": 20}), ("d1", P.SUBMIT, {"owner": "c", "decoding": True})],
+     ["t1:8+d1:1"]),
+    ("typing rows share the stream budget", "typing+decode", 8, 4, 0.0,
+     [("d1", P.SUBMIT, {"owner": "c", "decoding": True}), ("t1", P.STREAM, {"owner": "a", "cost": 3}),
+      ("t2", P.STREAM, {"owner": "b", "cost": 3})], ["d1:1+t1:3+t2:1"]),
+    ("a typing row with no token left waits for the next forward", "typing+decode", 8, 3, 0.0,
+     [("d1", P.SUBMIT, {"owner": "c", "decoding": True}), ("t1", P.STREAM, {"owner": "a", "cost": 3}),
+      ("t2", P.STREAM, {"owner": "b", "cost": 2})], ["d1:1+t1:3", "t2:2"]),
+    ("pool and flash answers ride too", "typing+decode", 8, 8, 1.0,
+     [("t1", P.STREAM, {"owner": "a", "cost": 2}), ("d1", P.POOL, {"owner": "c", "decoding": True}),
+      ("f1", P.FLASH, {"owner": "d", "decoding": True})], ["f1:1+d1:1+t1:2"]),
+    ("without a streaming answer typing keeps the whole budget", "typing+decode", 4, 8, 0.0,
+     [("t1", P.STREAM, {"owner": "a", "cost": 20}), ("t2", P.STREAM, {"owner": "b", "cost": 20})],
+     ["t1:20+t2:20"]),
+    ("answer-ahead never rides ahead of a streaming answer", "typing+decode", 8, 8, 0.0,
+     [("ahead", P.IDLE, {"owner": "a"}), ("d1", P.SUBMIT, {"owner": "c", "decoding": True})],
+     ["d1:1", "ahead:1"]),
+    ("a submit's prefill still runs alone", "typing+decode", 8, 8, 0.0,
+     [("d1", P.SUBMIT, {"owner": "c", "decoding": True, "key": 1.0}), ("p1", P.SUBMIT, {"owner": "e", "key": 0.1, "cost": 30}),
+      ("t1", P.STREAM, {"owner": "a", "cost": 2})], ["p1:30", "d1:1+t1:2"]),
+    ("decode steps apart (typing,decode): a deferred one waits behind typing", "typing,decode", 8, 8, 1.0,
+     [("t1", P.STREAM, {"owner": "a", "cost": 20}), ("d1", P.SUBMIT, {"owner": "c", "decoding": True})],
+     ["t1:20", "d1:1"]),
+    ("all: answers ride a submit's prefill group, the prefill is not capped", "all", 8, 2, 0.0,
+     [("p1", P.SUBMIT, {"owner": "e", "key": 0.1, "cost": 30}),
+      ("d1", P.SUBMIT, {"owner": "c", "decoding": True, "key": 1.0}),
+      ("t1", P.STREAM, {"owner": "a", "cost": 5})], ["p1:30+d1:1+t1:2"]),
+]
+
+
+@pytest.mark.parametrize("situation,scope,rows,stream_tokens,defer_s,specs,expected", RIDE_CASES,
+                         ids=[c[0] for c in RIDE_CASES])
+def test_streaming_answers_ride_every_forward(situation, scope, rows, stream_tokens, defer_s, specs, expected):
+    scheduler = Scheduler(max_batch_rows=rows, max_batch_tokens=64, batch_scope=scope, decode_defer_s=defer_s,
+                          stream_tokens=stream_tokens)
+    queued(scheduler, specs)
+    assert run_groups(scheduler, 0.5) == expected
+
+
+def test_a_riding_typing_row_gets_its_cap_and_loses_it_when_no_answer_streams():
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", stream_tokens=3)
+    t, d = queued(scheduler, [("t", P.STREAM, {"owner": "a", "cost": 10}),
+                              ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
+    plan = scheduler.schedule(0.0)
+    assert plan.jobs == [d, t] and t.token_cap == 3 and d.token_cap is None
+    scheduler.update(plan, [StepOutcome(False), StepOutcome(True)], 0.0)  # the answer finished
+    plan = scheduler.schedule(0.0)
+    assert plan.jobs == [t] and t.token_cap is None and plan.num_tokens == 10

@@ -46,15 +46,22 @@ class EngineSettings(BaseSettings):
     # On the 2-core CPU we measure on, a batched forward of 8 sessions' few
     # tokens costs about what one session's lone multi-token forward does,
     # so batching typing rows (which a new submit preempts) multiplies typing
-    # throughput, and batching the answers' decode steps among themselves
-    # (continuous batching) frees the time for it. Wider scopes measured
-    # worse TTFT there (README).
+    # throughput, and batching the answers' decode steps (continuous batching)
+    # frees the time for it. Decode steps share the typing forwards
+    # ("typing+decode"): with decode steps apart ("typing,decode") an answer
+    # streaming while others type waited behind their typing forwards and
+    # reached its last token later than without anticipation (docs/benchmarks.md).
     batch_scope: Literal["typing", "typing,decode", "typing+decode", "all"] = Field(
-        "typing,decode",
+        "typing+decode",
         description="which jobs may share a batch: typing prefill; and decode steps apart (,) or with it (+); every job",
     )
     decode_defer_ms: float = Field(
-        1000.0, ge=0, description="a decode step waits behind typing prefill for at most this long (0: never)"
+        1000.0, ge=0, description="a decode step that cannot share a typing forward waits behind typing prefill "
+        "for at most this long (0: never)"
+    )
+    stream_typing_tokens: int = Field(
+        8, ge=1, description="typing tokens in a forward that carries streaming answers' decode steps (keeps the "
+        "inter-token gap near a decode-only forward's)"
     )
     # Measured per kernel choice by `headstart bench decode-step`.
     fast_path: Literal["off", "auto", "eager", "onednn", "inductor"] = Field(

@@ -69,7 +69,8 @@ class EngineRuntime:
                                           batch_invariant=settings.batch_invariant)
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
                                     max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
-                                    decode_defer_ms=settings.decode_defer_ms)
+                                    decode_defer_ms=settings.decode_defer_ms,
+                                    stream_typing_tokens=settings.stream_typing_tokens)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,

@@ -16,6 +16,21 @@ changed only here). Its rules, written once:
    DEFERRED_DECODE, behind typing (a typing step is a future submit's TTFT;
    a delayed decode step costs one inter-token gap), ahead of IDLE; then it
    takes its class back. FLASH decode steps are never deferred.
+   2b. **Answers ride every forward they may share.** When a group may carry
+   decode steps (scope "typing+decode" or "all"), the waiting decode steps
+   of streaming answers (FLASH, SUBMIT, POOL; `streaming`) join it before
+   any other row, deferred or not: a typing forward never runs while an
+   answer that could ride in it waits (with decode steps apart, "typing,
+   decode", an answer streaming while others type waited behind their
+   typing forwards, and its last token came later than with no
+   anticipation at all). Prefills of submits still run alone (rule 4).
+   2c. **Typing budget while answers stream.** In a group that carries such
+   decode steps the typing (STREAM) rows share `stream_tokens` new tokens,
+   in rank order, the group's head first; each is capped (`Job.token_cap`,
+   the typing step extends by at most that many) and one left with no token
+   waits for the next forward. So a decode forward stays about as cheap as
+   a decode-only one (weight-bound: a few more rows cost little) while
+   typing still moves at every forward.
 3. **Shortest prefill first.** Within a class, the job's `order_key` orders:
    requests before their first token run ahead of other requests' decode
    steps, shortest remaining prefill first (`GenerationRequest.schedule_key`);
@@ -24,7 +39,8 @@ changed only here). Its rules, written once:
    may be batched (`BatchScope`, `batch_kind`) the next ready jobs of the same
    kind and *other owners* join it (at most one row per cache) while the
    group has at most `max_batch_rows` rows and its estimated tokens fit
-   `max_batch_tokens`: a group is one forward, so a submit arriving
+   `max_batch_tokens` (rule 2c's smaller share for typing rows beside decode
+   steps): a group is one forward, so a submit arriving
    meanwhile waits for one bounded step. A submit's prefill runs alone unless
    the scope is "all": it is the TTFT, and a batched forward costs more.
 5. **Preemption** (`preempts`): a typing or answer-ahead step in flight
@@ -61,15 +77,16 @@ class Scheduler:
 
     def __init__(self, max_batch_rows: int = 1, max_batch_tokens: int = 64,
                  batch_scope: str | BatchScope = BatchScope.TYPING, decode_defer_s: float = 0.0,
-                 rerank_max_delay: int = 16):
-        if max_batch_rows < 1 or max_batch_tokens < 1:
-            raise ValueError("max_batch_rows and max_batch_tokens must be >= 1")
+                 rerank_max_delay: int = 16, stream_tokens: int = 8):
+        if max_batch_rows < 1 or max_batch_tokens < 1 or stream_tokens < 1:
+            raise ValueError("max_batch_rows, max_batch_tokens and stream_tokens must be >= 1")
         if rerank_max_delay < 0:
             raise ValueError("rerank_max_delay must be >= 0")
         self.max_batch_rows = max_batch_rows
         self.max_batch_tokens = max_batch_tokens
         self.batch_scope = BatchScope.parse(batch_scope)
         self.decode_defer_s = decode_defer_s
+        self.stream_tokens = stream_tokens
         self._waiting: list[Job] = []
         self._arrivals = itertools.count()
         # rule 6: tenant -> stamp of its last service; rule 7: the bound, and where blocks are
@@ -148,6 +165,8 @@ class Scheduler:
                 self._last_blocks = job.blocks
 
     def _group(self, ranked: list[tuple[Rank, Job]], failed: list) -> tuple[list[PlannedRow], BatchKind | None]:
+        for _, job in ranked:
+            job.token_cap = None  # set again below for the typing rows that ride with answers
         if not ranked:
             return [], None
         first_rank, first = ranked[0]
@@ -155,9 +174,17 @@ class Scheduler:
         kind = self.batch_kind(first)
         if self.max_batch_rows == 1 or kind is None:
             return rows, kind
+        # rule 2b: in a group that may carry decode steps, the streaming answers' steps join first
+        riders = [(rank, job) for rank, job in ranked[1:]
+                  if kind in (BatchKind.SHARED, BatchKind.ANY) and self.streaming(job) and self.batch_kind(job) == kind]
+        rider_ids = {id(job) for _, job in riders}
+        # rule 2c: with answers streaming, typing rows share `stream_tokens` (the head's share comes first)
+        left = self.stream_tokens if riders or self.streaming(first) else None
+        if left is not None and first.priority == Priority.STREAM:
+            rows[0], left = self._capped(rows[0], left)
         owners, tokens = {first.owner}, rows[0].num_tokens
         guard = scheduler_order.GroupGuard(self.rerank_max_delay, first)  # rule 7's bound
-        for rank, job in ranked[1:]:
+        for rank, job in riders + [pair for pair in ranked[1:] if id(pair[1]) not in rider_ids]:
             if len(rows) >= self.max_batch_rows:
                 break
             if not guard.allows(job) or job.owner in owners or self.batch_kind(job) != kind:
@@ -168,14 +195,34 @@ class Scheduler:
             except Exception as exc:
                 failed.append((job, exc))
                 continue
-            if tokens + cost > self.max_batch_tokens:
+            row = PlannedRow(job, rank, cost)
+            if left is not None and job.priority == Priority.STREAM:
+                if left < 1:
+                    guard.left_out(job)
+                    continue
+                row, left = self._capped(row, left)
+            if tokens + row.num_tokens > self.max_batch_tokens:
+                job.token_cap = None
                 guard.left_out(job)
                 continue  # a smaller job further down may still fit
             guard.took(job)
-            rows.append(PlannedRow(job, rank, cost))
+            rows.append(row)
             owners.add(job.owner)
-            tokens += cost
+            tokens += row.num_tokens
         return rows, kind
+
+    @staticmethod
+    def _capped(row: PlannedRow, left: int) -> tuple[PlannedRow, int]:
+        """A typing row riding with answers: at most `left` new tokens
+        (`Job.token_cap`); returns it and the typing tokens still left."""
+        cost = min(row.num_tokens, left)
+        row.job.token_cap = cost
+        return PlannedRow(row.job, row.rank, cost), left - cost
+
+    def streaming(self, job: Job) -> bool:
+        """A decode step of a streaming answer (FLASH, SUBMIT or POOL): someone
+        waits for its next token (rules 2b, 2c)."""
+        return job.decode_step and job.priority <= Priority.POOL
 
     def rank(self, job: Job, now: float) -> Rank:
         """(class, priority, key, arrival): lower runs first (rules 1-3)."""

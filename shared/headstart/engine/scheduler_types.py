@@ -121,6 +121,10 @@ class Job:
         self.queued_at = 0.0  # a deferred step's wait counts from here
         self.decode_step = False  # `decoding()` as read at the last (re)queue
         self.running_class = float(priority)  # its rank class when it last started (preemption)
+        # Set by the scheduler for the step it plans now: at most this many new
+        # tokens (a typing row riding with answers' decode steps); None: no cap.
+        # A step that cannot split its work may ignore it.
+        self.token_cap: int | None = None
         self.done = threading.Event()
         self.error: BaseException | None = None
         self.cancelled = False

@@ -67,7 +67,10 @@ class SessionSteps:
         self._ahead.reset()
         # keeps_logits: the last token's logits at hand at submit (headstart policy)
         inflight = InFlight(None, self._kv.num_tokens)
-        commit = start_commit(self.model, self._kv, target.ids, self.limits.chunk_tokens, self.policy.keeps_logits,
+        # the scheduler caps a typing row that rides with streaming answers (its rule 2c)
+        chunk = self.limits.chunk_tokens if job is None or job.token_cap is None \
+            else max(1, min(self.limits.chunk_tokens, job.token_cap))
+        commit = start_commit(self.model, self._kv, target.ids, chunk, self.policy.keeps_logits,
                               lambda: self._should_stop(inflight, job),
                               lambda c, result: self._typing_committed(job, inflight, c, result, target, text, seq))
         self.wasted_tokens += commit.dropped

@@ -50,8 +50,9 @@ class ForwardWorker:
 
     def __init__(self, max_queued: int = 1024, name: str = "headstart-forward",
                  max_batch_rows: int = 1, max_batch_tokens: int = 64, batch_scope: str = "typing",
-                 decode_defer_ms: float = 0.0):
-        self.scheduler = Scheduler(max_batch_rows, max_batch_tokens, batch_scope, decode_defer_ms / 1000.0)
+                 decode_defer_ms: float = 0.0, stream_typing_tokens: int = 8):
+        self.scheduler = Scheduler(max_batch_rows, max_batch_tokens, batch_scope, decode_defer_ms / 1000.0,
+                                   stream_tokens=stream_typing_tokens)
         self.max_queued = max_queued
         self.batched_groups = 0  # plans of more than one row
         # forwards of more than one row, and the rows they ran
