@@ -108,6 +108,11 @@ def convert_to_gguf(spec: str, gguf_type: str = "f32", seed: int = 0, force: boo
     if out.is_file() and not force:
         return out
     src = converter_dir()
+    import importlib.util
+
+    if importlib.util.find_spec("sentencepiece") is None:  # the converter imports it at its top
+        raise PeerUnavailable("llama.cpp's GGUF converter needs sentencepiece: pip install 'sentencepiece>=0.2,<0.3' "
+                              "(part of the peer extra)")
     hf = export_hf_dir(spec, seed=seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
