@@ -24,8 +24,11 @@ from bench.peer_llamacpp import prompt_text
 
 def llama_steps(url: str, prompt: str, n: int) -> list[dict]:
     """llama-server's greedy tokens with the top-2 (token, logprob) of each step."""
+    # NOTE: the penalties said explicitly: the GGUF carries the model's generation_config defaults
+    # (repetition_penalty 1.05 for Qwen2.5), which llama-server applies to requests that do not
     body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "n_probs": 2, "cache_prompt": False,
-            "return_tokens": True, "post_sampling_probs": False}
+            "return_tokens": True, "post_sampling_probs": False, "repeat_penalty": 1.0, "frequency_penalty": 0.0,
+            "presence_penalty": 0.0, "dry_multiplier": 0.0}
     r = httpx.post(f"{url}/completion", json=body, timeout=600.0)
     r.raise_for_status()
     out = []

@@ -24,6 +24,9 @@ from headstart.peer.server_build import find_llama_server
 
 HAS_SERVER = find_llama_server() is not None
 needs_server = pytest.mark.skipif(not HAS_SERVER, reason="llama-server (C++) is not built: headstart peer build-server")
+# The GGUF carries the model's generation_config (repetition_penalty 1.05), which llama-server applies
+# by default: greedy means saying no penalties (as the benches' OpenAI requests do).
+NO_PENALTIES = {"repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "dry_multiplier": 0.0}
 PROMPTS = ["How many singers are there?", "List the names of all countries in Europe, sorted by population.",
            "what is the average   age of\tteachers?"]
 
@@ -57,7 +60,7 @@ def _our_greedy(loaded, ids: list[int], new_tokens: int) -> list[int]:
 def _native_completion(url: str, prompt: str, n: int, **extra) -> dict:
     """llama-server's own /completion: greedy, the generated token ids returned."""
     body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "return_tokens": True, "cache_prompt": True,
-            "ignore_eos": True, **extra}
+            "ignore_eos": True, **NO_PENALTIES, **extra}
     r = httpx.post(f"{url}/completion", json=body, timeout=300.0)
     r.raise_for_status()
     return r.json()
@@ -112,7 +115,7 @@ def test_cpp_server_serves_two_requests_at_once_in_two_slots(run_home, tiny):
 
         def run_a():
             body = {"prompt": a_prompt, "n_predict": long_n, "temperature": 0.0, "ignore_eos": True,
-                    "stream": True, "return_tokens": True}
+                    "stream": True, "return_tokens": True, **NO_PENALTIES}
             tokens = []
             with httpx.stream("POST", f"{server.url}/completion", json=body, timeout=600) as r:
                 for line in r.iter_lines():
