@@ -189,7 +189,9 @@ def test_cpp_server_command_sets_slots_context_cache_and_threads(run_home, tmp_p
     assert flag("--parallel") == "4" and flag("--ctx-size") == "4096" and "--no-kv-unified" in cmd
     assert flag("--threads") == flag("--threads-batch") == "3"
     assert "--cont-batching" in cmd and "--cache-prompt" in cmd and flag("--cache-reuse") == "0"
-    assert flag("--cache-type-k") == flag("--cache-type-v") == "f32"
+    assert flag("--cache-type-k") == flag("--cache-type-v") == "f32" and flag("--flash-attn") == "off"
+    defaults = LlamaServerCpp(str(gguf), cache_type="f16", binary=binary).command()  # llama.cpp's own numerics
+    assert defaults[defaults.index("--flash-attn") + 1] == "auto" and defaults[defaults.index("--cache-type-k") + 1] == "f16"
     assert server.describe() == "llama-server (C++) -np 4"
 
 

@@ -19,7 +19,8 @@ def llamacpp(
     server: str = typer.Option("auto", help="cpp (llama-server, parallel slots), python (llama-cpp-python, one "
                                             "request at a time) or auto (cpp when built)"),
     parallel: int = typer.Option(1, "--parallel", "-np", help="slots of the C++ server (concurrent requests)"),
-    cache_type: str = typer.Option("f32", help="KV cache type of the C++ server: f32 (as ours) or f16 (its default)"),
+    cache_type: str = typer.Option("f32", help="attention numerics of the C++ server: f32 (KV f32, flash attention off: as ours) or f16 "
+                                               "(llama.cpp's defaults: KV f16, flash attention auto)"),
     seed: int = typer.Option(0, help="seed of the random weights (as our engine's)"),
     convert_only: bool = typer.Option(False, help="write the GGUF (cached under the run dir), print its path, exit"),
 ):

@@ -13,9 +13,13 @@ Built from the vendored source by `headstart peer build-server`
   chunks *after* a difference by shifting their positions (RoPE), which
   changes the numbers, and the only such chunk here (the template's tail
   after the question) is a few tokens;
-- the KV cache in f32 by default (`-ctk/-ctv`), as our float32 engine keeps
-  it: llama.cpp's default f16 cache rounds every K and V (see the README on
-  the greedy-text mismatch); `cache_type="f16"` gives its default;
+- attention in f32 by default: the KV cache in f32 (`-ctk/-ctv`), as our
+  float32 engine keeps it, and flash attention off (`-fa off`): llama.cpp's
+  CPU flash attention rounds to f16 whatever the cache type (its logits are
+  the same with an f32 and an f16 cache), which moves a top-2 logit gap by
+  ~0.1 on the 0.5B model and flipped a near-tie (the README's "text
+  mismatch"); `cache_type="f16"` gives llama.cpp's defaults (f16 cache,
+  `-fa auto`: on for this CPU);
 - the same threads for prompt and decode as one of our replicas.
 """
 
@@ -63,7 +67,8 @@ class LlamaServerCpp(PeerProcess):
                 "--host", "127.0.0.1", "--port", str(self.port), "--threads", t, "--threads-batch", t,
                 "--parallel", str(n), "--ctx-size", str(n * self.ctx_per_slot), "--no-kv-unified",
                 "--cont-batching", "--cache-prompt", "--cache-reuse", "0",
-                "--cache-type-k", self.cache_type, "--cache-type-v", self.cache_type, "--no-webui"]
+                "--cache-type-k", self.cache_type, "--cache-type-v", self.cache_type,
+                "--flash-attn", "off" if self.cache_type == "f32" else "auto", "--no-webui"]
 
     def ready(self) -> bool:
         # /health answers 503 while the model loads, 200 once slots take requests
