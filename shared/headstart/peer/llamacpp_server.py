@@ -9,7 +9,8 @@ settings a fair comparison needs are set here, not left to defaults:
   position, which no serving engine does;
 - `--interrupt_requests false`: by default a new request aborts the one
   streaming, which would cut other users' answers short;
-- the same threads for prompt and decode.
+- the same threads for prompt and decode;
+- K and V in f32 (`--type_k/--type_v 0`), as our float32 engine keeps them.
 
 llama-cpp-python's server runs one request at a time (a global lock): it has
 no parallel slots and no continuous batching. Concurrent requests queue.
@@ -140,7 +141,10 @@ class LlamaCppServer(PeerProcess):
                 "--host", "127.0.0.1", "--port", str(self.port),
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
                 "--n_ctx", str(self.n_ctx), "--cache", "true", "--cache_type", "ram",
-                "--logits_all", "false", "--interrupt_requests", "false", "--verbose", "false"]
+                "--logits_all", "false", "--interrupt_requests", "false", "--verbose", "false",
+                # K and V in f32 (GGML_TYPE_F32 = 0), as ours: its default f16 cache rounds them (README:
+                # the text mismatch); flash attention stays off (its default), which on CPU is f16 too
+                "--type_k", "0", "--type_v", "0"]
 
     def tokenize(self, text: str) -> list[int]:
         """The server's own tokens for `text` (special tokens parsed, as its completions do)."""
