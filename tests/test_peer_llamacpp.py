@@ -143,7 +143,9 @@ def test_bench_ttft_runs_the_llamacpp_mode_beside_ours(tmp_path):
     assert set(report["modes"]) == {"cold", "prefix", "paper", "headstart", "llamacpp"}
     peer = report["llamacpp"]
     assert peer["same_prompt_tokens"] and peer["same_text_as_cold"] and peer["decode_step_ms"] > 0
-    assert "one decode step of llama.cpp" in (out / "ttft.md").read_text()
+    text = (out / "ttft.md").read_text()
+    assert "one llama.cpp decode step on the same weights" in text and f"llamacpp ran on {peer['server']}" in text
+    assert "p50/llamacpp" in text and report["modes"]["llamacpp"]["p50_vs_llamacpp"] == 1.0
 
 
 def test_bad_llamacpp_choice_is_a_clear_error():
