@@ -3,11 +3,14 @@
 For each concurrency N and each client path (WebSocket, gRPC), N typists type
 world_1 questions from Spider dev at human speed and press Enter; the same is
 repeated without anticipation (nothing sent while typing: the prefix-caching
-baseline). With llama-cpp-python installed (the `peer` extra), llamacpp
-rows too: the same typists asking llama.cpp on the same weights through its
-OpenAI API (`bench/serve_llamacpp.py`). Reported per (mode, path, N): client TTFT p50/p99, engine TTFT,
-tokens computed at submit, and the per-keystroke gateway→replica round trip
-(from the gateway's snapshot acks). Writes serve.json, serve.md and serve.png
+baseline). With a llama.cpp server available (the C++ `llama-server`, with
+`-np N` at each N, when built; else llama-cpp-python's), llamacpp rows too:
+the same typists asking llama.cpp on the same weights through its OpenAI API
+(`bench/serve_llamacpp.py`). Reported per (mode, path, N): client TTFT
+p50/p99, engine TTFT, the time to the last token (p50/p99, client side),
+both as ratios to llamacpp's at the same N, tokens computed at submit, and
+the per-keystroke gateway→replica round trip (from the gateway's snapshot
+acks). Writes serve.json, serve.md and serve.png
 to `out_dir`. A benchmark, not a test: it never fails on a timing.
 """
 
@@ -47,6 +50,7 @@ def summarize(samples: list[Sample], rtts: list[float]) -> dict:
         "total_p50_ms": percentile([s.total_ms for s in ok], 50),
         # submit sent -> last token received, at the client: the one total every engine is measured by
         "client_total_p50_ms": percentile([s.client_total_ms for s in ok if s.client_total_ms is not None], 50),
+        "client_total_p99_ms": percentile([s.client_total_ms for s in ok if s.client_total_ms is not None], 99),
         "computed_at_submit_mean": statistics.fmean(computed) if computed else None,
         "keystroke_rtt_p50_ms": percentile([r * 1000 for r in rtts], 50),
         "keystroke_rtt_p99_ms": percentile([r * 1000 for r in rtts], 99),
@@ -69,7 +73,7 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
     """Rounds of the two modes alternate (anticipatory, prefix, prefix,
     anticipatory, ...), so a machine whose speed drifts during the run (a
     shared CPU does) weighs on both sides of each ratio alike. `peer`
-    (server, prompt builder): a llamacpp round follows each round."""
+    (`PeerRows`): a llamacpp round follows each round."""
     from bench.serve_llamacpp import llamacpp_round
 
     metrics = stack.gateway.service.metrics
@@ -78,6 +82,7 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
         got: dict[tuple[bool, str], list[Sample]] = {}
         rtts: dict[tuple[bool, str], list[float]] = {}
         wall: dict[tuple[bool, str], float] = {}
+        server = peer.at(n) if peer else None  # llama-server restarted with -np N
         for r in range(rounds):
             for path in PATHS:
                 for anticipate in ((True, False) if r % 2 == 0 else (False, True)):
@@ -91,14 +96,16 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
             if peer:
                 key = ("llamacpp", "openai")
                 started = time.perf_counter()
-                got.setdefault(key, []).extend(await llamacpp_round(*peer, n, questions, r, rounds, typist,
-                                                                    max_new_tokens))
+                got.setdefault(key, []).extend(await llamacpp_round(server, peer.builder, n, questions, r, rounds,
+                                                                    typist, max_new_tokens))
                 wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
                 rtts[key] = []
         for key in [(a, p) for a in (True, False) for p in PATHS] + ([("llamacpp", "openai")] if peer else []):
             anticipate, path = key
             mode = anticipate if isinstance(anticipate, str) else "anticipatory" if anticipate else "prefix"
             row = {"mode": mode, "path": path, "n": n, "wall_s": wall[key], **summarize(got[key], rtts[key])}
+            if mode == "llamacpp":
+                row["server"] = server.describe()
             rows.append(row)
             samples += [dict(s.as_dict(), n=n) for s in got[key]]
             say(_format_row(row))
@@ -108,34 +115,36 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
 def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
                     rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
-                    db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto") -> dict:
-    """Run the benchmark on a local stack it starts and stops; returns the JSON it writes."""
+                    db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto",
+                    llamacpp_server: str = "auto") -> dict:
+    """Run the benchmark on a local stack it starts and stops; returns the JSON it writes.
+    `llamacpp` (auto|on|off) and `llamacpp_server` (auto|cpp|python): the llama.cpp rows."""
     from services.launcher import default_replica_threads, serve_command
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     questions = [q["question"] for q in spider_questions([db], 40, seed)]
     typist = Typist(wpm=wpm, pause_s=pause_s, seed=seed)
-    # llama.cpp gets the threads one replica gets (f32, the same weights); None when not installed.
-    server = start_peer(model, llamacpp, default_replica_threads(device, replicas), say=say) if dtype == "float32" \
-        else None
-    stack = None
+    # llama.cpp gets the threads one replica gets (f32, the same weights); None when not available.
+    server = start_peer(model, llamacpp, default_replica_threads(device, replicas), say=say, server=llamacpp_server,
+                        parallel=concurrency[0]) if dtype == "float32" else None
+    stack = peer = None
     try:
         stack = serve_command(model=model, dtype=dtype, device=device, replicas=replicas, port=0, grpc_port=0,
                               block=False, say=say)
         _warm_up(stack, db, say)
-        peer = None
         if server:
-            from bench.serve_llamacpp import prompt_builder, warm_up
+            from bench.serve_llamacpp import PeerRows, prompt_builder
 
-            peer = (server, prompt_builder(db))
-            warm_up(*peer, say=say)
+            peer = PeerRows(server, prompt_builder(db), say=say)
         # NOTE: one event loop for every round: grpc.aio binds to the first loop it runs on.
         rows, samples = asyncio.run(_all_rounds(stack, concurrency, questions, rounds, db, typist,
                                                 max_new_tokens, say, peer))
     finally:
         if stack:
             stack.stop()
+        if peer:
+            peer.stop()
         if server:
             server.stop()
     engine = EngineSettings()  # the replicas' scheduler settings (from HEADSTART_* like theirs)
@@ -146,7 +155,9 @@ def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b
                          "max_batch_rows": engine.max_batch_rows, "cpu_blas_env": blas if device == "cpu" else {},
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
                          "max_new_tokens": max_new_tokens, "db": db,
-                         "llamacpp": None if server is None else {"gguf": server.gguf.name, "threads": server.threads}},
+                         "llamacpp": None if server is None else {
+                             "gguf": server.gguf.name, "threads": server.threads, "server": server.kind,
+                             "parallel": "N at each N" if server.kind == "cpp" else 1}},
               "rows": rows, "samples": samples}
     (out_dir / "serve.json").write_text(json.dumps(report, indent=2))
     (out_dir / "serve.md").write_text(table(rows))
@@ -174,14 +185,25 @@ def _format_row(row: dict) -> str:
             f"keystroke rtt p50 {_fmt(row['keystroke_rtt_p50_ms'])} ms, errors {row['num_errors']}")
 
 
+def _ratio(row: dict, rows: list[dict], stat: str) -> str:
+    """`row[stat]` over the llamacpp row's at the same N (< 1: faster than llama.cpp); '-' without one."""
+    peer = next((p for p in rows if p["mode"] == "llamacpp" and p["n"] == row["n"]), None)
+    if peer is None or row.get(stat) is None or not peer.get(stat):
+        return "-"
+    return f"{row[stat] / peer[stat]:.2f}"
+
+
 def table(rows: list[dict]) -> str:
     head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | total p50 ms | client total p50 ms | "
+            "client total p99 ms | TTFT p50 / llamacpp | client total p50 / llamacpp | "
             "computed@submit | keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
-        f"| {r['mode']} | {r['path']} | {r['n']} | {_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p99_ms'])} | "
+        f"| {r['mode']}{f' ({s})' if (s := r.get('server')) else ''} | {r['path']} | {r['n']} | "
+        f"{_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p99_ms'])} | "
         f"{_fmt(r['engine_ttft_p50_ms'])} | {_fmt(r.get('total_p50_ms'))} | {_fmt(r.get('client_total_p50_ms'))} | "
-        f"{_fmt(r['computed_at_submit_mean'])} | "
+        f"{_fmt(r.get('client_total_p99_ms'))} | {_ratio(r, rows, 'ttft_p50_ms')} | "
+        f"{_ratio(r, rows, 'client_total_p50_ms')} | {_fmt(r['computed_at_submit_mean'])} | "
         f"{_fmt(r['keystroke_rtt_p50_ms'])} | {_fmt(r['keystroke_rtt_p99_ms'])} | {r['num_errors']} |\n"
         for r in rows)
 

@@ -11,9 +11,10 @@ cold and prefix do no work while the user types, so their typing time is not
 replayed (the engine is idle then either way); the sessions are replayed in
 real time. Also measured: one decode step on a warm cache, the floor.
 - llamacpp (optional, `bench/ttft_llamacpp.py`): llama.cpp on the same weights,
-  the question sent at Enter, its prefix cache warm; skipped with a note when
-  llama-cpp-python (the `peer` extra) is not installed. Its decode step is
-  printed beside ours.
+  the question sent at Enter, its prefix cache warm: the C++ `llama-server`
+  (one slot: one user) when built, else llama-cpp-python's server; skipped
+  with a note when neither is available. Its decode step is printed beside
+  ours, and every mode's p50 TTFT and total are given as ratios to its.
 """
 
 from __future__ import annotations
@@ -54,15 +55,18 @@ def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> flo
 
 def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
                    seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path,
-                   table_cache: str = "off", llamacpp: str = "auto", fast_path: str = "auto") -> dict:
+                   table_cache: str = "off", llamacpp: str = "auto", llamacpp_server: str = "auto",
+                   fast_path: str = "auto") -> dict:
     """With `table_cache` on, prefix and the sessions start from table blocks
     (outputs may then differ from cold: block assembly changes attention).
-    `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when installed).
+    `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when available);
+    `llamacpp_server` (auto|cpp|python): which llama.cpp server runs it.
     `fast_path`: the kernels of every mode's forwards (cold, prefix and the
     sessions alike, `model_runner.enable_fast_path`)."""
     if fast_path not in FAST_PATHS:
         raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(FAST_PATHS)}")
-    peer = start_peer(model, llamacpp, threads)  # first: `--llamacpp on` without the extra fails at once
+    # first: `--llamacpp on` without a llama.cpp server fails at once
+    peer = start_peer(model, llamacpp, threads, server=llamacpp_server, parallel=1)
     runtime = build_runtime(model=model, dtype=dtype, device=device, threads=threads,
                             p0_cache_on_disk=False, table_cache=table_cache, fast_path=fast_path)
     print(f"fast path: {runtime.fast_path}", flush=True)
@@ -76,8 +80,10 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
             from bench.ttft_llamacpp import LlamaCppTtft
 
             peer_mode = LlamaCppTtft(peer, runtime, dbs)
-            peer_decode = peer_mode.decode_step_ms(dbs[0])
-            print(f"one decode step: llama.cpp {peer_decode['decode_step_ms']:.1f} ms, ours {decode_ms:.1f} ms", flush=True)
+            peer_decode = peer_mode.decode_step_ms(dbs[0]) or {}
+            if peer_decode:
+                print(f"one decode step: llama.cpp {peer_decode['decode_step_ms']:.1f} ms, ours {decode_ms:.1f} ms",
+                      flush=True)
         rows = []
         picked = spider_questions(dbs, questions, seed)
         for i, q in enumerate(picked):
@@ -113,6 +119,9 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
         runtime.shutdown()
         if peer:
             peer.stop()
+    if peer:
+        peer_decode = dict(peer_decode, server=peer.describe(), threads=peer.threads,
+                           server_decode_step_ms=peer_mode.server_decode_step_ms())
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                                            max_new_tokens=max_new_tokens, table_cache=table_cache,
@@ -136,6 +145,7 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             "computed_tokens_at_submit_mean": _mean(r["computed_tokens_at_submit"] for r in mine),
             "wasted_tokens_mean": statistics.fmean(r["wasted_tokens"] for r in mine),
             "total_p50_ms": summarize_ms([r["total_ms"] for r in mine])["p50_ms"],
+            "total_p99_ms": summarize_ms([r["total_ms"] for r in mine])["p99_ms"],
             "answer_tokens_ready_mean": statistics.fmean(r["answer_tokens_ready_at_submit"] for r in mine),
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
         }
@@ -145,34 +155,49 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
         stats["p50_vs_prefix"] = stats["p50_ms"] / prefix
         stats["p50_vs_decode_step"] = stats["p50_ms"] / decode_ms
         stats["total_p50_vs_prefix"] = stats["total_p50_ms"] / modes["prefix"]["total_p50_ms"]
+        if "llamacpp" in modes:  # ratios to the peer engine: < 1 is faster than llama.cpp
+            stats["p50_vs_llamacpp"] = stats["p50_ms"] / modes["llamacpp"]["p50_ms"]
+            stats["total_p50_vs_llamacpp"] = stats["total_p50_ms"] / modes["llamacpp"]["total_p50_ms"]
     peer = [r for r in rows if r["mode"] not in MODES]
+    peer_step = None if peer_decode is None else (peer_decode.get("decode_step_ms")
+                                                  or peer_decode.get("server_decode_step_ms"))
     return {"config": config, "decode_step_ms": decode_ms,
             "outputs_identical": all(r["identical_to_cold"] for r in rows if r["mode"] in MODES),
             "llamacpp": None if peer_decode is None else {
-                "decode_step_ms": peer_decode["decode_step_ms"], "ours_vs_llamacpp_decode": decode_ms / peer_decode[
-                    "decode_step_ms"], "same_prompt_tokens": all(r["same_prompt_tokens"] for r in peer),
-                "same_text_as_cold": all(r["identical_to_cold"] for r in peer), "gguf_decode": peer_decode},
+                "server": peer_decode.get("server"), "threads": peer_decode.get("threads"),
+                "decode_step_ms": peer_step, "decode_step_source": "llama-cpp-python in-process"
+                if peer_decode.get("decode_step_ms") else "llama-server timings (predicted_per_token_ms)",
+                "ours_vs_llamacpp_decode": decode_ms / peer_step if peer_step else None,
+                "same_prompt_tokens": all(r["same_prompt_tokens"] for r in peer),
+                "same_text_as_cold": all(r["identical_to_cold"] for r in peer),
+                "same_text_count": sum(r["identical_to_cold"] for r in peer), "questions": len(peer),
+                "gguf_decode": peer_decode},
             "modes": modes, "rows": rows}
 
 
 def _write(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "ttft.json", report)
+    peer = report.get("llamacpp")
+    vs_peer = peer is not None and "p50_vs_llamacpp" in report["modes"]["cold"]
     header = ["mode", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix", "p50/decode step",
               "computed@submit", "wasted tokens", "answer tokens ready", f"p50 total ms ({{n}} tokens)",
-              "p50 total/prefix"]
+              "p99 total ms", "p50 total/prefix"] + (["p50/llamacpp", "p50 total/llamacpp"] if vs_peer else [])
     rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
              f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
              f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}",
-             f"{s['answer_tokens_ready_mean']:.1f}", s["total_p50_ms"], f"{s['total_p50_vs_prefix']:.3f}"]
+             f"{s['answer_tokens_ready_mean']:.1f}", s["total_p50_ms"], s["total_p99_ms"],
+             f"{s['total_p50_vs_prefix']:.3f}"]
+            + ([f"{s['p50_vs_llamacpp']:.3f}", f"{s['total_p50_vs_llamacpp']:.3f}"] if vs_peer else [])
             for m, s in report["modes"].items()]
-    header[-2] = header[-2].format(n=report["config"]["max_new_tokens"])
-    peer = report.get("llamacpp")
-    peer_line = ("llamacpp mode: not run (llama-cpp-python not installed or --llamacpp off)\n" if peer is None else
-                 f"one decode step of llama.cpp on the same weights (GGUF f32, {peer['gguf_decode']['threads']} "
-                 f"threads): {peer['decode_step_ms']:.1f} ms, ours / llama.cpp = {peer['ours_vs_llamacpp_decode']:.2f}; "
-                 f"llama.cpp saw our prompt tokens: {peer['same_prompt_tokens']}, "
-                 f"its text equals our cold output: {peer['same_text_as_cold']}\n")
+    header[11] = header[11].format(n=report["config"]["max_new_tokens"])
+    peer_line = ("llamacpp mode: not run (no llama.cpp server available, or --llamacpp off)\n" if peer is None else
+                 f"llamacpp ran on {peer['server']} ({peer['threads']} threads, GGUF f32); "
+                 + (f"one llama.cpp decode step on the same weights ({peer['decode_step_source']}): "
+                    f"{peer['decode_step_ms']:.1f} ms, ours / llama.cpp = {peer['ours_vs_llamacpp_decode']:.2f}; "
+                    if peer["decode_step_ms"] else "")
+                 + f"llama.cpp saw our prompt tokens: {peer['same_prompt_tokens']}, its text equals our cold "
+                   f"output: {peer['same_text_as_cold']} ({peer['same_text_count']} of {peer['questions']})\n")
     c = report["config"]
     table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads, fast path "
              f"{c.get('fast_path', 'off')}), dbs {' '.join(c['dbs'])}, "

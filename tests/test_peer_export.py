@@ -70,9 +70,12 @@ def test_export_of_a_bad_spec_is_a_typed_error(run_home, tmp_path):
 
 
 @pytest.mark.skipif(HAS_LLAMA_CPP, reason="checks the behaviour without the peer extra")
-def test_without_the_extra_gguf_and_server_say_how_to_install(run_home):
+def test_without_the_extra_gguf_and_server_say_how_to_install(run_home, monkeypatch):
     from headstart.peer.gguf_convert import PeerUnavailable, convert_to_gguf
     from headstart.peer.llamacpp_server import LlamaCppServer
+
+    # nor a built C++ llama-server, whose source tree would hold the converter
+    monkeypatch.setenv("HEADSTART_LLAMA_SERVER", str(run_home / "no-llama-server"))
 
     with pytest.raises(PeerUnavailable, match="peer extra"):
         convert_to_gguf("random:tiny", "f32")

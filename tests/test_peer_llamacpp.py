@@ -110,13 +110,16 @@ def _bench_ttft(tmp_path, *extra):
 
 
 @pytest.mark.skipif(HAS_LLAMA_CPP, reason="checks the behaviour without the peer extra")
-def test_bench_ttft_skips_the_llamacpp_mode_with_a_note_without_the_extra(tmp_path):
+def test_bench_ttft_skips_the_llamacpp_mode_with_a_note_without_the_extra(tmp_path, monkeypatch):
     from bench.peer_llamacpp import start_peer
     from bench.ttft import _report, _write
 
+    # and without a built C++ llama-server (this checkout may have one under .headstart/peer)
+    monkeypatch.setenv("HEADSTART_LLAMA_SERVER", str(tmp_path / "no-llama-server"))
+
     notes: list[str] = []
     assert start_peer("random:tiny", "auto", 2, say=notes.append) is None
-    assert "llamacpp mode skipped" in notes[0] and "peer extra" in notes[0]
+    assert "llamacpp mode skipped" in notes[0] and "peer extra" in notes[0] and "build-server" in notes[0]
     # The report and its table without the mode (what run_ttft_bench writes then).
     rows = [{"mode": m, "ttft_ms": 5.0, "total_ms": 9.0, "computed_tokens_at_submit": 1, "wasted_tokens": 0,
              "answer_tokens_ready_at_submit": 0, "prompt_tokens": 50, "identical_to_cold": True}
@@ -140,7 +143,9 @@ def test_bench_ttft_runs_the_llamacpp_mode_beside_ours(tmp_path):
     assert set(report["modes"]) == {"cold", "prefix", "paper", "headstart", "llamacpp"}
     peer = report["llamacpp"]
     assert peer["same_prompt_tokens"] and peer["same_text_as_cold"] and peer["decode_step_ms"] > 0
-    assert "one decode step of llama.cpp" in (out / "ttft.md").read_text()
+    text = (out / "ttft.md").read_text()
+    assert "one llama.cpp decode step on the same weights" in text and f"llamacpp ran on {peer['server']}" in text
+    assert "p50/llamacpp" in text and report["modes"]["llamacpp"]["p50_vs_llamacpp"] == 1.0
 
 
 def test_bad_llamacpp_choice_is_a_clear_error():

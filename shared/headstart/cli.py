@@ -179,7 +179,9 @@ def bench_ttft(
     max_new_tokens: int = typer.Option(32, help="answer tokens per question: the table shows the p50 time to the last one per mode"),
     out: Path = typer.Option(Path("bench-out/ttft")),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
-    llamacpp: str = typer.Option("auto", help="llama.cpp peer mode: auto (when the peer extra is installed), on, off"),
+    llamacpp: str = typer.Option("auto", help="llama.cpp peer mode: auto (when a llama.cpp server is available), on, off"),
+    llamacpp_server: str = typer.Option("auto", help="which llama.cpp server: cpp (llama-server, `headstart peer "
+                                                     "build-server`), python (llama-cpp-python), auto (cpp when built)"),
     fast_path: str = typer.Option("auto", help="kernels of every mode's forwards (HEADSTART_FAST_PATH): "
                                   "off | auto | eager | onednn | inductor"),
 ):
@@ -194,7 +196,7 @@ def bench_ttft(
         run_ttft_bench(model=model, dbs=_split(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
                        pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                        max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp,
-                       fast_path=fast_path)
+                       fast_path=fast_path, llamacpp_server=llamacpp_server)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without the extra, or a bad choice
         _fail(str(exc))
 
@@ -273,7 +275,10 @@ def bench_serve(
     db: str = typer.Option("world_1"),
     seed: int = typer.Option(0),
     out: Path = typer.Option(Path("bench-out/serve")),
-    llamacpp: str = typer.Option("auto", help="llama.cpp peer rows: auto (when the peer extra is installed), on, off"),
+    llamacpp: str = typer.Option("auto", help="llama.cpp peer rows: auto (when a llama.cpp server is available), on, off"),
+    llamacpp_server: str = typer.Option("auto", help="which llama.cpp server: cpp (llama-server with -np N at each N; "
+                                                     "`headstart peer build-server`), python (llama-cpp-python, one "
+                                                     "request at a time), auto (cpp when built)"),
 ):
     """N concurrent typists (WebSocket and gRPC) against the local stack, vs the prefix baseline."""
     from bench.serve import run_serve_bench
@@ -283,8 +288,9 @@ def bench_serve(
     try:
         run_serve_bench(out, model=model, dtype=dtype, device=device, replicas=replicas,
                         concurrency=tuple(concurrency), rounds=rounds, wpm=wpm, pause_s=pause,
-                        max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo, llamacpp=llamacpp)
-    except PeerUnavailable as exc:  # --llamacpp on without the extra
+                        max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo, llamacpp=llamacpp,
+                        llamacpp_server=llamacpp_server)
+    except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without a llama.cpp server, or a bad choice
         _fail(str(exc))
 
 

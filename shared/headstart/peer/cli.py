@@ -1,4 +1,4 @@
-"""`headstart peer llamacpp`: serve our weights with llama.cpp (the `peer` extra)."""
+"""`headstart peer ...`: serve our weights with llama.cpp (C++ `llama-server` or llama-cpp-python)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ def llamacpp(
     port: int = typer.Option(0, help="port on 127.0.0.1 (0: a free one)"),
     dtype: str = typer.Option("f32", help="GGUF type: f32 or f16"),
     threads: int = typer.Option(2, help="threads for prompt and decode"),
-    n_ctx: int = typer.Option(4096, help="context size"),
+    server: str = typer.Option("auto", help="cpp (llama-server, parallel slots), python (llama-cpp-python, one "
+                                            "request at a time) or auto (cpp when built)"),
+    parallel: int = typer.Option(1, "--parallel", "-np", help="slots of the C++ server (concurrent requests)"),
+    cache_type: str = typer.Option("f32", help="attention numerics of the C++ server: f32 (KV f32, flash attention off: as ours) or f16 "
+                                               "(llama.cpp's defaults: KV f16, flash attention auto)"),
     seed: int = typer.Option(0, help="seed of the random weights (as our engine's)"),
     convert_only: bool = typer.Option(False, help="write the GGUF (cached under the run dir), print its path, exit"),
 ):
@@ -24,26 +28,43 @@ def llamacpp(
     llama.cpp's OpenAI-compatible server (prompt cache on) until Ctrl-C."""
     from headstart.models import ModelLoadError
     from headstart.peer.gguf_convert import PeerUnavailable, convert_to_gguf
-    from headstart.peer.llamacpp_server import LlamaCppServer
+    from headstart.peer.llama_server_cpp import peer_server
 
     try:
         if convert_only:
             typer.echo(convert_to_gguf(model, dtype, seed, say=typer.echo))
             return
-        server = LlamaCppServer(model, port=port, gguf_type=dtype, threads=threads, n_ctx=n_ctx, seed=seed,
-                                say=typer.echo)
+        proc = peer_server(model, server=server, parallel=parallel, threads=threads, gguf_type=dtype, seed=seed,
+                           port=port, cache_type=cache_type, say=typer.echo)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        server.start()
-        typer.echo(f"OpenAI-compatible API at {server.url}/v1 (model id 'peer'); Ctrl-C stops it")
+        proc.start()
+        typer.echo(f"OpenAI-compatible API at {proc.url}/v1 (model id 'peer'); Ctrl-C stops it")
         try:
             while not stop.wait(1.0):
-                if server.proc.poll() is not None:
-                    raise PeerUnavailable(f"llama_cpp.server exited with {server.proc.returncode}")
+                if proc.proc.poll() is not None:
+                    raise PeerUnavailable(f"{proc.describe()} exited with {proc.proc.returncode}")
         finally:
-            server.stop()
-            typer.echo("llama.cpp server stopped")
+            proc.stop()
+            typer.echo(f"{proc.describe()} stopped")
     except (PeerUnavailable, ModelLoadError, ValueError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2)
+
+
+@peer_app.command("build-server")
+def build_server(
+    jobs: int = typer.Option(2, help="parallel compile jobs"),
+    native: bool = typer.Option(True, help="-DGGML_NATIVE=ON: kernels for this CPU (off: a portable build)"),
+    force: bool = typer.Option(False, help="rebuild even when the binary exists"),
+):
+    """Build llama.cpp's C++ `llama-server` (parallel slots) from the llama.cpp that
+    llama-cpp-python vendors, under the run dir; print the binary's path."""
+    from headstart.peer.server_build import BuildError, build_llama_server
+
+    try:
+        typer.echo(build_llama_server(jobs=jobs, native=native, force=force, say=typer.echo))
+    except BuildError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2)

@@ -23,8 +23,9 @@ def greedy_and_step(gguf: Path, ids: list[int], threads: int, new_tokens: int, n
     import numpy as np
     from llama_cpp import Llama
 
+    # K and V in f32 (GGML_TYPE_F32 = 0), as ours; flash attention off (its default; f16 on CPU)
     llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                logits_all=False, verbose=False)
+                logits_all=False, verbose=False, type_k=0, type_v=0, flash_attn=False)
     started = time.perf_counter()
     llm.eval(ids)
     prefill_ms = (time.perf_counter() - started) * 1000.0

@@ -5,7 +5,9 @@ matching `gguf-py`) is not installed by llama-cpp-python: it ships only in
 the package's source distribution (`vendor/llama.cpp`). We take it from
 there: `$HEADSTART_LLAMACPP_SRC` (a llama.cpp checkout), else the sdist of the
 installed llama-cpp-python version, fetched once with pip and cached under
-the run dir. The converter then runs in a subprocess of this Python.
+the run dir, else the source tree a built C++ `llama-server` came from
+(`headstart peer build-server`: no Python extra needed then). The converter
+then runs in a subprocess of this Python.
 """
 
 from __future__ import annotations
@@ -46,10 +48,20 @@ def converter_dir() -> Path:
         if not (path / "convert_hf_to_gguf.py").is_file():
             raise PeerUnavailable(f"HEADSTART_LLAMACPP_SRC={env} has no convert_hf_to_gguf.py")
         return path
-    version = llama_cpp_version()
+    from headstart.peer.server_build import built_source_dir
+
+    built = built_source_dir()  # a built C++ server's source tree holds the same converter
+    try:
+        version = llama_cpp_version()
+    except PeerUnavailable:
+        if built is None:
+            raise
+        return built
     path = peer_dir() / f"llama.cpp-converter-{version}"
     if (path / "convert_hf_to_gguf.py").is_file():
         return path
+    if built is not None and built.name == f"llama.cpp-src-{version}":
+        return built  # the same version's tree: no download
     with tempfile.TemporaryDirectory(dir=peer_dir()) as tmp:
         # The registry's ordinary client: the sdist of the very version installed.
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
@@ -96,6 +108,11 @@ def convert_to_gguf(spec: str, gguf_type: str = "f32", seed: int = 0, force: boo
     if out.is_file() and not force:
         return out
     src = converter_dir()
+    import importlib.util
+
+    if importlib.util.find_spec("sentencepiece") is None:  # the converter imports it at its top
+        raise PeerUnavailable("llama.cpp's GGUF converter needs sentencepiece: pip install 'sentencepiece>=0.2,<0.3' "
+                              "(part of the peer extra)")
     hf = export_hf_dir(spec, seed=seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")

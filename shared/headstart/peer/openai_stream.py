@@ -27,12 +27,34 @@ class StreamTiming:
     finish_reason: str | None = None
     chunk_times_ms: list[float] = field(default_factory=list)
     error: str = ""
+    # From the final chunk's `usage`, when the server sends it (llama-server does; prompt_tokens_details
+    # .cached_tokens = the prefix its slot or prompt cache already held): None when not said.
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    # llama-server's own `timings` of the request (prompt_ms, predicted_per_token_ms, ...), when sent
+    server_timings: dict = field(default_factory=dict)
+
+    @property
+    def computed_prompt_tokens(self) -> int | None:
+        """Prompt tokens the server evaluated for this request (not taken from its cache)."""
+        if self.prompt_tokens is None or self.cached_tokens is None:
+            return None
+        return self.prompt_tokens - self.cached_tokens
 
 
-def completion_body(prompt: str, max_tokens: int, model: str = "peer") -> dict:
-    """The request body: greedy decoding, no penalties, streamed."""
-    return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0,
-            "repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "stream": True}
+def completion_body(prompt: str, max_tokens: int, model: str = "peer", slot: int | None = None) -> dict:
+    """The request body: greedy decoding, no penalties, streamed, the prompt cache on.
+
+    `cache_prompt` (llama-server: reuse the slot's longest common prefix; on by
+    default, said anyway) and `id_slot` (pin the request to one slot, for
+    warming every slot) are llama-server fields; llama-cpp-python ignores them.
+    """
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0,
+            "repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "stream": True,
+            "cache_prompt": True}
+    if slot is not None:
+        body["id_slot"] = slot
+    return body
 
 
 def _consume(line: str, started: float, out: StreamTiming) -> bool:
@@ -43,7 +65,16 @@ def _consume(line: str, started: float, out: StreamTiming) -> bool:
     if data == "[DONE]":
         return True
     now = (time.perf_counter() - started) * 1000.0
-    choice = json.loads(data)["choices"][0]
+    chunk = json.loads(data)
+    usage = chunk.get("usage") or {}
+    if "prompt_tokens" in usage:
+        out.prompt_tokens = usage["prompt_tokens"]
+        out.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if isinstance(chunk.get("timings"), dict):
+        out.server_timings = chunk["timings"]
+    if not chunk.get("choices"):
+        return False
+    choice = chunk["choices"][0]
     if choice.get("text"):
         if out.ttft_ms is None:
             out.ttft_ms = now
@@ -54,11 +85,12 @@ def _consume(line: str, started: float, out: StreamTiming) -> bool:
     return False
 
 
-def stream_completion(url: str, prompt: str, max_tokens: int, timeout_s: float = 600.0) -> StreamTiming:
+def stream_completion(url: str, prompt: str, max_tokens: int, timeout_s: float = 600.0,
+                      slot: int | None = None) -> StreamTiming:
     """POST a streamed completion and time it (blocking)."""
     out = StreamTiming()
     started = time.perf_counter()
-    with httpx.stream("POST", f"{url}/v1/completions", json=completion_body(prompt, max_tokens),
+    with httpx.stream("POST", f"{url}/v1/completions", json=completion_body(prompt, max_tokens, slot=slot),
                       timeout=timeout_s) as response:
         if response.status_code != 200:
             out.error = f"HTTP {response.status_code}: {response.read().decode(errors='replace')[:300]}"
@@ -70,12 +102,14 @@ def stream_completion(url: str, prompt: str, max_tokens: int, timeout_s: float =
     return out
 
 
-async def astream_completion(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int) -> StreamTiming:
+async def astream_completion(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int,
+                             slot: int | None = None) -> StreamTiming:
     """POST a streamed completion and time it (asyncio; for many concurrent users)."""
     out = StreamTiming()
     started = time.perf_counter()
+    body = completion_body(prompt, max_tokens, slot=slot)
     try:
-        async with client.stream("POST", f"{url}/v1/completions", json=completion_body(prompt, max_tokens)) as response:
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
             if response.status_code != 200:
                 out.error = f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:300]}"
                 return out
