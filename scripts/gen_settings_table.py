@@ -80,6 +80,8 @@ PLAIN = (
      "temporary PostgreSQL", "shared/headstart/eval/local_postgres.py"),
     ("HEADSTART_LLAMACPP_SRC", "llama-cpp-python's sdist", "a llama.cpp checkout with `convert_hf_to_gguf.py` "
      "(`peer llamacpp`)", "shared/headstart/peer/gguf_convert.py"),
+    ("HEADSTART_LLAMA_SERVER", "a build of `headstart peer build-server` under `.headstart/peer/`",
+     "path of a llama.cpp `llama-server` binary for the peer benchmarks", "shared/headstart/peer/server_build.py"),
     ("HEADSTART_TOKEN", "none", "tenant token of `headstart deploy smoke`", "services/deploy/cli.py"),
     ("HEADSTART_LOADTEST_*", "set by `headstart loadtest`", "internal: the load test's settings, passed to "
      "its Locust process", "loadtest/settings.py"),
