@@ -64,12 +64,3 @@ def frozen_part(kv: KVState, length: int) -> KVState:
         new.update(layer.keys[:, :, :length].clone(), layer.values[:, :, :length].clone(), index)
     return KVState(kv.ids[:length], new, None)
 
-
-def truncate_to_ids(kv: KVState) -> None:
-    """Undo a failed extension: layers that appended keys past `kv.ids` drop them."""
-    if kv.cache is None:
-        return
-    for layer in kv.cache.layers:
-        extra = layer.get_seq_length() - kv.num_tokens
-        if getattr(layer, "is_initialized", False) and extra > 0:
-            layer.crop(-extra)

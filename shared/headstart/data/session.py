@@ -35,7 +35,7 @@ from collections import deque
 import torch
 
 from headstart.data.prompt import DataPrompt
-from headstart.data.retention import frozen_part, shift_out, truncate_to_ids
+from headstart.data.retention import frozen_part, shift_out
 from headstart.data.rows import validate_row
 from headstart.data.states import DataState, RetentionState, advance
 from headstart.data.types import DataSettings, PushAck, QueryResult, RowEntry
@@ -43,7 +43,7 @@ from headstart.data.workcopy import WorkingCopy
 from headstart.engine.commit import start_commit
 from headstart.engine.decode import decode_row
 from headstart.engine.errors import InvalidInput, SessionClosed, validate_text
-from headstart.engine.kv import KVState
+from headstart.engine.kv import KVState, truncate_layers
 from headstart.engine.scheduler_types import Priority
 from headstart.engine.steps import Row, RowResult
 from headstart.eval.extract import extract_sql
@@ -186,7 +186,7 @@ class DataSession:
         if result.error is not None:
             # the cache may have grown in some layers: cut it back to the rows it
             # holds; the batch's rows are lost, counted as failed (never silently)
-            truncate_to_ids(self._live)
+            truncate_layers(self._live.cache, self._live.num_tokens)
             with self._lock:
                 self.counts["failed"] += len(batch)
                 self._ingest_job = None

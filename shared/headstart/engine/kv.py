@@ -54,8 +54,11 @@ def _stop_when(should_abort: Callable[[], bool]):
     return before_layer
 
 
-def _truncate_layers(cache: DynamicCache, length: int) -> None:
-    """Undo a partial forward: layers that already appended new K/V drop them."""
+def truncate_layers(cache: DynamicCache | None, length: int) -> None:
+    """Undo a partial forward: layers that already appended new K/V past
+    `length` tokens drop them (a failed or stopped extension)."""
+    if cache is None:
+        return
     for layer in cache.layers:
         if getattr(layer, "is_initialized", False) and layer.get_seq_length() > length:
             layer.crop(-(layer.get_seq_length() - length))
@@ -158,7 +161,7 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
         if fresh:
             state.cache = None
         else:
-            _truncate_layers(state.cache, old_len)
+            truncate_layers(state.cache, old_len)
         return False
     finally:
         if hooks is not None:
