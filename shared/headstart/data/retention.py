@@ -63,4 +63,3 @@ def frozen_part(kv: KVState, length: int) -> KVState:
     for index, layer in enumerate(kv.cache.layers):
         new.update(layer.keys[:, :, :length].clone(), layer.values[:, :, :length].clone(), index)
     return KVState(kv.ids[:length], new, None)
-
