@@ -12,7 +12,7 @@ import torch
 
 from headstart.data import flash_eval
 from headstart.data.answer import logit_gap
-from headstart.engine.errors import InvalidInput
+from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.kv import prefill
 from headstart.engine.steps import commit_rows, run_rows
 from tests.test_data_sessions import QUESTION, cold_answer, db, open_session, rows, runtime  # noqa: F401 (fixtures)
@@ -159,3 +159,68 @@ def test_the_exit_is_off_by_default_and_above_its_threshold(runtime, db):
     finally:
         off.close()
         high.close()
+
+
+@pytest.fixture()
+def budget(runtime):
+    """Set the runtime's KV budget (bytes) for one test; unbounded again after."""
+    memory = runtime.kv_memory
+    yield lambda n: setattr(memory, "budget_bytes", n)
+    memory.budget_bytes = 0
+
+
+def test_data_sessions_are_charged_to_the_kv_budget(runtime, db, budget):
+    table, bpt = runtime.sessions, runtime.kv_memory.bytes_per_token
+    before = table.kv_usage()
+    session = open_session(runtime, db, retention_tokens=4000, retention="shift")
+    try:
+        session.push(rows(0, 2))
+        session.wait_idle()
+        usage, info = table.kv_usage(), session.describe()
+        assert usage.num_data_sessions == before.num_data_sessions + 1
+        assert usage.data_bytes - before.data_bytes == info["kv_bytes"] == info["cache_tokens"] * bpt
+        assert usage.used_bytes == usage.session_bytes + usage.shared_bytes + usage.data_bytes
+        # the charge: the cache and a reserve for a question and its answer
+        assert info["kv_charged_bytes"] == info["kv_bytes"] + runtime.kv_memory.session_reserve_bytes
+        # (the P0 the frozen region came from is stored now: shared, counted once)
+        assert (usage.charged_bytes - usage.shared_bytes) - (before.charged_bytes - before.shared_bytes) \
+            == info["kv_charged_bytes"]
+
+        # a budget with room for 60 more tokens: another session does not fit, nor 4 more rows
+        budget(usage.charged_bytes + 60 * bpt)
+        with pytest.raises(ResourceExhausted, match="KV budget full"):
+            open_session(runtime, db)
+        assert table.kv_usage().num_data_sessions == usage.num_data_sessions  # the refused one is not held
+        with pytest.raises(ResourceExhausted, match="KV budget full"):
+            session.push(rows(2, 4))
+        assert session.describe()["accepted"] == 2  # nothing of it was buffered
+        ack = session.push(rows(2, 2))  # what fits goes in: the session is still usable
+        session.wait_idle()
+        result = session.query(QUESTION, 4)
+        assert result.data_version == ack.seqs[-1] and result.rows_in_cache == 4
+        assert result.token_ids == cold_answer(runtime, session.context_ids()
+                                               + session.prompt.question_ids(QUESTION), 4)[0]
+        assert table.kv_usage().charged_bytes <= usage.charged_bytes + 60 * bpt
+    finally:
+        budget(0)
+        session.close()
+    after = table.kv_usage()
+    assert (after.num_data_sessions, after.data_bytes) == (before.num_data_sessions, before.data_bytes)
+
+
+def test_rebuild_retention_is_charged_its_second_cache(runtime, db, budget):
+    """With `rebuild` retention, rows past the bound are charged a rebuild of
+    frozen + the bound beside the live cache, before it starts."""
+    session = open_session(runtime, db, retention_tokens=60, retention="rebuild")
+    try:
+        bpt, reserve = runtime.kv_memory.bytes_per_token, runtime.kv_memory.session_reserve_bytes
+        charge = session._charge
+        assert charge.charged_bytes() == session.frozen_tokens * bpt + reserve
+        grown = charge.charged_bytes(100)  # 100 tokens of rows: over the bound of 60
+        assert grown == (session.frozen_tokens + 100) * bpt + (session.frozen_tokens + 60) * bpt + reserve
+        session.push(rows(0, 6))
+        session.wait_idle()
+        info = session.describe()
+        assert info["rebuilds"] >= 1 and info["kv_charged_bytes"] >= info["kv_bytes"]
+    finally:
+        session.close()

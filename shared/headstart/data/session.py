@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from headstart.data.answer import Answer, Snapshot
+from headstart.data.budget import DataCharge
 from headstart.data.flash_eval import evaluate
 from headstart.data.ingest import check_seqs, rebuild_entries, retained_start, validate_rows
 from headstart.data.prompt import DataPrompt
@@ -103,12 +104,17 @@ class DataSession:
         self._answers: set[Answer] = set()  # answers in flight (their tails count in the cell budget)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
+        self._charge = DataCharge(self)  # the cell budget (headstart.data.budget)
         try:
-            self._live = self._open(self._restore(rebuild_entries(self.prompt, self.settings, rows)))
+            row_ids = self._restore(rebuild_entries(self.prompt, self.settings, rows))
+            self._charge.admit(self.frozen_tokens + len(row_ids))  # before any forward: refused, it cost nothing
+            self._live = self._open(row_ids)
         except BaseException:
             self.state = advance(self.state, DataState.CLOSED)
+            self._charge.release()
             self.copy.close()
             raise
+        self._charge.opened()
         self.state = advance(self.state, DataState.LIVE)
         self._ready.refresh(self)
 
@@ -165,11 +171,17 @@ class DataSession:
             InvalidInput: a row names an unknown table or column, has a value
                 of the wrong type or is too long (the message names the row),
                 or `seqs` is out of order.
+            ResourceExhausted: the rows' cells do not fit the replica's KV
+                budget (`headstart.data.budget`); nothing was buffered.
             SessionClosed: the session is closed.
         """
         if not isinstance(rows, (list, tuple)) or not rows:
             raise InvalidInput("push needs a non-empty list of rows")
         entries = validate_rows(self.prompt, self.settings, rows)
+        return self._charge.push(sum(len(ids) for _, ids in entries), lambda: self._accept(entries, seqs))
+
+    def _accept(self, entries, seqs) -> PushAck:
+        """Buffer validated rows under their seqs, dropping the oldest unprocessed past the bound."""
         with self._lock:
             if self.state is DataState.CLOSED:
                 raise SessionClosed(f"data session {self.id} is closed")
@@ -419,6 +431,9 @@ class DataSession:
             return self.prompt.frozen_ids + [t for e in self._segments for t in e.ids]
 
     def describe(self) -> dict:
+        """The session's state and counters; kv_bytes / kv_charged_bytes: its
+        cells now and as admission counts them (`headstart.data.budget`)."""
+        kv_bytes, charged = self._charge.kv_bytes(), self._charge.charged_bytes()
         with self._lock:
             return dict(id=self.id, db=self.db, tenant=self.tenant, state=self.state.value,
                         retention=self.settings.retention, retention_state=self.retention_state.value,
@@ -426,7 +441,7 @@ class DataSession:
                         sliding_tokens=self.sliding_tokens, retention_tokens=self.settings.retention_tokens,
                         rows_in_cache=len(self._segments), buffered=len(self._buffer),
                         cache_tokens=self._live.num_tokens, retention_ms=self.retention_seconds * 1000,
-                        kv_bytes=self._live.nbytes() + (self._rebuild_kv.nbytes() if self._rebuild_kv else 0),
+                        kv_bytes=kv_bytes, kv_charged_bytes=charged,
                         last_refusals=list(self.refusals),
                         **self.counts)
 
@@ -453,6 +468,7 @@ class DataSession:
                 return
             self.state = advance(self.state, DataState.CLOSED)
             self._buffer.clear()
+        self._charge.release()
         # on the worker: no ingestion commit can be writing the copy meanwhile
         self.runtime.worker.run_sync(self.copy.close, Priority.SUBMIT, f"data-close:{self.id}")
 
