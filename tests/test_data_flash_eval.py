@@ -34,9 +34,9 @@ def test_evaluate_equals_query_and_a_cold_prefill(runtime, db):
         for answer, question in zip(answers, QUESTIONS):
             assert answer.version == session.data_version
             queried = session.query(question, 10)
-            assert session.prompt.decode(queried.token_ids) == answer.text
+            assert answer.token_ids == queried.token_ids and answer.text == queried.text
             tokens, first = cold_answer(runtime, context + session.prompt.question_ids(question), 10)
-            assert queried.token_ids == tokens
+            assert answer.token_ids == tokens
             assert answer.logit_gap == pytest.approx(logit_gap(first), abs=1e-9)
             assert answer.error and answer.rows == []  # a random model's text is no SQL
         info = session.describe()
@@ -79,7 +79,7 @@ def test_evaluate_answers_every_question_on_one_version(runtime, db, monkeypatch
         assert [a.rows for a in answers] == [[(5,)], [(5,)]] and answers[0].columns == ["count(*)"]
         for answer, question in zip(answers, QUESTIONS):
             tokens, _ = cold_answer(runtime, context + session.prompt.question_ids(question), 6)
-            assert answer.text == session.prompt.decode(tokens)
+            assert answer.token_ids == tokens
         session.wait_idle()
         later = session.evaluate(QUESTIONS[:1], max_new_tokens=2)
         assert later[0].version == 7 and later[0].rows == [(8,)]
@@ -224,3 +224,24 @@ def test_rebuild_retention_is_charged_its_second_cache(runtime, db, budget):
         assert info["rebuilds"] >= 1 and info["kv_charged_bytes"] >= info["kv_bytes"]
     finally:
         session.close()
+
+
+def test_a_data_session_evicts_an_idle_typing_session_to_fit(runtime, db, budget):
+    """The typing sessions' rule: past the budget, idle typing sessions go
+    (least recently used first) before a data session is refused."""
+    probe = open_session(runtime, db)
+    need = probe.describe()["kv_charged_bytes"]
+    probe.close()
+    typing = runtime.open_session(db)
+    evicted = runtime.sessions.evicted
+    try:
+        budget(runtime.sessions.kv_usage().charged_bytes + need - 1)  # fits only without the typing session
+        session = open_session(runtime, db)
+        try:
+            assert typing.closed and runtime.sessions.evicted == evicted + 1
+            assert runtime.sessions.kv_usage().charged_bytes <= runtime.kv_memory.budget_bytes
+        finally:
+            session.close()
+    finally:
+        budget(0)
+        runtime.close_session(typing.session_id)
