@@ -65,7 +65,10 @@ class DataSession(Ingestion, RetentionJobs):
         rows: `(seq, {"table": ..., "values": {...}})` pairs to rebuild from
             (a replica that lost the session): all go into the working copy,
             the retained tail into the cache, before the session is LIVE; the
-            data version is then the same as the lost session's.
+            data version is then the same as the lost session's (no
+            `VersionEvent` for it: that version was announced already). Rows
+            the lost session dropped from its buffer (`PushAck.dropped_seqs`)
+            should be left out, or the rebuilt cache holds rows it never had.
         on_version: called with a `VersionEvent` after each committed
             ingestion batch, on the worker thread: it must not block.
 
