@@ -6,6 +6,7 @@ speculative exit on and off."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -102,11 +103,10 @@ def test_evaluate_runs_ahead_of_ingestion_and_queries(runtime, db):
             query.start()
             flash = threading.Thread(target=lambda: out.update(flash=session.evaluate([QUESTION], 2)))
             flash.start()
-            deadline = 10
+            deadline = time.monotonic() + 10
             while len([j for j in runtime.worker.scheduler._waiting if j.name.startswith("data-")]) < 3:
-                deadline -= 0.001
-                assert deadline > 0
-                threading.Event().wait(0.001)
+                assert time.monotonic() < deadline, "the three jobs never queued"
+                time.sleep(0.001)
         finally:
             gate.set()
         query.join(30)

@@ -74,6 +74,8 @@ class DataSession(Ingestion, RetentionJobs):
 
     Raises:
         InvalidInput: `db` does not resolve to a SQLite file, or a rebuild row is malformed.
+        ResourceExhausted: the session's cells do not fit the replica's KV
+            budget, even after evicting idle typing sessions (`headstart.data.budget`).
     """
 
     def __init__(self, runtime, db: str, settings: DataSettings | None = None,
