@@ -226,7 +226,8 @@ def markdown(report: dict) -> str:
             + markdown_table(["mode", "ingest ms/batch", "retention passes", "ms per pass", "max |logit diff| vs cold", "greedy match", "query ms",
                               "rows kept", "rows retired"], ret)
             + f"\n\nready-position exit: {ready['queries']} queries, logit gap p50 {ready['gap_p50']:.2f}, "
-              f"max {ready['gap_max']:.2f} (an error: a hit whose token is not the full answer's first token / text)\n\n"
+              f"max {ready['gap_max']:.2f} (an error: a hit whose token is not the full answer's "
+              "first token / text)\n\n"
             + markdown_table(["threshold", "hit rate", "hits", "first-token errors", "text errors"], exits) + "\n")
 
 

@@ -102,8 +102,8 @@ class DataSession(Ingestion, RetentionJobs):
         self._ingest_job = self._rebuild_job = None
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
-        self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
-                           queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
+        self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0,
+                           rebuilds=0, queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
                            flash_evaluations=0, flash_questions=0, ready_exits=0, ready_refreshes=0)
         self._ready = ReadyLogits()
         self._answers: set[Answer] = set()  # answers in flight (their tails count in the cell budget)
@@ -273,7 +273,8 @@ class DataSession(Ingestion, RetentionJobs):
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                jobs = [j for j in (self._ingest_job, self._rebuild_job, self._ready.job) if j is not None and not j.done.is_set()]
+                jobs = [j for j in (self._ingest_job, self._rebuild_job, self._ready.job)
+                        if j is not None and not j.done.is_set()]
                 idle = not self._buffer and not jobs and self.retention_state is RetentionState.STEADY
             if idle:
                 return
