@@ -108,7 +108,7 @@ class EngineSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EngineSessionInfo(_message.Message):
-    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes")
+    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HOLDS_SESSION_FIELD_NUMBER: _ClassVar[int]
     NUM_SESSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,8 @@ class EngineSessionInfo(_message.Message):
     KV_SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
     KV_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
     KV_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_DATA_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    KV_DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
     replica: str
     holds_session: bool
     num_sessions: int
@@ -131,7 +133,9 @@ class EngineSessionInfo(_message.Message):
     kv_shared_bytes: int
     kv_budget_bytes: int
     kv_free_bytes: int
-    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ...) -> None: ...
+    num_data_sessions: int
+    kv_data_bytes: int
+    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ...) -> None: ...
 
 class DataRowWire(_message.Message):
     __slots__ = ("seq", "table", "values_json")

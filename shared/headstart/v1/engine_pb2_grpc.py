@@ -152,7 +152,8 @@ class EngineServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DataClose(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Idempotent: a session the replica does not hold answers holds=false.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
