@@ -205,3 +205,13 @@ def test_unreachable_redis_is_a_typed_error():
     with pytest.raises(LiveStoreUnavailable) as info:
         dead.current_version("s")
     assert info.value.code == "UNAVAILABLE"
+
+
+def test_store_answer_publishes_flash_ready_once(store):
+    qid = store.register_flash("s", "how many?")
+    start = store.latest_event_id("s")
+    assert store.store_answer("s", qid, answer_at("how many?", 2), publish=True) is True
+    assert store.store_answer("s", qid, answer_at("how many?", 2), publish=True) is False  # not stored: no event
+    (event,) = store.events_after("s", start)
+    assert event.kind == "flash_ready" and event.payload["id"] == qid and event.payload["version"] == 2
+    assert event.payload == store.answer("s", qid)

@@ -141,12 +141,16 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
 """
 
-# KEYS: flash, answers, answer_ver   ARGV: qid, version, answer JSON  ->  1 when stored
+# KEYS: flash, answers, answer_ver, events   ARGV: qid, version, answer JSON, publish (0/1), events maxlen
+#   ->  0 when not stored, else 1 or the flash_ready event's id
 _STORE_ANSWER = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 if tonumber(ARGV[2]) <= tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '-1') then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+if ARGV[4] == '1' then
+  return redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'kind', 'flash_ready', 'payload', ARGV[3])
+end
 return 1
 """
 
@@ -371,11 +375,14 @@ class LiveStore:
     # ---- flash answers --------------------------------------------------------------
 
     @_guarded
-    def store_answer(self, sid: str, qid: str, answer: dict) -> bool:
+    def store_answer(self, sid: str, qid: str, answer: dict, *, publish: bool = False) -> bool:
         """Store `answer` (its "version" an int) if it is newer than the stored one and the
         question is still registered; idempotent, never goes back a version.
 
-        `computed_at` (unix seconds) is added when missing. Returns True when stored.
+        `computed_at` (unix seconds) and `id` are added. With `publish`, a `flash_ready`
+        event carrying the stored answer is added in the same step, so an answer is
+        announced exactly once even when its writer dies right after. Returns True
+        when stored.
         """
         version = answer.get("version")
         if not isinstance(version, int) or isinstance(version, bool):
@@ -383,8 +390,9 @@ class LiveStore:
         body = {**answer, "id": qid}
         body.setdefault("computed_at", time.time())
         return bool(self._store_answer(
-            keys=[self.key(sid, "flash"), self.key(sid, "answers"), self.key(sid, "answer_ver")],
-            args=[qid, version, json.dumps(body)]))
+            keys=[self.key(sid, "flash"), self.key(sid, "answers"), self.key(sid, "answer_ver"),
+                  self.key(sid, "events")],
+            args=[qid, version, json.dumps(body), int(publish), self.max_events]))
 
     @_guarded
     def answer(self, sid: str, qid: str) -> dict | None:
