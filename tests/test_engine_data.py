@@ -17,7 +17,6 @@ import grpc
 import pytest
 
 from headstart.client.errors import CODE_METADATA_KEY
-from headstart.data import DataSession
 from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from services.engine.core import ReplicaCore
@@ -273,8 +272,6 @@ def test_rebuild_from_rows_gives_the_same_version_and_answer(replica):
 
 
 def test_evaluate_answers_on_one_version(replica):
-    if not hasattr(DataSession, "evaluate"):
-        pytest.skip("DataSession.evaluate (issue 12, part D) is not in this tree yet")
     stub, sid = replica.stub, "d-" + uuid.uuid4().hex
     open_session(stub, sid)
     stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 3)), metadata=md(), timeout=DEADLINE_S)
@@ -339,3 +336,20 @@ def test_publisher_keeps_events_while_redis_is_down(redis_restartable):
         assert publisher.failures > 0 and publisher.dropped == 0
     finally:
         publisher.close()
+
+
+def test_ready_exit_gap_reaches_the_session(replica):
+    """DataSettingsWire.ready_exit_gap turns the speculative exit on: a one-token answer marked speculative."""
+    stub, sid = replica.stub, "d-" + uuid.uuid4().hex
+    open_session(stub, sid, ready_exit_gap=0.0)
+    stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 2)), metadata=md(), timeout=DEADLINE_S)
+    wait_version(stub, sid, 2)
+    session = replica.core.data_sessions.get(sid, "alice")
+    session.wait_idle()  # the ready position is computed by a job after the batch
+    ready = session.ready_position()
+    assert ready is not None and ready.version == 2
+    answer = query(stub, sid)
+    assert (answer.speculative, answer.version, answer.text) == (True, 2, ready.text)
+    assert answer.logit_gap == pytest.approx(ready.gap)
+    assert json.loads(stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md()).describe_json)[
+        "ready_exits"] == 1

@@ -146,8 +146,8 @@ class DataService:
                 except SqlError as exc:
                     error = exc.message
         return data_wire.answer(question, result.data_version, result.text, result.sql, columns, rows, error,
-                                data_wire.logit_gap(result.first_logits), result.seconds,
-                                bool(getattr(result, "speculative", False)))
+                                data_wire.first_gap(result.first_logits), result.seconds,
+                                result.speculative)
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
