@@ -353,3 +353,36 @@ def test_ready_exit_gap_reaches_the_session(replica):
     assert answer.logit_gap == pytest.approx(ready.gap)
     assert json.loads(stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md()).describe_json)[
         "ready_exits"] == 1
+
+
+def test_flash_worker_answers_through_the_replica(tiny_runtime, db_root, redis_url):
+    """Version events from the replica reach the flash worker (services/flash), which asks the
+    replica's DataEvaluate over gRPC: the stored answer is the query's, on the newest version."""
+    from headstart.data.live_store import LiveStore
+    from services.flash.evaluator import GrpcEvaluator
+    from services.flash.worker import FlashWorker, WorkerConfig
+    from tests.flash_fakes import drain
+
+    prefix = "t" + uuid.uuid4().hex[:8]
+    rep = Replica(tiny_runtime, db_root, VersionPublisher.from_url(redis_url, prefix=prefix))
+    store = LiveStore(redis_url, prefix=prefix)
+    evaluator = GrpcEvaluator(f"127.0.0.1:{rep.port}", "headstart-engine", SECRET)
+    try:
+        sid = "alice:" + uuid.uuid4().hex
+        open_session(rep.stub, sid)
+        qid = store.register_flash(sid, QUESTION)
+        rep.stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 3)), metadata=md(),
+                          timeout=DEADLINE_S)
+        wait_version(rep.stub, sid, 3)
+        assert rep.data.publisher.flush(DEADLINE_S)
+        worker = FlashWorker(store, evaluator, "w1", WorkerConfig(max_new_tokens=12, block_ms=10))
+        drain(worker)
+        stored = store.answer(sid, qid)
+        expected = query(rep.stub, sid)
+        assert (stored["version"], stored["text"]) == (3, expected.text)
+        assert stored["logit_gap"] == pytest.approx(expected.logit_gap)
+        assert worker.counts["stored"] == 1 and worker.counts["retries"] == 0
+    finally:
+        evaluator.close()
+        store.close()
+        rep.stop()
