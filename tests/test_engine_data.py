@@ -218,6 +218,10 @@ def test_errors_are_grpc_statuses(replica):
     assert err.code() == grpc.StatusCode.NOT_FOUND and err.details() != NOT_HELD
     err = rpc_error(lambda: query(stub, sid, question=""))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for max_new in (5000, -1):
+        err = rpc_error(lambda: stub.DataEvaluate(engine_pb2.DataEvaluateRequest(
+            session_id=sid, questions=[QUESTION], max_new_tokens=max_new), metadata=md()))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_new_tokens" in err.details()
 
 
 def test_open_past_the_replica_bound_is_resource_exhausted(replica):
@@ -386,3 +390,24 @@ def test_flash_worker_answers_through_the_replica(tiny_runtime, db_root, redis_u
         evaluator.close()
         store.close()
         rep.stop()
+
+
+def test_a_waiting_query_does_not_hold_the_event_loop(replica, tiny_runtime):
+    """A query waiting on a busy forward worker runs on a thread: other calls are answered meanwhile."""
+    from tests.worker_gates import hold_worker
+
+    stub, sid = replica.stub, "d-" + uuid.uuid4().hex
+    open_session(stub, sid)
+    gate = hold_worker(tiny_runtime.worker)
+    try:
+        pending = [stub.DataQuery.future(engine_pb2.DataQueryRequest(session_id=sid, question=QUESTION,
+                                                                     max_new_tokens=4), metadata=md())
+                   for _ in range(3)]
+        info = stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md(), timeout=DEADLINE_S)
+        ack = stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 1)), metadata=md(),
+                            timeout=DEADLINE_S)
+        assert info.holds and list(ack.seqs) == [1]
+        assert not any(f.done() for f in pending)  # still behind the held worker
+    finally:
+        gate.set()
+    assert {f.result(DEADLINE_S).question for f in pending} == {QUESTION}
