@@ -411,3 +411,23 @@ def test_a_waiting_query_does_not_hold_the_event_loop(replica, tiny_runtime):
     finally:
         gate.set()
     assert {f.result(DEADLINE_S).question for f in pending} == {QUESTION}
+
+
+def test_past_the_kv_budget_is_resource_exhausted(replica, tiny_runtime):
+    """Data sessions are charged to the replica's KV budget (headstart.data.budget): an open or a
+    push past it is RESOURCE_EXHAUSTED and changes nothing; the session stays usable."""
+    stub, sid = replica.stub, "d-" + uuid.uuid4().hex
+    open_session(stub, sid, retention="shift", retention_tokens=2000)
+    memory = tiny_runtime.kv_memory
+    try:
+        memory.budget_bytes = tiny_runtime.sessions.kv_usage().charged_bytes + 20 * memory.bytes_per_token
+        err = rpc_error(lambda: open_session(stub, "d-" + uuid.uuid4().hex))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "KV budget" in err.details()
+        err = rpc_error(lambda: stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 6)),
+                                              metadata=md()))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert replica.core.info().num_data_sessions == 1
+    finally:
+        memory.budget_bytes = 0
+    ack = stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 2)), metadata=md())
+    assert list(ack.seqs) == [1, 2] and wait_version(stub, sid, 2).rows_in_cache == 2
