@@ -26,8 +26,8 @@ import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
-from headstart.client.errors import ApiError
-from headstart.engine.errors import InvalidInput
+from headstart.client.errors import ApiError, code_of
+from headstart.engine.errors import HeadstartError, InvalidInput
 from headstart.schema.model import Schema, SchemaError
 from headstart.v1 import engine_pb2
 from services.gateway.data_engine import DataEngine
@@ -70,11 +70,16 @@ class DataService:
     # -- helpers ------------------------------------------------------------
 
     async def _io(self, fn, *args):
-        """A store call off the event loop (redis-py is blocking)."""
+        """A store call off the event loop (redis-py is blocking); its failures as typed errors."""
         if self.store is None:
             raise ApiError("UNAVAILABLE", f"the data API needs Redis: set ${REDIS_URL_ENV} "
                                           "(headstart serve starts one)")
-        return await asyncio.to_thread(fn, *args)
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except HeadstartError as exc:  # LiveStoreUnavailable, FlashLimitExceeded, ...
+            raise ApiError(code_of(exc), str(exc)) from None
+        except ValueError as exc:  # an empty flash question
+            raise ApiError("INVALID_ARGUMENT", str(exc)) from None
 
     async def _session(self, tenant: str, sid: object) -> tuple[str, dict]:
         """(engine id, meta) of the tenant's session `sid`; NOT_FOUND for unknown and other tenants' ids."""
@@ -206,9 +211,7 @@ class DataService:
                     execute: object = True) -> dict:
         """A flash answer at the current version when there is one, else the replica's answer."""
         eid, meta = await self._session(tenant, sid)
-        question = check_text(question, self.gw.settings.max_text_chars)
-        if not question.strip():
-            raise ApiError("INVALID_ARGUMENT", "question must not be empty")
+        question = _question(question, self.gw.settings.max_text_chars)
         if not isinstance(execute, bool):
             raise ApiError("INVALID_ARGUMENT", "execute must be true or false")
         params = self.gw.params(max_new_tokens)
@@ -229,27 +232,14 @@ class DataService:
 
     async def register_flash(self, tenant: str, sid: object, question: object) -> dict:
         eid, _ = await self._session(tenant, sid)
-        question = check_text(question, self.gw.settings.max_text_chars)
-        if not question.strip():
-            raise ApiError("INVALID_ARGUMENT", "question must not be empty")
-        try:
-            qid = await self._io(self.store.register_flash, eid, question)
-        except (ValueError, OverflowError) as exc:  # past the per-session bound
-            raise ApiError("RESOURCE_EXHAUSTED", str(exc)) from None
+        question = _question(question, self.gw.settings.max_text_chars)
+        qid = await self._io(self.store.register_flash, eid, question)  # past the bound: RESOURCE_EXHAUSTED
         return {"id": qid, "question": question}
 
     async def list_flash(self, tenant: str, sid: object) -> list[dict]:
         """[{id, question, answer?}]: each registered question with its latest stored answer."""
         eid, _ = await self._session(tenant, sid)
-        out = []
-        for item in await self._io(self.store.list_flash, eid):
-            qid = item.get("id") or item.get("qid")
-            entry = {"id": qid, "question": item.get("question", "")}
-            answer = item.get("answer") or await self._io(self.store.answer, eid, qid)
-            if answer is not None:
-                entry["answer"] = answer
-            out.append(entry)
-        return out
+        return [{k: v for k, v in item.items() if v is not None} for item in await self._io(self.store.list_flash, eid)]
 
     async def delete_flash(self, tenant: str, sid: object, qid: object) -> dict:
         eid, _ = await self._session(tenant, sid)
@@ -274,7 +264,7 @@ class DataService:
         if last_id is not None and not isinstance(last_id, str):
             raise ApiError("INVALID_ARGUMENT", "last_event_id must be a string")
         if not last_id:
-            last_id = await self._io(self.store.last_event_id, eid)
+            last_id = await self._io(self.store.latest_event_id, eid)
         elif not _is_stream_id(last_id):
             raise ApiError("INVALID_ARGUMENT", f"last_event_id {last_id[:40]!r} is not an event id")
         return self._events(eid, last_id, block_ms)
@@ -290,6 +280,17 @@ class DataService:
                 if await self._io(self.store.meta, eid) is None:
                     return  # closed meanwhile
                 yield None  # a quiet tick: the edge may send a keep-alive
+
+
+def _question(question: object, limit: int) -> str:
+    """A checked question in its normalized spelling (live_store.normalize_question): the text a flash
+    question is matched by is also the text the model answers, so both give the same answer."""
+    from headstart.data.live_store import normalize_question
+
+    question = normalize_question(check_text(question, limit))
+    if not question:
+        raise ApiError("INVALID_ARGUMENT", "question must not be empty")
+    return question
 
 
 def _is_stream_id(text: str) -> bool:
