@@ -2,7 +2,8 @@
 
 Starts a local Ray (temp files under the run directory, auth off), the engine
 deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
-/metrics, public gRPC) and the Redis that data sessions need (rows log,
+/metrics, public gRPC), the flash worker (`python -m services.flash`, a child
+process) and the Redis that data sessions need (rows log,
 versions, flash answers, events): the one at `--redis` or
 $HEADSTART_REDIS_URL, else an embedded one (`redis-server` or
 `valkey-server`, on a free loopback port, without persistence) that lives as
@@ -22,6 +23,7 @@ from urllib.parse import urlparse
 from headstart.config import EngineSettings
 from services.engine.guard import configured_secret, generate_secret
 from services.engine.ray_stack import free_port, start_engine, start_ray, stop_engine
+from services.flash.local import start_local_worker
 from services.gateway.app import GatewayServer
 from services.gateway.auth import parse_token_specs
 from services.gateway.settings import GatewaySettings
@@ -103,6 +105,9 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
             engine_capacity=replicas * max_sessions, redis_url=redis_url,
         )).start()
         stack_exit.callback(gateway.stop)
+        # flash questions: the worker answers them after every data version (its own process)
+        flash = start_local_worker(redis_url, engine.grpc_target, engine.app_name, secret)
+        stack_exit.callback(flash.stop)
     except BaseException:
         stack_exit.close()
         raise

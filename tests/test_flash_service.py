@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
 from headstart.data.live_store import LiveStore
 from headstart.redis_server import free_port
@@ -94,3 +95,28 @@ def test_without_redis_it_refuses_to_start():
     done = subprocess.run([sys.executable, "-m", "services.flash"], cwd=ROOT, env=worker_env(),
                           capture_output=True, text=True, timeout=DEADLINE_S)
     assert done.returncode != 0 and "HEADSTART_REDIS_URL" in done.stderr
+
+
+def test_local_stack_worker_joins_the_group_and_stops_on_terminate(redis_url):
+    """`headstart serve`'s child worker (services/flash/local.py)."""
+    from services.flash.local import start_local_worker
+
+    prefix, consumer = f"t{uuid.uuid4().hex[:12]}", f"local-{uuid.uuid4().hex[:6]}"
+    store = LiveStore(redis_url, prefix=prefix)
+    worker = start_local_worker(redis_url, "127.0.0.1:1", "headstart-engine", "s3cret", consumer=consumer,
+                                prefix=prefix)
+    try:
+        def joined() -> bool:
+            try:
+                groups = store.client.xinfo_consumers(store.versions_key, "flash")
+            except redis.ResponseError:  # the group is created by the worker's first read
+                return False
+            return consumer in {(c["name"].decode() if isinstance(c["name"], bytes) else c["name"]) for c in groups}
+
+        wait_for(joined, "the worker's first read")
+        assert worker.is_running
+        worker.stop()
+        assert worker.process.returncode == 0 and not worker.is_running
+    finally:
+        worker.stop()
+        store.close()
