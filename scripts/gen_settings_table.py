@@ -3,9 +3,10 @@
     .venv/bin/python scripts/gen_settings_table.py          # rewrite the table in README.md
     .venv/bin/python scripts/gen_settings_table.py --check  # exit 1 when the README is stale
 
-Rows come from the code: the fields of the three pydantic settings objects
+Rows come from the code: the fields of the pydantic settings objects
 (`EngineSettings`, env prefix `HEADSTART_`; `GatewaySettings`,
-`HEADSTART_GATEWAY_`; `TableCacheSettings`, `HEADSTART_TABLECACHE_`), each
+`HEADSTART_GATEWAY_`; `TableCacheSettings`, `HEADSTART_TABLECACHE_`;
+`FlashSettings`, `HEADSTART_FLASH_`), each
 with its default and its `Field(description=...)`, then the variables some
 module reads with `os.environ` (`PLAIN`, each checked to appear in the file
 named beside it). The table sits between the two MARKER lines of README.md.
@@ -44,6 +45,7 @@ SETTINGS_CLASSES = (
     ("headstart.config:EngineSettings", "engine"),
     ("services.gateway.settings:GatewaySettings", "gateway"),
     ("services.tablecache.settings:TableCacheSettings", "table-cache service"),
+    ("services.flash.settings:FlashSettings", "flash worker"),
 )
 
 # Variables read with os.environ: (name, default, meaning, file that reads it).
@@ -71,9 +73,7 @@ PLAIN = (
     ("HEADSTART_ENGINE_BIND_HOST", "`127.0.0.1`", "where the local stack's Serve gRPC servers listen "
      "(`0.0.0.0` or `::`: all interfaces)", "services/engine/loopback.py"),
     ("HEADSTART_REDIS_SERVER", "`redis-server`, then `valkey-server` on PATH", "the Redis binary a private "
-     "Redis is started from (`serve --redis`, `bench tables`)", "shared/headstart/redis_server.py"),
-    ("HEADSTART_REDIS_URL", "unset", "set by `headstart serve --redis URL` for its replicas; nothing reads it "
-     "today (table blocks use `HEADSTART_TABLE_STORE_URL`)", "services/launcher.py"),
+     "Redis is started from (`serve`'s embedded one, `bench tables`)", "shared/headstart/redis_server.py"),
     ("HEADSTART_POSTGRES_DSN", "none: a temporary local server", "PostgreSQL of `eval --executor postgres`",
      "shared/headstart/eval/cli.py"),
     ("HEADSTART_PG_BIN", "PATH, then `/usr/lib/postgresql/*/bin`", "folder of `initdb` and `pg_ctl` for a "

@@ -4,7 +4,12 @@ Ray exports a replica's `ray.serve.metrics` on its node's metrics port
 (`ray_<name>` with the tags `deployment`, `replica`, `application`; the port
 Prometheus or KubeRay's PodMonitor scrapes on a Ray pod). The series:
 
-    ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"}
+    ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"|"data"}
+    ray_headstart_engine_data_sessions
+
+`data`: the part of `used` the data sessions hold (issue 12: live caches, a
+rebuild in flight, answers' tails), and the second series how many data
+sessions the replica holds.
 
 `used`: every cache of the replica (each shared P0 once, plus the sessions'
 private tokens), `shared`: the P0 part of it, `budget`: HEADSTART_KV_BUDGET_BYTES
@@ -18,12 +23,14 @@ from __future__ import annotations
 from headstart.engine.kv_memory import KVUsage
 
 METRIC_NAME = "headstart_engine_kv_bytes"
-KINDS = ("used", "shared", "budget", "free")
+DATA_SESSIONS_METRIC = "headstart_engine_data_sessions"
+KINDS = ("used", "shared", "budget", "free", "data")
 
 
 def kv_values(usage: KVUsage) -> dict[str, int]:
     """The gauge values of one `KVUsage` by kind (`free` only under a budget)."""
-    values = {"used": usage.used_bytes, "shared": usage.shared_bytes, "budget": usage.budget_bytes}
+    values = {"used": usage.used_bytes, "shared": usage.shared_bytes, "budget": usage.budget_bytes,
+              "data": usage.data_bytes}
     if usage.free_bytes is not None:
         values["free"] = usage.free_bytes
     return values
@@ -36,8 +43,10 @@ class ReplicaKVGauge:
         from ray.serve.metrics import Gauge
 
         self._gauge = Gauge(METRIC_NAME, description="KV cache bytes of this engine replica, by kind "
-                            "(used, shared P0, budget, free under the budget)", tag_keys=("kind",))
+                            "(used, shared P0, budget, free under the budget, data sessions)", tag_keys=("kind",))
+        self._data_sessions = Gauge(DATA_SESSIONS_METRIC, description="data sessions open on this engine replica")
 
     def record(self, usage: KVUsage) -> None:
         for kind, value in kv_values(usage).items():
             self._gauge.set(value, tags={"kind": kind})
+        self._data_sessions.set(usage.num_data_sessions)
