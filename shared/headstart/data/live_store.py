@@ -37,9 +37,10 @@ from typing import Any, NamedTuple
 
 import redis
 
-from headstart.engine.errors import HeadstartError, ResourceExhausted
+from headstart.engine.errors import HeadstartError, InvalidInput, ResourceExhausted
 
 VERSIONS_GROUP = "flash"
+_EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped")
 _SESSION_KEYS = ("seq", "rows", "meta", "version", "events", "flash", "flash_norm", "flash_seq", "answers",
                  "answer_ver")
@@ -314,8 +315,13 @@ class LiveStore:
         `last_id` None or "0" reads from the oldest kept event; use `latest_event_id`
         to start at "now" without a gap. `block_ms` > 0 waits that long for one
         (capped below the socket timeout); 0 returns at once.
+
+        Raises:
+            InvalidInput: `last_id` is not a stream id.
         """
         start = last_id or "0-0"
+        if not _EVENT_ID.fullmatch(start):  # a client's Last-Event-ID: refuse garbage before Redis does
+            raise InvalidInput(f"not an event id: {start[:40]!r} (ids look like 1732441000000-0)")
         block = min(block_ms, self._max_block_ms) if block_ms > 0 else None
         reply = self.client.xread({self.key(sid, "events"): start}, count=count, block=block)
         out = []
