@@ -40,7 +40,7 @@ class WorkerConfig:
     a retried entry (session not held) waits this long; max_attempts: then it
     is acknowledged unanswered (logged); max_answer_rows: rows kept per answer."""
 
-    max_new_tokens: int = 64
+    max_new_tokens: int = 128
     batch: int = 16
     block_ms: int = 1000
     claim_idle_ms: int = 60_000
