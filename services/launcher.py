@@ -62,7 +62,8 @@ def default_replica_threads(device: str, replicas: int) -> int | None:
 def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str = "127.0.0.1", port: int = 8080,
                   grpc_port: int = 50051, replicas: int = 1, tokens: list[str] | None = None, device: str = "cpu",
                   redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
-                  table_cache: str = "off", engine_grpc_port: int | None = None, block: bool = True,
+                  table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,
+                  block: bool = True,
                   say=print) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
@@ -72,6 +73,8 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
             behind it is started here, and with neither an embedded one is started for the stack.
         table_cache: each replica's table cache (`EngineSettings.table_cache`): off | pfk | independent.
         engine_grpc_port: port of Serve's gRPC proxy (default: a free one, loopback).
+        flash_worker: start the flash worker (`python -m services.flash`) as a child process;
+            off for a caller that runs its own (e.g. with another answer length).
     """
     token_map = parse_token_specs(tokens or [])
     if not token_map and host not in LOOPBACK:
@@ -105,9 +108,10 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
             engine_capacity=replicas * max_sessions, redis_url=redis_url,
         )).start()
         stack_exit.callback(gateway.stop)
-        # flash questions: the worker answers them after every data version (its own process)
-        flash = start_local_worker(redis_url, engine.grpc_target, engine.app_name, secret)
-        stack_exit.callback(flash.stop)
+        if flash_worker:  # flash questions: answered after every data version, in a process of its own
+            flash = start_local_worker(redis_url, engine.grpc_target, engine.app_name, secret,
+                                       max_new_tokens=gateway.settings.default_max_new_tokens)
+            stack_exit.callback(flash.stop)
     except BaseException:
         stack_exit.close()
         raise

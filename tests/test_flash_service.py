@@ -14,7 +14,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pytest
 import redis
 
 from headstart.data.live_store import LiveStore

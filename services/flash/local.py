@@ -37,9 +37,14 @@ class LocalFlashWorker:
 
 
 def start_local_worker(redis_url: str, engine_target: str, engine_app: str, secret: str,
-                       consumer: str = "local", prefix: str = "hs") -> LocalFlashWorker:
-    """Start the worker against the local stack's Redis and engine (health on a free loopback port)."""
+                       consumer: str = "local", prefix: str = "hs", max_new_tokens: int = 128) -> LocalFlashWorker:
+    """Start the worker against the local stack's Redis and engine (health on a free loopback port).
+
+    `max_new_tokens`: the gateway's default answer length, so a query that names
+    none is answered from Redis with the text the model would give it.
+    """
     env = {**os.environ, "HEADSTART_REDIS_URL": redis_url, "HEADSTART_FLASH_REDIS_PREFIX": prefix,
+           "HEADSTART_FLASH_MAX_NEW_TOKENS": str(max_new_tokens),
            "HEADSTART_FLASH_ENGINE_TARGET": engine_target,
            "HEADSTART_FLASH_ENGINE_APP": engine_app, "HEADSTART_FLASH_ENGINE_SECRET": secret,
            "HEADSTART_FLASH_CONSUMER": consumer, "HEADSTART_FLASH_HEALTH_HOST": "127.0.0.1",
