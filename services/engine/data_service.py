@@ -30,6 +30,7 @@ from headstart.client.errors import CODE_METADATA_KEY, code_of, grpc_status
 from headstart.data import DataSession
 from headstart.data.workcopy import SqlError
 from headstart.engine.errors import InvalidInput
+from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import data_wire
 from services.engine.data_events import VersionPublisher
@@ -82,7 +83,7 @@ class DataService:
         async def run(tenant):
             session = self.registry.get(request.session_id, tenant)
             rows, seqs = data_wire.rows_from_wire(request.rows)
-            ack = await self._blocking(session.push, rows, seqs) if seqs else await self._blocking(session.push, rows)
+            ack = await self._blocking(session.push, rows, seqs)
             return data_wire.push_reply(ack, session.data_version)
 
         return await self._call(grpc_context, engine_pb2.DataPushReply(), run)
@@ -90,8 +91,8 @@ class DataService:
     async def DataQuery(self, request: engine_pb2.DataQueryRequest, grpc_context=None):  # noqa: N802
         async def run(tenant):
             session = self.registry.get(request.session_id, tenant)
-            return await self._blocking(self._query, session, request.question,
-                                        request.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, request.execute)
+            return await self._blocking(self._query, session, request.question, _max_new(request.max_new_tokens),
+                                        request.execute)
 
         return await self._call(grpc_context, engine_pb2.DataAnswer(), run)
 
@@ -101,7 +102,7 @@ class DataService:
             if not request.questions:
                 return engine_pb2.DataEvaluateReply(version=session.data_version)
             answers = await self._blocking(session.evaluate, list(request.questions),
-                                           request.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
+                                           _max_new(request.max_new_tokens))
             return engine_pb2.DataEvaluateReply(version=answers[0].version if answers else session.data_version,
                                                 answers=[data_wire.flash_answer(a) for a in answers])
 
@@ -128,12 +129,9 @@ class DataService:
 
     def _build(self, session_id: str, spec: str, tenant: str | None, settings, rows) -> DataSession:
         """A new DataSession, rebuilt from `rows` when given (blocks until it is LIVE)."""
-        extra = {}
-        if rows:  # NOTE: only when given, so an engine whose DataSession predates rebuilds still opens
-            extra["rows"] = rows
-        if self.publisher is not None:
-            extra["on_version"] = self.publisher.listener(session_id, tenant)
-        return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, **extra)
+        on_version = self.publisher.listener(session_id, tenant) if self.publisher is not None else None
+        return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, rows=rows,
+                           on_version=on_version)
 
     @staticmethod
     def _query(session: DataSession, question: str, max_new_tokens: int, execute: bool) -> engine_pb2.DataAnswer:
@@ -149,8 +147,8 @@ class DataService:
                 except SqlError as exc:
                     error = exc.message
         return data_wire.answer(question, result.data_version, result.text, result.sql, columns, rows, error,
-                                data_wire.logit_gap(result.first_logits), result.seconds,
-                                bool(getattr(result, "speculative", False)))
+                                data_wire.first_gap(result.first_logits), result.seconds,
+                                result.speculative)
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
@@ -180,6 +178,13 @@ class DataService:
         if self.publisher is not None:
             self.publisher.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _max_new(value: int) -> int:
+    """A request's max_new_tokens (0: the default), in the range every engine call accepts."""
+    params = SamplingParams(max_new_tokens=value or DEFAULT_MAX_NEW_TOKENS)
+    params.validate()  # InvalidInput out of 1..4096, as Complete and typing submits
+    return params.max_new_tokens
 
 
 class DataCallError(Exception):
