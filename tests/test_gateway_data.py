@@ -378,3 +378,33 @@ def test_flash_answers_come_from_redis_at_the_current_version_and_never_stale(ht
                         headers=ALICE))
     assert gone["source"] == "model"
     assert http.delete(f"/v1/data/{sid}/flash/{qid}", headers=ALICE).status_code == 404
+
+
+def test_async_client_data_methods(serve_stack, tiny_runtime, prompt):
+    import asyncio
+
+    from headstart.client import AsyncHeadstartClient
+
+    rows = cities(2)
+
+    async def run():
+        async with AsyncHeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
+            sid = (await client.open_data(DB, retention="rebuild", retention_tokens=4096)).session_id
+            events = client.subscribe(sid)
+            ack = await client.push_rows(sid, rows)
+            async for event in events:
+                if event.kind == "data_updated" and json.loads(event.payload_json)["version"] == 2:
+                    break
+            await events.aclose()
+            qid = (await client.register_flash(sid, QUESTION)).id
+            listed = await client.list_flash(sid)
+            answer = await client.query_data(sid, QUESTION, MAX_NEW)
+            await client.delete_flash(sid, qid)
+            after = await client.list_flash(sid)
+            await client.close_data(sid)
+            return ack, listed, answer, after, qid
+
+    ack, listed, answer, after, qid = asyncio.run(run())
+    assert list(ack.seqs) == [1, 2]
+    assert [(q.id, q.question) for q in listed] == [(qid, QUESTION)] and after == []
+    assert answer.version == 2 and answer.text == cold_text(tiny_runtime, prompt, rows, QUESTION)
