@@ -408,3 +408,18 @@ def test_async_client_data_methods(serve_stack, tiny_runtime, prompt):
     assert list(ack.seqs) == [1, 2]
     assert [(q.id, q.question) for q in listed] == [(qid, QUESTION)] and after == []
     assert answer.version == 2 and answer.text == cold_text(tiny_runtime, prompt, rows, QUESTION)
+
+
+def test_a_push_that_fails_at_the_engine_leaves_nothing_in_the_rows_log(http, make_gateway, store):
+    sid = open_data(http)
+    ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE))
+    cut_off = make_gateway(engine_target="127.0.0.1:1")  # same Redis, no engine behind it
+    with httpx.Client(base_url=cut_off.http_url, timeout=60) as other:
+        assert ok(other.get(f"/v1/data/{sid}/flash", headers=ALICE)) == []  # the session is known there too
+        r = other.post(f"/v1/data/{sid}/rows", json={"rows": cities(3)}, headers=ALICE)
+    assert r.status_code == 503 and r.json()["code"] == "UNAVAILABLE"
+    eid = engine_session_id("alice", sid)
+    assert [seq for seq, _ in store.rows(eid)] == [1, 2]
+    ack = ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))
+    assert ack["seqs"] == [6]  # numbers are never reused; the replica sees them increasing
+    assert wait_ingested(http, sid, 6)["rows_in_cache"] == 3

@@ -202,7 +202,16 @@ class DataService:
             numbered = list(zip(seqs, valid))
             await self._io(self.store.append_rows, eid, numbered)  # before the ack: the rebuild source
             request = engine_pb2.DataPushRequest(session_id=eid, rows=engine_rows(numbered))
-            reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
+            try:
+                reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
+            except ApiError:
+                # The push failed as a whole: take its rows out of the log again, so a rebuild never
+                # ingests rows the client was told failed (and a retry does not add them twice).
+                try:
+                    await asyncio.to_thread(self._unlog, eid, seqs[0], seqs[-1])
+                except Exception:  # Redis is gone too: the push's own error is the one to report
+                    log.exception("rows %d..%d of %s not taken out of the log", seqs[0], seqs[-1], eid)
+                raise
         m = self.gw.metrics
         m.data_rows_pushed.inc(len(valid))
         if reply.dropped:
@@ -211,6 +220,10 @@ class DataService:
                            {"dropped": reply.dropped, "dropped_seqs": list(reply.dropped_seqs),
                             "dropped_total": reply.dropped_total})
         return ack_json(reply, seqs)
+
+    def _unlog(self, eid: str, first: int, last: int) -> None:
+        """Remove rows `first..last` from the session's rows log (a zset scored by seq, live_store's layout)."""
+        self.store.client.zremrangebyscore(self.store.key(eid, "rows"), first, last)
 
     # -- queries ------------------------------------------------------------
 
