@@ -182,14 +182,16 @@ def test_a_burst_past_the_buffer_drops_the_oldest_counted_exactly(http, serve_st
 
 
 def sse(http, sid: str, headers: dict, stop, last_id: str | None = None, query: str = "",
-        timeout_s: float = 120.0) -> list[tuple]:
+        timeout_s: float = 120.0, after_open=lambda: None) -> list[tuple]:
     """(id, kind, payload) events of a subscription until `stop(events)` is true (within `timeout_s`:
-    the server sends a keep-alive comment every ~15 s, so a quiet stream still gets here)."""
+    the server sends a keep-alive comment every ~15 s, so a quiet stream still gets here).
+    `after_open()` runs once the response started: the subscription's "now" is fixed by then."""
     headers = {**headers, **({"Last-Event-ID": last_id} if last_id else {})}
     events, fields = [], {}
     deadline = time.monotonic() + timeout_s
     with http.stream("GET", f"/v1/data/{sid}/events{query}", headers=headers) as response:
         assert response.status_code == 200
+        after_open()
         for line in response.iter_lines():
             assert time.monotonic() < deadline, f"no stop condition in {timeout_s} s: {events}"
             if line.startswith(":"):
@@ -212,21 +214,12 @@ def at_version(version: int):
 
 def test_sse_resumes_after_last_event_id_without_gap_or_duplicate(http):
     sid = open_data(http)
-    first: list = []
-    subscribed = threading.Event()
 
-    def listen():
-        subscribed.set()
-        first.extend(sse(http, sid, ALICE, at_version(6)))
+    def push_three():
+        for _ in range(3):
+            ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE))
 
-    listener = threading.Thread(target=listen)
-    listener.start()
-    subscribed.wait()
-    time.sleep(0.5)  # the subscription's "now" is fixed when it is answered; rows pushed before are not its events
-    for _ in range(3):
-        ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE))
-        time.sleep(0.2)
-    listener.join(120)
+    first = sse(http, sid, ALICE, at_version(6), after_open=push_three)  # "now": every event is after it
     assert first and first[-1][1] == "data_updated" and first[-1][2]["version"] == 6
     cut = first[len(first) // 2]
     for _ in range(2):  # while nobody listens
@@ -390,12 +383,12 @@ def test_async_client_data_methods(serve_stack, tiny_runtime, prompt):
     async def run():
         async with AsyncHeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
             sid = (await client.open_data(DB, retention="rebuild", retention_tokens=4096)).session_id
-            events = client.subscribe(sid)
+            events = await client.subscribe(sid)
             ack = await client.push_rows(sid, rows)
             async for event in events:
                 if event.kind == "data_updated" and json.loads(event.payload_json)["version"] == 2:
                     break
-            await events.aclose()
+            events.close()
             qid = (await client.register_flash(sid, QUESTION)).id
             listed = await client.list_flash(sid)
             answer = await client.query_data(sid, QUESTION, MAX_NEW)
