@@ -431,3 +431,30 @@ def test_past_the_kv_budget_is_resource_exhausted(replica, tiny_runtime):
         memory.budget_bytes = 0
     ack = stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 2)), metadata=md())
     assert list(ack.seqs) == [1, 2] and wait_version(stub, sid, 2).rows_in_cache == 2
+
+
+def test_publisher_drops_an_event_redis_refuses_and_goes_on():
+    """An event Redis refuses (not UNAVAILABLE) is retried, then dropped and counted; the next ones publish."""
+    from headstart.data.live_store import LiveStoreError
+    from services.engine.data_events import MAX_REFUSALS, PendingVersion
+
+    class Store:  # logic only: which events reach publish_version, in which order
+        def __init__(self):
+            self.calls, self.published = [], []
+
+        def publish_version(self, sid, tenant, version, rows_added, dropped_total):
+            self.calls.append(version)
+            if version == 2:
+                raise LiveStoreError("WRONGTYPE")
+            self.published.append(version)
+
+    store = Store()
+    publisher = VersionPublisher(store)
+    try:
+        for version in (1, 2, 3):
+            publisher.submit(PendingVersion("s", "alice", version, 1, 0))
+        assert publisher.flush(DEADLINE_S)
+        assert store.published == [1, 3] and store.calls.count(2) == MAX_REFUSALS
+        assert (publisher.published, publisher.dropped, publisher.failures) == (2, 1, MAX_REFUSALS)
+    finally:
+        publisher.close()

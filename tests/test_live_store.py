@@ -220,3 +220,26 @@ def test_store_answer_publishes_flash_ready_once(store):
     (event,) = store.events_after("s", start)
     assert event.kind == "flash_ready" and event.payload["id"] == qid and event.payload["version"] == 2
     assert event.payload == store.answer("s", qid)
+
+
+def test_gone_consumers_with_nothing_pending_are_pruned(store):
+    store.publish_version("s", "t", 1, 1, 0)
+    store.publish_version("s", "t", 2, 1, 0)
+    (entry,) = store.read_versions("busy", count=1, block_ms=0)  # "busy" holds a pending entry
+    (done,) = store.read_versions("idle", count=1, block_ms=0)
+    store.ack_version(done.entry_id)  # "idle" has nothing pending
+    assert store.prune_consumers("me", min_idle_ms=3_600_000) == []  # nobody idle that long
+    assert store.prune_consumers("idle", min_idle_ms=0) == []  # "idle" is the caller: kept
+    assert store.prune_consumers("me", min_idle_ms=0) == ["idle"]  # "busy" keeps its entry
+    store.ack_version(entry.entry_id)
+    assert store.prune_consumers("me", min_idle_ms=0) == ["busy"]
+
+
+def test_a_deleted_stream_gets_its_group_again(store):
+    store.publish_version("s", "t", 1, 1, 0)
+    assert [e.version for e in store.read_versions("a", block_ms=0)] == [1]
+    store.client.delete(store.versions_key)  # FLUSHDB under a running worker
+    assert store.own_pending("a") == [] and store.num_pending_versions() == 0
+    store.client.delete(store.key("s", "version"))
+    store.publish_version("s", "t", 2, 1, 0)
+    assert [e.version for e in store.read_versions("a", block_ms=0)] == [2]

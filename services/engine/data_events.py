@@ -8,11 +8,14 @@ thread per replica drains it in order with `LiveStore.publish_version`
 versions stream the flash worker consumes, the session's `data_updated`
 event).
 
-Delivery: while Redis answers, every event is published, in order. When a
-publish fails the event is kept and retried (backoff up to `MAX_BACKOFF_S`);
-events that arrive meanwhile queue behind it up to `max_pending`, past which
-the oldest are dropped and counted (`dropped`), never silently: versions are
-monotonic, so the newest event of a session is the one a flash worker needs.
+Delivery: while Redis answers, every event is published, in order. When
+Redis cannot be reached the event is kept and retried (backoff up to
+`MAX_BACKOFF_S`); events that arrive meanwhile queue behind it up to
+`max_pending`, past which the oldest are dropped and counted (`dropped`),
+never silently: versions are monotonic, so the newest event of a session is
+the one a flash worker needs. An event Redis refuses (an error other than
+UNAVAILABLE) is retried `MAX_REFUSALS` times, then dropped and counted, so
+one bad event cannot stop the others.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 2.0
+MAX_REFUSALS = 5
 DEFAULT_MAX_PENDING = 10_000
 
 
@@ -107,7 +111,7 @@ class VersionPublisher:
             close()
 
     def _run(self) -> None:
-        backoff = 0.0
+        backoff, refusals = 0.0, 0
         while True:
             with self._cond:
                 while not self._pending and not self._stopping:
@@ -120,15 +124,28 @@ class VersionPublisher:
                                            event.dropped_total)
             except Exception as exc:
                 self.failures += 1
+                # LiveStoreUnavailable (code UNAVAILABLE): Redis is away, keep the event; else Redis refused it
+                refusals += getattr(exc, "code", "UNAVAILABLE") != "UNAVAILABLE"
+                if refusals >= MAX_REFUSALS:
+                    log.error("data version %s of %s dropped: %s", event.version, event.session_id, exc)
+                    self._done(event, published=False)
+                    backoff, refusals = 0.0, 0
+                    continue
                 backoff = min(MAX_BACKOFF_S, backoff * 2 or 0.05)
                 log.warning("data version %s of %s not published (retry in %.2f s): %s", event.version,
                             event.session_id, backoff, exc)
                 with self._cond:
                     self._cond.wait_for(lambda: self._stopping, backoff)
                 continue
-            backoff = 0.0
-            with self._cond:
-                if self._pending and self._pending[0] is event:  # not pushed out meanwhile by max_pending
-                    self._pending.popleft()
+            backoff, refusals = 0.0, 0
+            self._done(event, published=True)
+
+    def _done(self, event: PendingVersion, published: bool) -> None:
+        with self._cond:
+            if self._pending and self._pending[0] is event:  # not pushed out meanwhile by max_pending
+                self._pending.popleft()
+                if not published:
+                    self.dropped += 1
+            if published:
                 self.published += 1
-                self._cond.notify_all()
+            self._cond.notify_all()

@@ -30,6 +30,7 @@ from headstart.data.live_store import LiveStore, LiveStoreError, VersionEntry
 from services.flash.evaluator import Evaluator, EvaluatorFailed, EvaluatorRetry
 
 log = logging.getLogger(__name__)
+PRUNE_IDLE_MS = 3_600_000  # a consumer silent this long with nothing pending is a pod that is gone
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,10 @@ class FlashWorker:
         entries = self.store.own_pending(self.consumer)
         entries += self.store.claim_versions(self.consumer, self.config.claim_idle_ms)
         self._last_claim = time.monotonic()
-        return self._handle_all(entries)
+        handled = self._handle_all(entries)
+        # consumers of pods long gone, with nothing pending (their entries were just claimed)
+        self.store.prune_consumers(self.consumer, max(self.config.claim_idle_ms, PRUNE_IDLE_MS))
+        return handled
 
     def step(self) -> int:
         """Read and handle one batch of new entries (waits up to `block_ms`), and from

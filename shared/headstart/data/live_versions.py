@@ -60,42 +60,60 @@ class VersionsConsumer:
                                     int(f["dropped_total"])))
         return out
 
-    @guarded
-    def read_versions(self, consumer: str, count: int = 16, block_ms: int = 1000) -> list[VersionEntry]:
-        """New version entries for `consumer` of the `flash` group (pending until `ack_version`)."""
+    def _in_group(self, call):
+        """`call()` on the group, created first; once more after a NOGROUP (the stream was
+        deleted under a running worker, e.g. FLUSHDB: the group goes with it)."""
         self._ensure_group()
-        block = min(block_ms, self._max_block_ms) if block_ms > 0 else None
         try:
-            reply = self.client.xreadgroup(VERSIONS_GROUP, consumer, {self.versions_key: ">"}, count=count,
-                                           block=block)
+            return call()
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            self._group_ready = False  # the stream was deleted (FLUSHDB): create the group again
-            return []
+            self._group_ready = False
+            self._ensure_group()
+            return call()
+
+    @guarded
+    def read_versions(self, consumer: str, count: int = 16, block_ms: int = 1000) -> list[VersionEntry]:
+        """New version entries for `consumer` of the `flash` group (pending until `ack_version`)."""
+        block = min(block_ms, self._max_block_ms) if block_ms > 0 else None
+        reply = self._in_group(lambda: self.client.xreadgroup(
+            VERSIONS_GROUP, consumer, {self.versions_key: ">"}, count=count, block=block))
         return [e for _stream, entries in reply or [] for e in self._entries(entries)]
 
     @guarded
     def own_pending(self, consumer: str, count: int = 100) -> list[VersionEntry]:
         """Entries delivered to `consumer` and never acked (a restart under the same name)."""
-        self._ensure_group()
-        reply = self.client.xreadgroup(VERSIONS_GROUP, consumer, {self.versions_key: "0"}, count=count)
+        reply = self._in_group(lambda: self.client.xreadgroup(
+            VERSIONS_GROUP, consumer, {self.versions_key: "0"}, count=count))
         return [e for _stream, entries in reply or [] for e in self._entries(entries)]
 
     @guarded
     def claim_versions(self, consumer: str, min_idle_ms: int, count: int = 100) -> list[VersionEntry]:
         """Take over entries other consumers left pending for `min_idle_ms` (XAUTOCLAIM)."""
-        self._ensure_group()
         claimed: list[VersionEntry] = []
         start = "0-0"
         while len(claimed) < count:
-            reply = self.client.xautoclaim(self.versions_key, VERSIONS_GROUP, consumer, min_idle_ms,
-                                           start_id=start, count=count - len(claimed))
+            reply = self._in_group(lambda: self.client.xautoclaim(
+                self.versions_key, VERSIONS_GROUP, consumer, min_idle_ms, start_id=start, count=count - len(claimed)))
             start, entries = as_str(reply[0]), reply[1]
             claimed.extend(self._entries(entries))
             if start == "0-0":
                 break
         return claimed
+
+    @guarded
+    def prune_consumers(self, keep: str, min_idle_ms: int) -> list[str]:
+        """Forget consumers with nothing pending, idle for `min_idle_ms` (pods that are gone:
+        a Deployment's pods get new names), except `keep`. Returns the names removed."""
+        removed = []
+        for info in self._in_group(lambda: self.client.xinfo_consumers(self.versions_key, VERSIONS_GROUP)):
+            name = as_str(info["name"])
+            if name != keep and int(info["pending"]) == 0 and int(info["idle"]) >= min_idle_ms:
+                # NOTE: DELCONSUMER drops the consumer's pending entries: only ones with none go
+                self.client.xgroup_delconsumer(self.versions_key, VERSIONS_GROUP, name)
+                removed.append(name)
+        return removed
 
     @guarded
     def ack_version(self, entry_id: str) -> None:
@@ -105,5 +123,4 @@ class VersionsConsumer:
     @guarded
     def num_pending_versions(self) -> int:
         """Entries delivered to some consumer and not acked yet."""
-        self._ensure_group()
-        return int(self.client.xpending(self.versions_key, VERSIONS_GROUP)["pending"])
+        return int(self._in_group(lambda: self.client.xpending(self.versions_key, VERSIONS_GROUP))["pending"])
