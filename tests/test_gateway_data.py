@@ -416,3 +416,15 @@ def test_a_push_that_fails_at_the_engine_leaves_nothing_in_the_rows_log(http, ma
     ack = ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))
     assert ack["seqs"] == [6]  # numbers are never reused; the replica sees them increasing
     assert wait_ingested(http, sid, 6)["rows_in_cache"] == 3
+
+
+def test_row_characters_are_budgeted_per_tenant(make_gateway):
+    stack = make_gateway(data_chars_per_s=1, data_chars_burst=200)
+    with httpx.Client(base_url=stack.http_url, timeout=60) as gw:
+        sid = open_data(gw)
+        ok(gw.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))  # ~90 characters
+        r = gw.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE)
+        assert r.status_code == 429 and r.json()["code"] == "RATE_LIMITED"
+        bob = open_data(gw, headers=BOB)  # another tenant's budget is its own
+        ok(gw.post(f"/v1/data/{bob}/rows", json={"rows": cities(1)}, headers=BOB))
+        assert wait_ingested(gw, sid, 1)["rows_in_cache"] == 1  # the refused push took nothing
