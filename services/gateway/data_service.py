@@ -163,7 +163,7 @@ class DataService:
         """Forget the session: its replica cache, rows log, meta, flash questions and events."""
         eid, meta = await self._session(tenant, sid)
         try:
-            await self.engine._raw("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
+            await self.engine.call_once("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
         except ApiError as exc:
             if exc.code not in ("NOT_FOUND", "UNAVAILABLE"):  # not held / replica gone: nothing to free
                 raise
