@@ -58,8 +58,9 @@ def _gateway(engine, **overrides):
 
     overrides = {"engine_capacity": MAX_ATTACHED * NUM_REPLICAS, "sqlite_roots": [engine.db_root],
                  "engine_secret": engine.secret, "redis_url": engine.redis_url, **overrides}
-    overrides = {"engine_target": engine.grpc_target, **overrides}  # another target: a gateway cut off from it
-    settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_app=engine.app_name, tokens=TOKENS,
+    # another engine_target: a gateway cut off from the engine; other tokens: tenants of its own
+    overrides = {"engine_target": engine.grpc_target, "tokens": TOKENS, **overrides}
+    settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_app=engine.app_name,
                                reconnect_timeout_s=90, **overrides)
     server = GatewayServer(settings).start()
     return server, ServeStack(engine.grpc_target, engine.app_name, f"http://127.0.0.1:{server.http_port}",

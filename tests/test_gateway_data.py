@@ -428,3 +428,15 @@ def test_row_characters_are_budgeted_per_tenant(make_gateway):
         bob = open_data(gw, headers=BOB)  # another tenant's budget is its own
         ok(gw.post(f"/v1/data/{bob}/rows", json={"rows": cities(1)}, headers=BOB))
         assert wait_ingested(gw, sid, 1)["rows_in_cache"] == 1  # the refused push took nothing
+
+
+def test_a_tenant_holds_at_most_its_share_of_data_sessions(make_gateway):
+    stack = make_gateway(tokens={"tok-carol": "carol", "tok-dave": "dave"}, data_sessions_per_tenant=2)
+    carol, dave = {"authorization": "Bearer tok-carol"}, {"authorization": "Bearer tok-dave"}
+    with httpx.Client(base_url=stack.http_url, timeout=60) as gw:
+        first, _ = open_data(gw, carol), open_data(gw, carol)
+        r = gw.post("/v1/data", json={"db": DB}, headers=carol)
+        assert r.status_code == 429 and r.json()["code"] == "RESOURCE_EXHAUSTED"
+        open_data(gw, dave)  # another tenant's share is its own
+        ok(gw.delete(f"/v1/data/{first}", headers=carol))
+        open_data(gw, carol)

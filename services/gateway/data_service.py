@@ -8,7 +8,8 @@ forwarded, so a replica that loses the session rebuilds it from the log
 (services/gateway/data_engine.py). A session's meta (tenant, db, retention)
 lives in Redis too: any gateway can serve it. Store keys are the
 engine-level ids (`engine_session_id(tenant, id)`), so another tenant's id
-names nothing: NOT_FOUND.
+names nothing: NOT_FOUND. A tenant's open sessions are counted in the set
+`{prefix}:data:tenant:{tenant}:sessions` (its share: `data_sessions_per_tenant`).
 
 A query whose question is registered as a flash question and whose stored
 answer is at the session's current data version is answered from Redis
@@ -145,11 +146,13 @@ class DataService:
         eid = engine_session_id(tenant, sid)
         meta = {"tenant": tenant, "session_id": sid, "db": db, "retention": retention,
                 "retention_tokens": retention_tokens, "buffer_rows": buffer_rows, "created_at": time.time()}
-        await self._io(self.store.put_meta, eid, meta)
+        await self._io(self._admit, tenant, eid)
         try:
+            await self._io(self.store.put_meta, eid, meta)
             info = await self.engine.open(tenant, eid, meta, [])
         except BaseException:
             await self._io(self.store.delete_session, eid)
+            await self._io(self._release, tenant, eid)
             raise
         self.gw.metrics.data_sessions_opened.inc()
         return {"session_id": sid, "db": db, "data_version": info.version}
@@ -168,7 +171,26 @@ class DataService:
             if exc.code not in ("NOT_FOUND", "UNAVAILABLE"):  # not held / replica gone: nothing to free
                 raise
         await self._io(self.store.delete_session, eid)
+        await self._io(self._release, tenant, eid)
         return {"closed": sid}
+
+    def _tenant_key(self, tenant: str) -> str:
+        """The set of a tenant's open data sessions (engine ids), beside live_store's keys."""
+        return f"{self.store.prefix}:data:tenant:{tenant}:sessions"
+
+    def _admit(self, tenant: str, eid: str) -> None:
+        """Count `eid` among the tenant's sessions, or RESOURCE_EXHAUSTED past `data_sessions_per_tenant`
+        (shared by every gateway on this Redis)."""
+        key, share = self._tenant_key(tenant), self.gw.settings.data_sessions_per_tenant
+        pipe = self.store.client.pipeline(transaction=True)
+        pipe.sadd(key, eid)
+        pipe.scard(key)
+        if pipe.execute()[1] > share:
+            self.store.client.srem(key, eid)
+            raise ApiError("RESOURCE_EXHAUSTED", f"this tenant has {share} data sessions open (its share)")
+
+    def _release(self, tenant: str, eid: str) -> None:
+        self.store.client.srem(self._tenant_key(tenant), eid)
 
     # -- rows ---------------------------------------------------------------
 
