@@ -176,6 +176,11 @@ def test_a_burst_past_the_buffer_drops_the_oldest_counted_exactly(http, serve_st
     d = wait_ingested(http, sid, 48)
     assert d["dropped_total"] == dropped and d["rows_in_cache"] + dropped == 48
     assert metric(http, "headstart_gateway_data_rows_dropped_total") - before == dropped
+    def announced(events):
+        return [s for _, kind, p in events if kind == "rows_dropped" for s in p["dropped_seqs"]]
+
+    events = sse(http, sid, ALICE, lambda ev: len(announced(ev)) >= len(dropped_seqs), query="?last_event_id=0-0")
+    assert announced(events) == dropped_seqs  # every drop announced once, in order
     kept = ok(http.post(f"/v1/data/{sid}/query", json={"question": "SELECT", "max_new_tokens": 1},
                         headers=ALICE))
     assert kept["version"] == 48  # the newest row is never the one dropped
