@@ -18,6 +18,7 @@ import grpc
 import httpx
 import pytest
 import torch
+from websockets.sync.client import connect
 
 from headstart.client import ApiError, HeadstartClient, answer_rows
 from headstart.data.live_store import LiveStore
@@ -151,6 +152,13 @@ def test_malformed_rows_are_rejected_naming_the_row_and_the_session_goes_on(http
         ws.send(json.dumps({"type": "data_push", "session_id": sid, "rows": good[1:]}))
         ack, _ = recv_until(ws, {"error", "data_ack"})
     assert ack["type"] == "data_ack" and ack["seqs"] == [2]  # nothing rejected took a seq or a place
+    with connect(f"{serve_stack.ws_url}/v1/sessions/ws?data=1&token=tok-alice", open_timeout=30) as producer:
+        assert json.loads(producer.recv(timeout=30)) == {"type": "ready", "data": True}  # no typing session
+        producer.send(json.dumps({"type": "input", "seq": 1, "text": "x"}))
+        assert json.loads(producer.recv(timeout=30))["code"] == "INVALID_ARGUMENT"
+        producer.send(json.dumps({"type": "data_push", "session_id": sid, "rows": [bad_rows[1][0]]}))
+        error = json.loads(producer.recv(timeout=30))
+        assert error["code"] == "INVALID_ARGUMENT" and "town" in error["message"]
     with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
         with pytest.raises(ApiError) as err:
             client.push_rows(sid, [bad_rows[2][0]])
