@@ -70,6 +70,8 @@ class DataService:
 
     def stop(self) -> None:
         self._readers.shutdown(wait=False, cancel_futures=True)
+        if self.store is not None:
+            self.store.close()
 
     # -- helpers ------------------------------------------------------------
 
