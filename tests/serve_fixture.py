@@ -58,8 +58,10 @@ def _gateway(engine, **overrides):
 
     overrides = {"engine_capacity": MAX_ATTACHED * NUM_REPLICAS, "sqlite_roots": [engine.db_root],
                  "engine_secret": engine.secret, "redis_url": engine.redis_url, **overrides}
-    settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_target=engine.grpc_target,
-                               engine_app=engine.app_name, tokens=TOKENS, reconnect_timeout_s=90, **overrides)
+    # another engine_target: a gateway cut off from the engine; other tokens: tenants of its own
+    overrides = {"engine_target": engine.grpc_target, "tokens": TOKENS, **overrides}
+    settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_app=engine.app_name,
+                               reconnect_timeout_s=90, **overrides)
     server = GatewayServer(settings).start()
     return server, ServeStack(engine.grpc_target, engine.app_name, f"http://127.0.0.1:{server.http_port}",
                               f"ws://127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}", server)

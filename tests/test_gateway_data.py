@@ -18,6 +18,7 @@ import grpc
 import httpx
 import pytest
 import torch
+from websockets.sync.client import connect
 
 from headstart.client import ApiError, HeadstartClient, answer_rows
 from headstart.data.live_store import LiveStore
@@ -151,6 +152,13 @@ def test_malformed_rows_are_rejected_naming_the_row_and_the_session_goes_on(http
         ws.send(json.dumps({"type": "data_push", "session_id": sid, "rows": good[1:]}))
         ack, _ = recv_until(ws, {"error", "data_ack"})
     assert ack["type"] == "data_ack" and ack["seqs"] == [2]  # nothing rejected took a seq or a place
+    with connect(f"{serve_stack.ws_url}/v1/sessions/ws?data=1&token=tok-alice", open_timeout=30) as producer:
+        assert json.loads(producer.recv(timeout=30)) == {"type": "ready", "data": True}  # no typing session
+        producer.send(json.dumps({"type": "input", "seq": 1, "text": "x"}))
+        assert json.loads(producer.recv(timeout=30))["code"] == "INVALID_ARGUMENT"
+        producer.send(json.dumps({"type": "data_push", "session_id": sid, "rows": [bad_rows[1][0]]}))
+        error = json.loads(producer.recv(timeout=30))
+        assert error["code"] == "INVALID_ARGUMENT" and "town" in error["message"]
     with HeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
         with pytest.raises(ApiError) as err:
             client.push_rows(sid, [bad_rows[2][0]])
@@ -176,18 +184,29 @@ def test_a_burst_past_the_buffer_drops_the_oldest_counted_exactly(http, serve_st
     d = wait_ingested(http, sid, 48)
     assert d["dropped_total"] == dropped and d["rows_in_cache"] + dropped == 48
     assert metric(http, "headstart_gateway_data_rows_dropped_total") - before == dropped
+    def announced(events):
+        return [s for _, kind, p in events if kind == "rows_dropped" for s in p["dropped_seqs"]]
+
+    events = sse(http, sid, ALICE, lambda ev: len(announced(ev)) >= len(dropped_seqs), query="?last_event_id=0-0")
+    assert announced(events) == dropped_seqs  # every drop announced once, in order
     kept = ok(http.post(f"/v1/data/{sid}/query", json={"question": "SELECT", "max_new_tokens": 1},
                         headers=ALICE))
     assert kept["version"] == 48  # the newest row is never the one dropped
 
 
-def sse(http, sid: str, headers: dict, stop, last_id: str | None = None, query: str = "") -> list[tuple]:
-    """(id, kind, payload) events of a subscription until `stop(events)` is true."""
+def sse(http, sid: str, headers: dict, stop, last_id: str | None = None, query: str = "",
+        timeout_s: float = 120.0, after_open=lambda: None) -> list[tuple]:
+    """(id, kind, payload) events of a subscription until `stop(events)` is true (within `timeout_s`:
+    the server sends a keep-alive comment every ~15 s, so a quiet stream still gets here).
+    `after_open()` runs once the response started: the subscription's "now" is fixed by then."""
     headers = {**headers, **({"Last-Event-ID": last_id} if last_id else {})}
     events, fields = [], {}
+    deadline = time.monotonic() + timeout_s
     with http.stream("GET", f"/v1/data/{sid}/events{query}", headers=headers) as response:
         assert response.status_code == 200
+        after_open()
         for line in response.iter_lines():
+            assert time.monotonic() < deadline, f"no stop condition in {timeout_s} s: {events}"
             if line.startswith(":"):
                 continue
             if line:
@@ -208,21 +227,12 @@ def at_version(version: int):
 
 def test_sse_resumes_after_last_event_id_without_gap_or_duplicate(http):
     sid = open_data(http)
-    first: list = []
-    subscribed = threading.Event()
 
-    def listen():
-        subscribed.set()
-        first.extend(sse(http, sid, ALICE, at_version(6)))
+    def push_three():
+        for _ in range(3):
+            ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE))
 
-    listener = threading.Thread(target=listen)
-    listener.start()
-    subscribed.wait()
-    time.sleep(0.5)  # the subscription's "now" is fixed when it is answered; rows pushed before are not its events
-    for _ in range(3):
-        ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE))
-        time.sleep(0.2)
-    listener.join(120)
+    first = sse(http, sid, ALICE, at_version(6), after_open=push_three)  # "now": every event is after it
     assert first and first[-1][1] == "data_updated" and first[-1][2]["version"] == 6
     cut = first[len(first) // 2]
     for _ in range(2):  # while nobody listens
@@ -314,3 +324,132 @@ def test_a_replica_that_lost_the_session_rebuilds_it_from_the_rows_log(http, ser
                          headers=ALICE))
     assert before["text"] == cold_text(tiny_runtime, prompt, rows, QUESTION)
     assert after["version"] == 6 and after["text"] == cold_text(tiny_runtime, prompt, rows + more, QUESTION)
+
+
+@pytest.fixture
+def flash_worker(serve_engine):
+    """The flash worker (services/flash) in this process, on the stack's Redis and engine."""
+    from services.flash.evaluator import GrpcEvaluator
+    from services.flash.worker import FlashWorker, WorkerConfig
+
+    store = LiveStore(serve_engine.redis_url)
+    evaluator = GrpcEvaluator(serve_engine.grpc_target, serve_engine.app_name, serve_engine.secret)
+    worker = FlashWorker(store, evaluator, f"test-{time.monotonic_ns()}",
+                         WorkerConfig(max_new_tokens=MAX_NEW, block_ms=200, retry_idle_ms=500))
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    yield worker
+    stop.set()
+    thread.join(30)
+    evaluator.close()
+    store.close()
+
+
+def test_flash_answers_come_from_redis_at_the_current_version_and_never_stale(http, flash_worker, tiny_runtime,
+                                                                              prompt):
+    sid = open_data(http)
+    question = "How many cities are in Zuid?"
+    qid = ok(http.post(f"/v1/data/{sid}/flash", json={"question": f"  {question} "}, headers=ALICE))["id"]
+    assert ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE)) == [{"id": qid, "question": question}]
+    hits = metric(http, 'headstart_gateway_data_queries_total{source="flash"}')
+    rows = cities(3)
+    ok(http.post(f"/v1/data/{sid}/rows", json={"rows": rows}, headers=ALICE))
+    ready = [e for e in sse(http, sid, ALICE, lambda ev: any(k == "flash_ready" and p["version"] == 3
+                                                              for _, k, p in ev), query="?last_event_id=0-0")
+             if e[1] == "flash_ready"]
+    assert ready[-1][2]["version"] == 3 and ready[-1][2]["id"] == qid
+    answer = ok(http.post(f"/v1/data/{sid}/query", json={"question": question, "max_new_tokens": MAX_NEW},
+                          headers=ALICE))
+    assert answer["source"] == "flash" and answer["version"] == 3  # the stored answer, no model call
+    assert answer["text"] == cold_text(tiny_runtime, prompt, rows, question)
+    assert metric(http, 'headstart_gateway_data_queries_total{source="flash"}') == hits + 1
+    listed = ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE))
+    assert listed[0]["answer"]["version"] == 3 and listed[0]["answer"]["sql"] == answer["sql"]
+
+    more = cities(2)
+    ok(http.post(f"/v1/data/{sid}/rows", json={"rows": more}, headers=ALICE))
+    sse(http, sid, ALICE, at_version(5), query="?last_event_id=0-0")  # version 5 is published (current)
+    while True:  # until the worker has answered version 5: never the version-3 answer meanwhile
+        now = ok(http.post(f"/v1/data/{sid}/query", json={"question": question, "max_new_tokens": MAX_NEW},
+                           headers=ALICE))
+        assert now["version"] == 5, now
+        assert now["text"] == cold_text(tiny_runtime, prompt, rows + more, question)
+        if now["source"] == "flash":
+            break
+    assert ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE))[0]["answer"]["version"] == 5
+    ok(http.delete(f"/v1/data/{sid}/flash/{qid}", headers=ALICE))
+    assert ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE)) == []
+    gone = ok(http.post(f"/v1/data/{sid}/query", json={"question": question, "max_new_tokens": MAX_NEW},
+                        headers=ALICE))
+    assert gone["source"] == "model"
+    assert http.delete(f"/v1/data/{sid}/flash/{qid}", headers=ALICE).status_code == 404
+
+
+def test_async_client_data_methods(serve_stack, tiny_runtime, prompt):
+    import asyncio
+
+    from headstart.client import AsyncHeadstartClient
+
+    rows = cities(2)
+
+    async def run():
+        async with AsyncHeadstartClient(serve_stack.grpc_target, token="tok-alice") as client:
+            sid = (await client.open_data(DB, retention="rebuild", retention_tokens=4096)).session_id
+            events = await client.subscribe(sid)
+            ack = await client.push_rows(sid, rows)
+            async for event in events:
+                if event.kind == "data_updated" and json.loads(event.payload_json)["version"] == 2:
+                    break
+            events.close()
+            qid = (await client.register_flash(sid, QUESTION)).id
+            listed = await client.list_flash(sid)
+            answer = await client.query_data(sid, QUESTION, MAX_NEW)
+            await client.delete_flash(sid, qid)
+            after = await client.list_flash(sid)
+            await client.close_data(sid)
+            return ack, listed, answer, after, qid
+
+    ack, listed, answer, after, qid = asyncio.run(run())
+    assert list(ack.seqs) == [1, 2]
+    assert [(q.id, q.question) for q in listed] == [(qid, QUESTION)] and after == []
+    assert answer.version == 2 and answer.text == cold_text(tiny_runtime, prompt, rows, QUESTION)
+
+
+def test_a_push_that_fails_at_the_engine_leaves_nothing_in_the_rows_log(http, make_gateway, store):
+    sid = open_data(http)
+    ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE))
+    cut_off = make_gateway(engine_target="127.0.0.1:1")  # same Redis, no engine behind it
+    with httpx.Client(base_url=cut_off.http_url, timeout=60) as other:
+        assert ok(other.get(f"/v1/data/{sid}/flash", headers=ALICE)) == []  # the session is known there too
+        r = other.post(f"/v1/data/{sid}/rows", json={"rows": cities(3)}, headers=ALICE)
+    assert r.status_code == 503 and r.json()["code"] == "UNAVAILABLE"
+    eid = engine_session_id("alice", sid)
+    assert [seq for seq, _ in store.rows(eid)] == [1, 2]
+    ack = ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))
+    assert ack["seqs"] == [6]  # numbers are never reused; the replica sees them increasing
+    assert wait_ingested(http, sid, 6)["rows_in_cache"] == 3
+
+
+def test_row_characters_are_budgeted_per_tenant(make_gateway):
+    stack = make_gateway(data_chars_per_s=1, data_chars_burst=200)
+    with httpx.Client(base_url=stack.http_url, timeout=60) as gw:
+        sid = open_data(gw)
+        ok(gw.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))  # ~90 characters
+        r = gw.post(f"/v1/data/{sid}/rows", json={"rows": cities(2)}, headers=ALICE)
+        assert r.status_code == 429 and r.json()["code"] == "RATE_LIMITED"
+        bob = open_data(gw, headers=BOB)  # another tenant's budget is its own
+        ok(gw.post(f"/v1/data/{bob}/rows", json={"rows": cities(1)}, headers=BOB))
+        assert wait_ingested(gw, sid, 1)["rows_in_cache"] == 1  # the refused push took nothing
+
+
+def test_a_tenant_holds_at_most_its_share_of_data_sessions(make_gateway):
+    stack = make_gateway(tokens={"tok-carol": "carol", "tok-dave": "dave"}, data_sessions_per_tenant=2)
+    carol, dave = {"authorization": "Bearer tok-carol"}, {"authorization": "Bearer tok-dave"}
+    with httpx.Client(base_url=stack.http_url, timeout=60) as gw:
+        first, _ = open_data(gw, carol), open_data(gw, carol)
+        r = gw.post("/v1/data", json={"db": DB}, headers=carol)
+        assert r.status_code == 429 and r.json()["code"] == "RESOURCE_EXHAUSTED"
+        open_data(gw, dave)  # another tenant's share is its own
+        ok(gw.delete(f"/v1/data/{first}", headers=carol))
+        open_data(gw, carol)

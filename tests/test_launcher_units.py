@@ -15,3 +15,26 @@ def test_cpu_replicas_share_the_cores_and_cuda_ones_keep_torch_defaults(monkeypa
     assert default_replica_threads("cpu", 8) == 1  # never zero
     assert default_replica_threads("cuda", 1) is None
     assert default_replica_threads("cuda:1", 2) is None
+
+
+def test_serve_starts_an_embedded_redis_when_none_is_configured_and_stops_it_with_the_stack():
+    import contextlib
+    from urllib.parse import urlparse
+
+    import pytest
+
+    from headstart.redis_server import RedisServerError, find_redis_binary, ping
+    from services.launcher import _redis
+
+    try:
+        find_redis_binary()
+    except RedisServerError as exc:
+        pytest.skip(f"no Redis server binary: {exc}")
+    said = []
+    with contextlib.ExitStack() as stack:
+        url = _redis(None, stack, said.append)
+        where = urlparse(url)
+        assert where.hostname == "127.0.0.1" and ping(where.hostname, where.port)
+        assert "embedded" in said[0]
+        assert _redis(url, stack, said.append) == url and len(said) == 1  # one answering there: used as is
+    assert not ping(where.hostname, where.port)  # it lived as long as the stack

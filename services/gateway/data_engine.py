@@ -48,7 +48,7 @@ def engine_error(exc: grpc.aio.AioRpcError) -> ApiError:
 
 
 class DataEngine:
-    """Calls `Engine.Data*` for one gateway; `open_rows` says which rows rebuild a session."""
+    """Calls `Engine.Data*` for one gateway; `call` rebuilds a session the replica lacks (module docstring)."""
 
     def __init__(self, stub_of: Callable[[], object], app_name: str, engine_md: tuple[tuple[str, str], ...],
                  on_rebuild: Callable[[], None] = lambda: None):
@@ -64,7 +64,7 @@ class DataEngine:
         settings = engine_pb2.DataSettingsWire(**_settings_fields(meta))
         request = engine_pb2.DataOpenRequest(session_id=eid, db=meta["db"], tenant=tenant, settings=settings,
                                              rows=engine_rows(rows))
-        return await self._raw("DataOpen", request, tenant, eid)
+        return await self.call_once("DataOpen", request, tenant, eid)
 
     async def call(self, method: str, request, tenant: str, eid: str, meta: dict, lock: asyncio.Lock,
                    rows: Callable[[], Awaitable[list[tuple[int, dict]]]], locked: bool = False):
@@ -74,7 +74,7 @@ class DataEngine:
             ApiError: the replica's typed error, or UNAVAILABLE when it cannot be reached.
         """
         try:
-            return await self._raw(method, request, tenant, eid, rebuildable=True)
+            return await self.call_once(method, request, tenant, eid, rebuildable=True)
         except _NotHere:
             pass
         if locked:
@@ -82,10 +82,10 @@ class DataEngine:
         else:
             async with lock:
                 try:  # another call may have rebuilt it meanwhile
-                    return await self._raw(method, request, tenant, eid, rebuildable=True)
+                    return await self.call_once(method, request, tenant, eid, rebuildable=True)
                 except _NotHere:
                     await self._rebuild(tenant, eid, meta, rows)
-        return await self._raw(method, request, tenant, eid)
+        return await self.call_once(method, request, tenant, eid)
 
     async def _rebuild(self, tenant: str, eid: str, meta: dict, rows) -> None:
         logged = await rows()
@@ -93,7 +93,8 @@ class DataEngine:
         await self.open(tenant, eid, meta, logged)
         self._on_rebuild()
 
-    async def _raw(self, method: str, request, tenant: str, eid: str, rebuildable: bool = False):
+    async def call_once(self, method: str, request, tenant: str, eid: str, rebuildable: bool = False):
+        """`method(request)` on the session's replica, once (no rebuild); failures as ApiError."""
         stub = self._stub_of()
         if stub is None:
             raise ApiError("UNAVAILABLE", "the gateway has not connected to the engine yet")

@@ -108,6 +108,9 @@ class DataServicerMixin:
         except ApiError as exc:
             await self._abort(context, exc)
             return
+        # "Now" is fixed: say so at once (the client returns from subscribe() on these headers,
+        # so whatever it does next is an event it will see).
+        await context.send_initial_metadata(())
         try:
             async for item in stream:
                 if item is not None:

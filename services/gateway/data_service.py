@@ -8,7 +8,8 @@ forwarded, so a replica that loses the session rebuilds it from the log
 (services/gateway/data_engine.py). A session's meta (tenant, db, retention)
 lives in Redis too: any gateway can serve it. Store keys are the
 engine-level ids (`engine_session_id(tenant, id)`), so another tenant's id
-names nothing: NOT_FOUND.
+names nothing: NOT_FOUND. A tenant's open sessions are counted in the set
+`{prefix}:data:tenant:{tenant}:sessions` (its share: `data_sessions_per_tenant`).
 
 A query whose question is registered as a flash question and whose stored
 answer is at the session's current data version is answered from Redis
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import time
 import uuid
@@ -37,6 +39,7 @@ from services.gateway.limits import check_text
 from services.gateway.sessions import engine_session_id
 from services.gateway.tenancy import TenantSlots
 
+log = logging.getLogger(__name__)
 REDIS_URL_ENV = "HEADSTART_REDIS_URL"
 RETENTIONS = ("", "shift", "rebuild")
 MAX_RETENTION_TOKENS = 1 << 20
@@ -67,6 +70,8 @@ class DataService:
 
     def stop(self) -> None:
         self._readers.shutdown(wait=False, cancel_futures=True)
+        if self.store is not None:
+            self.store.close()
 
     # -- helpers ------------------------------------------------------------
 
@@ -143,11 +148,13 @@ class DataService:
         eid = engine_session_id(tenant, sid)
         meta = {"tenant": tenant, "session_id": sid, "db": db, "retention": retention,
                 "retention_tokens": retention_tokens, "buffer_rows": buffer_rows, "created_at": time.time()}
-        await self._io(self.store.put_meta, eid, meta)
+        await self._io(self._admit, tenant, eid)
         try:
+            await self._io(self.store.put_meta, eid, meta)
             info = await self.engine.open(tenant, eid, meta, [])
         except BaseException:
             await self._io(self.store.delete_session, eid)
+            await self._io(self._release, tenant, eid)
             raise
         self.gw.metrics.data_sessions_opened.inc()
         return {"session_id": sid, "db": db, "data_version": info.version}
@@ -161,12 +168,31 @@ class DataService:
         """Forget the session: its replica cache, rows log, meta, flash questions and events."""
         eid, meta = await self._session(tenant, sid)
         try:
-            await self.engine._raw("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
+            await self.engine.call_once("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
         except ApiError as exc:
             if exc.code not in ("NOT_FOUND", "UNAVAILABLE"):  # not held / replica gone: nothing to free
                 raise
         await self._io(self.store.delete_session, eid)
+        await self._io(self._release, tenant, eid)
         return {"closed": sid}
+
+    def _tenant_key(self, tenant: str) -> str:
+        """The set of a tenant's open data sessions (engine ids), beside live_store's keys."""
+        return f"{self.store.prefix}:data:tenant:{tenant}:sessions"
+
+    def _admit(self, tenant: str, eid: str) -> None:
+        """Count `eid` among the tenant's sessions, or RESOURCE_EXHAUSTED past `data_sessions_per_tenant`
+        (shared by every gateway on this Redis)."""
+        key, share = self._tenant_key(tenant), self.gw.settings.data_sessions_per_tenant
+        pipe = self.store.client.pipeline(transaction=True)
+        pipe.sadd(key, eid)
+        pipe.scard(key)
+        if pipe.execute()[1] > share:
+            self.store.client.srem(key, eid)
+            raise ApiError("RESOURCE_EXHAUSTED", f"this tenant has {share} data sessions open (its share)")
+
+    def _release(self, tenant: str, eid: str) -> None:
+        self.store.client.srem(self._tenant_key(tenant), eid)
 
     # -- rows ---------------------------------------------------------------
 
@@ -200,7 +226,16 @@ class DataService:
             numbered = list(zip(seqs, valid))
             await self._io(self.store.append_rows, eid, numbered)  # before the ack: the rebuild source
             request = engine_pb2.DataPushRequest(session_id=eid, rows=engine_rows(numbered))
-            reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
+            try:
+                reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
+            except ApiError:
+                # The push failed as a whole: take its rows out of the log again, so a rebuild never
+                # ingests rows the client was told failed (and a retry does not add them twice).
+                try:
+                    await asyncio.to_thread(self._unlog, eid, seqs[0], seqs[-1])
+                except Exception:  # Redis is gone too: the push's own error is the one to report
+                    log.exception("rows %d..%d of %s not taken out of the log", seqs[0], seqs[-1], eid)
+                raise
         m = self.gw.metrics
         m.data_rows_pushed.inc(len(valid))
         if reply.dropped:
@@ -209,6 +244,10 @@ class DataService:
                            {"dropped": reply.dropped, "dropped_seqs": list(reply.dropped_seqs),
                             "dropped_total": reply.dropped_total})
         return ack_json(reply, seqs)
+
+    def _unlog(self, eid: str, first: int, last: int) -> None:
+        """Remove rows `first..last` from the session's rows log (a zset scored by seq, live_store's layout)."""
+        self.store.client.zremrangebyscore(self.store.key(eid, "rows"), first, last)
 
     # -- queries ------------------------------------------------------------
 
@@ -277,7 +316,11 @@ class DataService:
     async def _events(self, eid: str, last_id: str, block_ms: int):
         loop = asyncio.get_running_loop()
         while True:
-            batch = await loop.run_in_executor(self._readers, self.store.events_after, eid, last_id, block_ms)
+            try:
+                batch = await loop.run_in_executor(self._readers, self.store.events_after, eid, last_id, block_ms)
+            except HeadstartError as exc:  # Redis went away: end the stream; the client resumes by its last id
+                log.warning("data events of %s: %s", eid, exc)
+                return
             for event_id, kind, payload in batch:
                 last_id = event_id
                 yield event_id, kind, payload

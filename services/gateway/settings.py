@@ -58,6 +58,8 @@ class GatewaySettings(BaseSettings):
     # -- data sessions (README "Data API") -----------------------------------
     redis_url: str = Field("", description="Redis of the data API: rows log, session meta, flash answers, "
                            "events (empty: $HEADSTART_REDIS_URL; neither: the data API answers UNAVAILABLE)")
+    data_sessions_per_tenant: int = Field(64, ge=1, description="data sessions one tenant may hold open "
+                                          "(all gateways on the same Redis together)")
     data_rows_per_push: int = Field(512, ge=1, description="rows one data push may carry")
     data_row_chars: int = Field(512, ge=16, description="longest row, as the line the model reads")
     data_chars_per_s: float = Field(50_000.0, gt=0, description="row characters per second per tenant "

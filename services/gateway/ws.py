@@ -2,7 +2,8 @@
 
 Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
 "text":...,"max_new_tokens":k}, {"type":"cancel"}, and rows for a data session
-{"type":"data_push","session_id":...,"rows":[...]}. Server → client: ready,
+{"type":"data_push","session_id":...,"rows":[...]} (also on a connection
+opened with `?data=1`, which has no typing session). Server → client: ready,
 progress, token, done, data_ack, error (each with a "type"). A bad message gets an
 error reply and the connection stays open; the session closes with it.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import dataclass
 
 from fastapi import WebSocket, WebSocketDisconnect
 
@@ -76,7 +78,18 @@ async def _refuse(ws: WebSocket, service: GatewayService, exc: ApiError) -> None
     await ws.close(CLOSE_CODES.get(exc.code, 1011))
 
 
+@dataclass(frozen=True)
+class DataOnly:
+    """A connection opened with `?data=1`: no typing session, only `data_push` messages."""
+
+    tenant: str
+
+
 async def _serve_socket(ws: WebSocket, service: GatewayService, tenant: str) -> None:
+    if ws.query_params.get("data") == "1":  # a producer of rows: no typing session, no replica slot
+        await ws.send_json({"type": "ready", "data": True})
+        await _receive(ws, service, DataOnly(tenant))
+        return
     try:
         sid, db = ws.query_params.get("session"), ws.query_params.get("db", "")
         session = service.get(tenant, sid) if sid else await service.open(tenant, db, ephemeral=True)
@@ -163,6 +176,8 @@ async def _dispatch(service: GatewayService, session, message: dict) -> dict | N
     """Act on one message; returns the direct reply to send (a data_push's data_ack), if any."""
     kind = message["type"]
     service.metrics.messages.labels(EDGE, kind if kind in ("input", "submit", "cancel", "data_push") else "other").inc()
+    if isinstance(session, DataOnly) and kind != "data_push":
+        raise ApiError("INVALID_ARGUMENT", f"a ?data=1 connection takes data_push messages only, not {kind!r}")
     if kind == "input":
         await service.input(session, message.get("seq"), message.get("text"))
     elif kind == "submit":

@@ -5,8 +5,8 @@
         client.push_rows(sid, [{"table": "city", "values": {"ID": 5000, "Name": "Oslo", ...}}])
         client.register_flash(sid, "How many cities are there?")
         answer = client.query_data(sid, "How many cities are there?")   # answer.source: flash | model
-        for event in client.subscribe(sid):                                # data_updated, flash_ready, ...
-            ...
+        with client.subscribe(sid) as events:                              # data_updated, flash_ready, ...
+            for event in events: ...
 
 A row is `{"table": name, "values": {column: int | float | str | None}}`.
 `push_rows` sends them as one `PushRows` client stream in batches of
@@ -17,7 +17,7 @@ returns one ack for all of them.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable
 
 import grpc
 
@@ -117,21 +117,44 @@ class DataMethods:
     def delete_flash(self, session_id: str, question_id: str) -> None:
         self._unary(self.stub.DeleteFlash, headstart_pb2.DeleteFlashRequest(session_id=session_id, id=question_id))
 
-    def subscribe(self, session_id: str, last_event_id: str = "") -> Iterator[headstart_pb2.DataEvent]:
+    def subscribe(self, session_id: str, last_event_id: str = "") -> "DataSubscription":
         """The session's events after `last_event_id` (empty: from now on), as they happen.
 
-        A generator: stop it with `close()` (that cancels the stream). Raises
-        ApiError for a refusal (NOT_FOUND, ...).
+        Returns once the gateway has subscribed (an event after that is never
+        missed); iterate it for `DataEvent`s, `close()` it to stop. A refusal
+        (NOT_FOUND, ...) raises ApiError from the iteration.
         """
         call = self.stub.Subscribe(headstart_pb2.SubscribeRequest(session_id=session_id, last_event_id=last_event_id),
                                    metadata=self.metadata)
+        call.initial_metadata()  # the gateway sends it once "now" is fixed (or the call ended: raised below)
+        return DataSubscription(call)
+
+
+class DataSubscription:
+    """A `Subscribe` stream: an iterator of `DataEvent`s until `close()` (or the session closes)."""
+
+    def __init__(self, call):
+        self._call = call
+
+    def __iter__(self) -> "DataSubscription":
+        return self
+
+    def __next__(self) -> headstart_pb2.DataEvent:
         try:
-            yield from call
+            return next(self._call)
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
-                raise from_rpc_error(exc) from None
-        finally:
-            call.cancel()
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                raise StopIteration from None
+            raise from_rpc_error(exc) from None
+
+    def close(self) -> None:
+        self._call.cancel()
+
+    def __enter__(self) -> "DataSubscription":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class AsyncDataMethods:
@@ -171,15 +194,33 @@ class AsyncDataMethods:
         await self._unary(self.stub.DeleteFlash, headstart_pb2.DeleteFlashRequest(session_id=session_id,
                                                                                   id=question_id))
 
-    async def subscribe(self, session_id: str, last_event_id: str = "") -> AsyncIterator[headstart_pb2.DataEvent]:
-        """`DataMethods.subscribe` as an async generator (`aclose()` cancels the stream)."""
+    async def subscribe(self, session_id: str, last_event_id: str = "") -> "AsyncDataSubscription":
+        """`DataMethods.subscribe`, awaited: returns once the gateway has subscribed."""
         call = self.stub.Subscribe(headstart_pb2.SubscribeRequest(session_id=session_id, last_event_id=last_event_id),
                                    metadata=self.metadata)
+        await call.initial_metadata()
+        return AsyncDataSubscription(call)
+
+
+class AsyncDataSubscription:
+    """A `Subscribe` stream: an async iterator of `DataEvent`s until `close()`."""
+
+    def __init__(self, call):
+        self._call = call
+
+    def __aiter__(self) -> "AsyncDataSubscription":
+        return self
+
+    async def __anext__(self) -> headstart_pb2.DataEvent:
         try:
-            async for event in call:
-                yield event
+            event = await self._call.read()
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
-                raise from_rpc_error(exc) from None
-        finally:
-            call.cancel()
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                raise StopAsyncIteration from None
+            raise from_rpc_error(exc) from None
+        if event is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return event
+
+    def close(self) -> None:
+        self._call.cancel()
