@@ -1,0 +1,50 @@
+"""`bench/stream.py` end to end at a tiny scale (random:tiny, float64, a real Redis):
+its files and their shape, and the exactness it reports (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.stream import MODES, run_stream_bench
+from bench.stream_flash import FlashStore
+
+SUMMARY = {"p50_ms", "p99_ms", "first_ms", "last_ms", "growth"}
+
+
+def test_bench_stream_writes_its_report_and_the_stateful_answers_are_exact(tmp_path, redis_url):
+    report = run_stream_bench(tmp_path, model="random:tiny", dtype="float64", threads=1, rows_start=4,
+                              rows_per_iteration=3, iterations=3, new_tokens=4, shift_bound=60, redis_url=redis_url)
+    assert {p.name for p in tmp_path.iterdir()} >= {"stream.json", "stream.md", "stream.png"}
+    saved = json.loads((tmp_path / "stream.json").read_text())
+    assert set(saved["modes"]) == set(MODES)
+    for mode in MODES:
+        assert set(saved["modes"][mode]) >= SUMMARY
+        assert all(saved["modes"][mode][k] > 0 for k in SUMMARY)
+    points = saved["iterations_detail"]
+    assert [p["iteration"] for p in points] == [1, 2, 3]
+    assert [p["rows"] for p in points] == [7, 10, 13]  # 4 at start, then 3 per iteration, none dropped
+    assert points[0]["context_tokens"] < points[1]["context_tokens"] < points[2]["context_tokens"]
+    assert saved["outputs_identical"] is True and saved["prefix_identical"] is True
+    assert saved["flash_identical"] is True
+    assert saved["rows_dropped"] == 0
+    drift = saved["shift_drift"]
+    assert drift["shifts"] >= 1 and drift["sliding_tokens"] <= 60
+    assert drift["max_logit_diff"] > 1e-6  # shift's approximation is measured, not hidden
+    assert isinstance(drift["greedy_match"], bool)
+    assert report["flash_source"] in ("DataSession.evaluate", "DataSession.query")
+    text = (tmp_path / "stream.md").read_text()
+    assert "outputs_identical" in text and "| 3 | 13 |" in text
+
+
+def test_flash_store_serves_only_the_current_version(redis_url):
+    store = FlashStore(redis_url, prefix="hs-test-bench-stream")
+    try:
+        qid = store.register("s1", "How many rows?")
+        assert store.lookup("s1", "how many  rows?", 1) is None  # registered, nothing stored yet
+        assert store.store_answer("s1", qid, {"version": 2, "text": "two"})
+        assert not store.store_answer("s1", qid, {"version": 1, "text": "one"})  # never goes back
+        assert store.lookup("s1", "How many rows?", 2)["text"] == "two"
+        assert store.lookup("s1", "How many rows?", 3) is None  # stale: not served as current
+        assert store.lookup("s1", "Another question?", 2) is None
+    finally:
+        store.close()
