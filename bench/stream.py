@@ -18,9 +18,9 @@ per iteration so no mode always runs first (a warm cache, a busy neighbour):
 - **flash**: the question is registered; after each data version it was
   evaluated (`DataSession.evaluate` where the session has it, else `query`),
   its SQL executed on the working copy at that version, and the answer stored
-  in a real Redis (started with `local_redis()` unless `--redis-url`). The
-  query is the lookup of the stored answer for (session, question, current
-  version).
+  with `LiveStore.store_answer` in a real Redis (started with `local_redis()`
+  unless `--redis-url`). The query is `LiveStore.lookup` of the stored answer
+  for (session, question, current version).
 
 Also: whether the stateful tokens equal the re-prefill tokens every iteration
 (`outputs_identical`), the session's dropped rows, and `shift_drift`: a
@@ -53,8 +53,9 @@ from pathlib import Path
 import torch
 
 from bench.common import percentile, write_json
-from bench.stream_flash import FlashStore, evaluate_one
+from bench.stream_flash import evaluate_one
 from headstart.data import DataSession, DataSettings
+from headstart.data.live_store import LiveStore
 from headstart.engine.kv import KVState, extend, prefill
 from headstart.engine.runtime import EngineRuntime
 
@@ -164,7 +165,7 @@ def run_stream_bench(out: Path, model: str = "random:qwen2.5-coder-0.5b", dtype:
                   rows_per_iteration=rows_per_iteration, iterations=iterations, new_tokens=new_tokens, seed=seed,
                   repeats=repeats,
                   question=QUESTION, question_tokens=loop["question_tokens"], frozen_tokens=loop["frozen_tokens"],
-                  flash_source=loop["flash_source"], flash_store=loop["flash_store"], modes=modes,
+                  flash_source=loop["flash_source"], modes=modes,
                   outputs_identical=all(p["stateful_match"] for p in points),
                   prefix_identical=all(p["prefix_match"] for p in points),
                   flash_identical=all(p["flash_match"] for p in points),
@@ -193,10 +194,10 @@ def stream_loop(runtime, db: str, redis_url: str, rows_start: int, per_iteration
                 new_tokens: int, seed: int, repeats: int = 1) -> dict:
     """The measured run: per iteration, rows in, then the question four ways."""
     session = DataSession(runtime, db, DataSettings(retention_tokens=1 << 24, max_row_tokens=64))
-    store = FlashStore(redis_url, prefix=f"hs-bench-{uuid.uuid4().hex[:8]}")
+    store = LiveStore(redis_url, prefix=f"hs-bench-{uuid.uuid4().hex[:8]}")
     question = session.prompt.question_ids(QUESTION)
     reprefill, prefix = Reprefill(), Prefix()
-    qid = store.register(session.id, QUESTION)
+    qid = store.register_flash(session.id, QUESTION)
     points = []
     try:
         pushed = rows_start
@@ -220,7 +221,7 @@ def stream_loop(runtime, db: str, redis_url: str, rows_start: int, per_iteration
             version = session.data_version
             started = time.perf_counter()
             answer, source = evaluate_one(session, QUESTION, new_tokens)
-            store.store_answer(session.id, qid, answer)
+            store.store_answer(session.id, qid, answer, publish=True)  # as the flash worker does
             flash_eval_ms = (time.perf_counter() - started) * 1000
             context = session.context_ids()
             got: dict = {}
@@ -256,9 +257,10 @@ def stream_loop(runtime, db: str, redis_url: str, rows_start: int, per_iteration
         frozen = session.frozen_tokens
     finally:
         session.close()
+        store.delete_session(session.id)
         store.close()
     return dict(iterations=points, rows_dropped=rows_dropped, question_tokens=len(question), frozen_tokens=frozen,
-                flash_source=source, flash_store=store.kind)
+                flash_source=source)
 
 
 def shift_drift(runtime, db: str, rows_start: int, per_iteration: int, iterations: int, new_tokens: int, bound: int,
@@ -280,9 +282,10 @@ def shift_drift(runtime, db: str, rows_start: int, per_iteration: int, iteration
         info = session.describe()
     finally:
         session.close()
-    return dict(bound_tokens=bound, max_logit_diff=float((result.first_logits.double() - first.double()).abs().max()),
-                greedy_match=result.token_ids == cold_tokens, shifts=info["shifts"], rows_in_cache=info["rows_in_cache"],
-                sliding_tokens=info["sliding_tokens"], retired=info["retired"], retention_ms=info["retention_ms"])
+    diff = float((result.first_logits.double() - first.double()).abs().max())
+    return dict(bound_tokens=bound, max_logit_diff=diff, greedy_match=result.token_ids == cold_tokens,
+                shifts=info["shifts"], rows_in_cache=info["rows_in_cache"], sliding_tokens=info["sliding_tokens"],
+                retired=info["retired"], retention_ms=info["retention_ms"])
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ def markdown(report: dict) -> str:
     return (f"bench stream: {r['model']} {r['dtype']} on {r['device']} ({r['threads']} threads); "
             f"{r['rows_start']} rows, then {r['iterations']} x ({r['rows_per_iteration']} rows + 1 query); "
             f"{r['new_tokens']} answer tokens; question {r['question_tokens']} tokens, frozen region "
-            f"{r['frozen_tokens']} tokens; flash answers by {r['flash_source']}, stored with {r['flash_store']}\n\n"
+            f"{r['frozen_tokens']} tokens; flash answers by {r['flash_source']}, looked up with LiveStore.lookup\n\n"
             + markdown_table(["mode", "p50 ms", "p99 ms", "first ms", "last ms", "growth last/first"], summary)
             + f"\nlast iteration: stateful {s['stateful_vs_reprefill']:.1f}x faster than re-prefill; "
               f"flash hit {s['flash_vs_stateful']:.0f}x faster than stateful\n\n"

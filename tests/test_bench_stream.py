@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from bench.stream import MODES, run_stream_bench
-from bench.stream_flash import FlashStore
 
 SUMMARY = {"p50_ms", "p99_ms", "first_ms", "last_ms", "growth"}
 
@@ -35,16 +34,3 @@ def test_bench_stream_writes_its_report_and_the_stateful_answers_are_exact(tmp_p
     text = (tmp_path / "stream.md").read_text()
     assert "outputs_identical" in text and "| 3 | 13 |" in text
 
-
-def test_flash_store_serves_only_the_current_version(redis_url):
-    store = FlashStore(redis_url, prefix="hs-test-bench-stream")
-    try:
-        qid = store.register("s1", "How many rows?")
-        assert store.lookup("s1", "how many  rows?", 1) is None  # registered, nothing stored yet
-        assert store.store_answer("s1", qid, {"version": 2, "text": "two"})
-        assert not store.store_answer("s1", qid, {"version": 1, "text": "one"})  # never goes back
-        assert store.lookup("s1", "How many rows?", 2)["text"] == "two"
-        assert store.lookup("s1", "How many rows?", 3) is None  # stale: not served as current
-        assert store.lookup("s1", "Another question?", 2) is None
-    finally:
-        store.close()
