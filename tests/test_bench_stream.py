@@ -34,3 +34,15 @@ def test_bench_stream_writes_its_report_and_the_stateful_answers_are_exact(tmp_p
     text = (tmp_path / "stream.md").read_text()
     assert "outputs_identical" in text and "| 3 | 13 |" in text
 
+
+
+def test_bench_stream_is_a_headstart_bench_command():
+    from typer.testing import CliRunner
+
+    from headstart.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "stream", "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for flag in ("--rows-start", "--rows-per-iteration", "--iterations", "--new-tokens", "--model", "--dtype",
+                 "--threads", "--out"):
+        assert flag in result.output
