@@ -16,7 +16,7 @@ per iteration so no mode always runs first (a warm cache, a busy neighbour):
   background before the query (that ingestion is reported, not counted); the
   query runs only its own tokens on the live cache.
 - **flash**: the question is registered; after each data version it was
-  evaluated (`DataSession.evaluate` where the session has it, else `query`),
+  evaluated (`DataSession.evaluate`, FLASH priority, in place on the live cache),
   its SQL executed on the working copy at that version, and the answer stored
   with `LiveStore.store_answer` in a real Redis (started with `local_redis()`
   unless `--redis-url`). The query is `LiveStore.lookup` of the stored answer
@@ -211,7 +211,6 @@ def stream_loop(runtime, db: str, redis_url: str, rows_start: int, per_iteration
         prefix.query(runtime, context, question, new_tokens)
         session.query(QUESTION, new_tokens)
         store.lookup(session.id, QUESTION, session.data_version)  # opens the client's connection
-        source = None
         for it in range(1, iterations + 1):
             started = time.perf_counter()
             session.push(synthetic_rows(per_iteration, pushed, seed))
@@ -220,7 +219,7 @@ def stream_loop(runtime, db: str, redis_url: str, rows_start: int, per_iteration
             pushed += per_iteration
             version = session.data_version
             started = time.perf_counter()
-            answer, source = evaluate_one(session, QUESTION, new_tokens)
+            answer = evaluate_one(session, QUESTION, new_tokens)
             store.store_answer(session.id, qid, answer, publish=True)  # as the flash worker does
             flash_eval_ms = (time.perf_counter() - started) * 1000
             context = session.context_ids()
@@ -260,7 +259,7 @@ def stream_loop(runtime, db: str, redis_url: str, rows_start: int, per_iteration
         store.delete_session(session.id)
         store.close()
     return dict(iterations=points, rows_dropped=rows_dropped, question_tokens=len(question), frozen_tokens=frozen,
-                flash_source=source)
+                flash_source="DataSession.evaluate")
 
 
 def shift_drift(runtime, db: str, rows_start: int, per_iteration: int, iterations: int, new_tokens: int, bound: int,

@@ -11,7 +11,7 @@ SUMMARY = {"p50_ms", "p99_ms", "first_ms", "last_ms", "growth"}
 
 
 def test_bench_stream_writes_its_report_and_the_stateful_answers_are_exact(tmp_path, redis_url):
-    report = run_stream_bench(tmp_path, model="random:tiny", dtype="float64", threads=1, rows_start=4,
+    run_stream_bench(tmp_path, model="random:tiny", dtype="float64", threads=1, rows_start=4,
                               rows_per_iteration=3, iterations=3, new_tokens=4, shift_bound=60, redis_url=redis_url)
     assert {p.name for p in tmp_path.iterdir()} >= {"stream.json", "stream.md", "stream.png"}
     saved = json.loads((tmp_path / "stream.json").read_text())
@@ -30,7 +30,6 @@ def test_bench_stream_writes_its_report_and_the_stateful_answers_are_exact(tmp_p
     assert drift["shifts"] >= 1 and drift["sliding_tokens"] <= 60
     assert drift["max_logit_diff"] > 1e-6  # shift's approximation is measured, not hidden
     assert isinstance(drift["greedy_match"], bool)
-    assert report["flash_source"] in ("DataSession.evaluate", "DataSession.query")
     text = (tmp_path / "stream.md").read_text()
     assert "outputs_identical" in text and "| 3 | 13 |" in text
 
