@@ -328,6 +328,29 @@ def bench_data(
                    latency_tokens, retention_rows, retention_batch, bound, seed)
 
 
+@bench_app.command("stream")
+def bench_stream(
+    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    dtype: str = typer.Option("float32"),
+    device: str = typer.Option("cpu"),
+    threads: int = typer.Option(2),
+    rows_start: int = typer.Option(20, help="rows before the first iteration (the paper's scale: 100)"),
+    rows_per_iteration: int = typer.Option(11, help="new rows before each query (the paper's scale: 55)"),
+    iterations: int = typer.Option(15),
+    new_tokens: int = typer.Option(8, help="answer tokens per query"),
+    shift_bound: int = typer.Option(256, help="retention bound (tokens) of the shift-drift session"),
+    repeats: int = typer.Option(1, help="queries per mode per iteration, median (noisy hosts)"),
+    seed: int = typer.Option(0),
+    redis_url: str = typer.Option(None, help="Redis for the flash answers (default: start a local one)"),
+    out: Path = typer.Option(Path("bench-out/stream")),
+):
+    """Streaming rows + one query per iteration: re-prefill vs prefix cache vs stateful session vs flash hit."""
+    from bench.stream import run_stream_bench
+
+    run_stream_bench(out, model, dtype, device, threads, rows_start, rows_per_iteration, iterations, new_tokens,
+                     shift_bound, seed, redis_url, repeats)
+
+
 def _mount_eval() -> None:
     """`headstart eval` and `headstart eval-compare` (issue: evaluation harness)."""
     from headstart.eval.cli import compare_cli, eval_cli
