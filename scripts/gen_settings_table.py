@@ -72,8 +72,6 @@ PLAIN = (
      "(`0.0.0.0` or `::`: all interfaces)", "services/engine/loopback.py"),
     ("HEADSTART_REDIS_SERVER", "`redis-server`, then `valkey-server` on PATH", "the Redis binary a private "
      "Redis is started from (`serve --redis`, `bench tables`)", "shared/headstart/redis_server.py"),
-    ("HEADSTART_REDIS_URL", "unset", "set by `headstart serve --redis URL` for its replicas; nothing reads it "
-     "today (table blocks use `HEADSTART_TABLE_STORE_URL`)", "services/launcher.py"),
     ("HEADSTART_POSTGRES_DSN", "none: a temporary local server", "PostgreSQL of `eval --executor postgres`",
      "shared/headstart/eval/cli.py"),
     ("HEADSTART_PG_BIN", "PATH, then `/usr/lib/postgresql/*/bin`", "folder of `initdb` and `pg_ctl` for a "

@@ -2,8 +2,12 @@
 
 Starts a local Ray (temp files under the run directory, auth off), the engine
 deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
-/metrics, public gRPC) and, when a loopback redis:// URL is configured and
-nothing answers there, a local Redis. Ctrl-C stops everything it started.
+/metrics, public gRPC) and the Redis that data sessions need (rows log,
+versions, flash answers, events): the one at `--redis` or
+$HEADSTART_REDIS_URL, else an embedded one (`redis-server` or
+`valkey-server`, on a free loopback port, without persistence) that lives as
+long as the stack. A loopback URL with nothing answering there is started
+too. Ctrl-C stops everything it started.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from services.gateway.settings import GatewaySettings
 from services.ray_dir import ray_temp_dir
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+REDIS_URL_ENV = "HEADSTART_REDIS_URL"
 
 
 @dataclass
@@ -61,7 +66,8 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
 
     Args:
         tokens: `TOKEN` or `TENANT=TOKEN` strings; none: no auth, loopback only.
-        redis_url: a redis:// URL; a loopback one with no server behind it is started here.
+        redis_url: a redis:// URL (default $HEADSTART_REDIS_URL); a loopback one with no server
+            behind it is started here, and with neither an embedded one is started for the stack.
         table_cache: each replica's table cache (`EngineSettings.table_cache`): off | pfk | independent.
         engine_grpc_port: port of Serve's gRPC proxy (default: a free one, loopback).
     """
@@ -74,9 +80,10 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     stack_exit = contextlib.ExitStack()
     try:
-        redis_url = _redis(redis_url, stack_exit, say)
-        if redis_url:
-            os.environ["HEADSTART_REDIS_URL"] = redis_url  # replicas inherit it
+        redis_url = _redis(redis_url or os.environ.get(REDIS_URL_ENV), stack_exit, say)
+        previous = os.environ.get(REDIS_URL_ENV)
+        os.environ[REDIS_URL_ENV] = redis_url  # replicas and tools started from here inherit it
+        stack_exit.callback(_restore_env, REDIS_URL_ENV, previous)
         temp = ray_temp_dir()
         threads = threads or default_replica_threads(device, replicas)
         per_replica = f", {threads} torch thread(s) each" if threads else ""
@@ -84,7 +91,7 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
         start_ray(temp)
         stack_exit.callback(stop_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
-                                  table_cache=table_cache)
+                                  table_cache=table_cache, redis_url=redis_url)
         # The engine secret: $HEADSTART_ENGINE_SECRET (or its _FILE) when set, else a fresh one per start.
         secret = configured_secret() or generate_secret()
         engine = start_engine(settings, num_replicas=replicas, grpc_port=engine_grpc_port or free_port(),
@@ -93,7 +100,7 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
         gateway = GatewayServer(GatewaySettings(
             host=host, port=port, grpc_host=host, grpc_port=grpc_port, engine_target=engine.grpc_target,
             engine_app=engine.app_name, tokens=token_map, engine_secret=secret,
-            engine_capacity=replicas * max_sessions,
+            engine_capacity=replicas * max_sessions, redis_url=redis_url,
         )).start()
         stack_exit.callback(gateway.stop)
     except BaseException:
@@ -121,21 +128,36 @@ def catalogue_config() -> dict:
             "postgres": {e.name: e.spec for e in env.entries() if e.kind == "postgres"}}
 
 
-def _redis(url: str | None, stack_exit: contextlib.ExitStack, say) -> str | None:
-    """Start a local Redis for a loopback redis:// URL with nothing answering there."""
+def _redis(url: str | None, stack_exit: contextlib.ExitStack, say) -> str:
+    """The stack's Redis URL: `url` as is when a server answers there (or it is not loopback);
+    a local server started for a loopback `url` with nothing behind it, or for no `url` at all.
+
+    Raises:
+        RedisServerError: a server must be started and no binary is installed (the message says how).
+    """
+    from headstart.redis_server import local_redis, ping
+
     if not url:
-        return None
+        server = stack_exit.enter_context(local_redis())
+        say(f"started an embedded redis-server on {server.url} (data sessions; --redis URL to use your own)")
+        return server.url
     parsed = urlparse(url)
     if parsed.scheme != "redis":
         raise ValueError(f"unsupported Redis URL {url!r}: use redis://host:port/db")
-    from headstart.redis_server import local_redis, ping
-
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     if host not in LOOPBACK or ping(host, port):
         return url
     server = stack_exit.enter_context(local_redis(port=port))
     say(f"started redis-server on {server.url}")
     return url
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    """Put an environment variable back as it was before the stack (a stopped embedded Redis is no URL)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _wait_for_signal() -> None:

@@ -3,7 +3,9 @@
 `serve_stack`: a local Ray (private temp dir, auth off), Ray Serve with the
 engine app (2 replicas, CPU, random:tiny in float64, at most 4 attached
 sessions per replica) behind Serve's gRPC proxy, and a gateway (HTTP +
-WebSocket + public gRPC on free ports) with two tenants. `make_gateway`
+WebSocket + public gRPC on free ports) with two tenants. Both use the
+session's Redis (tests/redis_fixture.py) for data sessions, as `headstart
+serve` does. `make_gateway`
 starts extra gateways on the same engine with other edge limits. The engine
 requires its secret (the gateway sends it); its catalogue holds the Spider ids
 and the SQLite files of `tenant_db_root` (`blobs`: see tests/tenant_dbs.py).
@@ -42,6 +44,7 @@ class TestEngine:
     app_name: str
     secret: str
     db_root: Path
+    redis_url: str = ""
 
     def metadata(self, session_id: str | None = None) -> tuple[tuple[str, str], ...]:
         from services.engine.ray_stack import EngineStack
@@ -54,7 +57,7 @@ def _gateway(engine, **overrides):
     from services.gateway.settings import GatewaySettings
 
     overrides = {"engine_capacity": MAX_ATTACHED * NUM_REPLICAS, "sqlite_roots": [engine.db_root],
-                 "engine_secret": engine.secret, **overrides}
+                 "engine_secret": engine.secret, "redis_url": engine.redis_url, **overrides}
     settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_target=engine.grpc_target,
                                engine_app=engine.app_name, tokens=TOKENS, reconnect_timeout_s=90, **overrides)
     server = GatewayServer(settings).start()
@@ -63,7 +66,7 @@ def _gateway(engine, **overrides):
 
 
 @pytest.fixture(scope="session")
-def serve_engine(tmp_path_factory):
+def serve_engine(tmp_path_factory, redis_url):
     pytest.importorskip("ray")
     from headstart.config import EngineSettings
     from services.engine.ray_stack import start_engine, start_ray, stop_engine
@@ -72,12 +75,13 @@ def serve_engine(tmp_path_factory):
     ray_dir = Path(tempfile.mkdtemp(prefix="hsr", dir="/tmp"))  # short: Ray's socket paths
     start_ray(ray_dir, num_cpus=2)
     settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
-                              p0_cache_dir=tmp_path_factory.mktemp("serve-p0"), kv_budget_bytes=KV_BUDGET_BYTES)
+                              p0_cache_dir=tmp_path_factory.mktemp("serve-p0"), kv_budget_bytes=KV_BUDGET_BYTES,
+                              redis_url=redis_url)
     db_root = make_tenant_dbs(tmp_path_factory.mktemp("tenant-dbs"))
     try:
         engine = start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED,
                               catalogue={"sqlite_roots": [str(db_root)]})
-        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root)
+        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root, redis_url)
     finally:
         stop_engine()
         shutil.rmtree(ray_dir, ignore_errors=True)

@@ -120,9 +120,9 @@ def test_full_buffer_drops_the_oldest_unprocessed_rows_counted(runtime, db):
         session.wait_idle()
         info = session.describe()
         assert (info["accepted"], info["dropped"], info["processed"]) == (7, 3, 4)
-        # exactly the kept rows reached the working copy, in 2 batches of 2 (two versions)
-        assert info["data_version"] == 2
-        _, got = session.execute("SELECT id FROM readings WHERE id >= 100 ORDER BY id", 2)
+        # exactly the kept rows reached the working copy, in 2 batches of 2; the version is the newest seq
+        assert info["data_version"] == 7 and info["batches"] == 2
+        _, got = session.execute("SELECT id FROM readings WHERE id >= 100 ORDER BY id", 7)
         assert [r[0] for r in got] == [103, 104, 105, 106]
     finally:
         session.close()
@@ -137,14 +137,15 @@ def test_each_batch_bumps_the_version_and_sql_runs_on_that_version(runtime, db):
         finally:
             gate.set()
         session.wait_idle()
-        assert session.data_version == 3  # 2 + 2 + 1 rows
-        counts = [session.execute("SELECT count(*) FROM readings", v)[1][0][0] for v in range(4)]
+        assert session.data_version == 5 and session.describe()["batches"] == 3  # 2 + 2 + 1 rows, seqs 1..5
+        counts = [session.execute("SELECT count(*) FROM readings", v)[1][0][0] for v in (0, 2, 4, 5)]
         assert counts == [1, 3, 5, 6]  # the catalogue's seed row, then each batch
-        with pytest.raises(InvalidInput, match="not in 0..3"):
-            session.execute("SELECT 1", 4)
+        assert session.execute("SELECT count(*) FROM readings", 3)[1][0][0] == 4  # rows with seq <= 3
+        with pytest.raises(InvalidInput, match="not in 0..5"):
+            session.execute("SELECT 1", 6)
         with pytest.raises(SqlError):
-            session.execute("DELETE FROM readings", 3)
-        assert session.execute("SELECT count(*) FROM readings", 3)[1][0][0] == 6  # nothing was written
+            session.execute("DELETE FROM readings", 5)
+        assert session.execute("SELECT count(*) FROM readings", 5)[1][0][0] == 6  # nothing was written
     finally:
         session.close()
 
@@ -339,7 +340,7 @@ def test_ingestion_yields_to_a_query_and_keeps_its_rows(runtime, db):
         session.wait_idle()
         assert seen["result"].rows_in_cache == 0 and seen["result"].data_version == 0
         info = session.describe()
-        assert (info["processed"], info["rows_in_cache"], info["data_version"]) == (3, 3, info["batches"])
+        assert (info["processed"], info["rows_in_cache"], info["data_version"]) == (3, 3, 3)
         result = session.query(QUESTION, 6)
         context = session.context_ids()
         assert result.token_ids == cold_answer(runtime, context + session.prompt.question_ids(QUESTION), 6)[0]

@@ -16,6 +16,7 @@ from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.kv_memory import KVUsage
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.session import Session
+from services.engine.data_registry import DataRegistry
 
 POLICIES = ("headstart", "paper")
 
@@ -35,6 +36,8 @@ class CoreInfo:
     seq: int = 0
     cached_tokens: int = 0
     kv: KVUsage | None = None  # the replica's KV bytes (used, shared, budget, free)
+    num_data_sessions: int = 0  # data sessions (issue 12) open here
+    data_kv_bytes: int = 0  # their live caches' bytes
 
 
 class ReplicaCore:
@@ -48,6 +51,8 @@ class ReplicaCore:
         self.max_attached = max_attached or settings.max_sessions
         self._attached: dict[str, int] = {}
         self._lock = threading.Lock()
+        # data sessions (services/engine/data_service.py): on the same runtime, keyed apart from typing sessions
+        self.data_sessions = DataRegistry(settings.max_sessions)
 
     def can_attach(self, session_id: str) -> bool:
         with self._lock:
@@ -109,11 +114,14 @@ class ReplicaCore:
         # NOTE: queued + running: a generation between two decode steps is
         # either; a client that left must see this fall to 0 (the work freed).
         busy = worker.num_queued + len(getattr(worker, "_running", ()))
-        return CoreInfo(holds, len(sessions), attached, busy, max(seq, 0), cached, self.kv_usage())
+        data = self.data_sessions.totals()
+        return CoreInfo(holds, len(sessions) + data.num_sessions, attached, busy, max(seq, 0), cached, self.kv_usage(),
+                        data.num_sessions, data.kv_bytes)
 
     def kv_usage(self) -> KVUsage:
         """KV bytes of this replica: its sessions and stored P0 caches against the budget."""
         return self.runtime.sessions.kv_usage()
 
     def shutdown(self) -> None:
+        self.data_sessions.close_all()
         self.runtime.shutdown()

@@ -21,6 +21,8 @@ from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore
+from services.engine.data_events import VersionPublisher
+from services.engine.data_service import DataService
 from services.engine.generate import generation_events
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
 from services.engine.kv_metrics import ReplicaKVGauge, kv_values
@@ -52,6 +54,8 @@ class EngineDeployment:
         self.guard = EngineGuard(configured_secret(secret), build_catalogue(engine_settings, catalogue))
         self.loader = SchemaLoader(self.core.runtime.prompt_for)
         self.kv_gauge = ReplicaKVGauge()
+        publisher = VersionPublisher.from_url(engine_settings.redis_url) if engine_settings.redis_url else None
+        self.data = DataService(self.core, self.replica, self.guard, self._prepare, publisher)
 
     async def _prepare(self, db: str) -> str:
         """The spec of catalogue name `db`, its schema loaded (raises UnknownDatabase / DatabaseUnavailable)."""
@@ -99,6 +103,26 @@ class EngineDeployment:
         self.core.close(request.session_id)
         return self._info(request.session_id)
 
+    # Data sessions (issue 12): services/engine/data_service.py. Serve's proxy
+    # calls the deployment's method of the RPC's name, so each is named here.
+    async def DataOpen(self, request, grpc_context=None):  # noqa: N802
+        return await self.data.DataOpen(request, grpc_context)
+
+    async def DataPush(self, request, grpc_context=None):  # noqa: N802
+        return await self.data.DataPush(request, grpc_context)
+
+    async def DataQuery(self, request, grpc_context=None):  # noqa: N802
+        return await self.data.DataQuery(request, grpc_context)
+
+    async def DataEvaluate(self, request, grpc_context=None):  # noqa: N802
+        return await self.data.DataEvaluate(request, grpc_context)
+
+    async def DataDescribe(self, request, grpc_context=None):  # noqa: N802
+        return await self.data.DataDescribe(request, grpc_context)
+
+    async def DataClose(self, request, grpc_context=None):  # noqa: N802
+        return await self.data.DataClose(request, grpc_context)
+
     async def Check(self, request):  # noqa: N802 (grpc.health.v1)
         from grpc_health.v1 import health_pb2
 
@@ -126,7 +150,7 @@ class EngineDeployment:
         if not self.core.runtime.worker._thread.is_alive():
             raise RuntimeError("forward worker thread died")
         try:
-            self.kv_gauge.record(self.core.kv_usage())
+            self.kv_gauge.record(self.core.kv_usage(), self.core.data_sessions.totals())
         except Exception:  # NOTE: a metric must never fail the health check (Serve would restart the replica)
             log.exception("KV gauge not recorded")
 
@@ -135,12 +159,14 @@ class EngineDeployment:
         return engine_pb2.EngineSessionInfo(
             replica=self.replica, holds_session=info.holds_session, num_sessions=info.num_sessions,
             num_attached=info.num_attached, num_queued=info.num_queued, seq=info.seq,
-            cached_tokens=info.cached_tokens, **kv_fields(info.kv),
+            cached_tokens=info.cached_tokens, num_data_sessions=info.num_data_sessions,
+            kv_data_bytes=info.data_kv_bytes, **kv_fields(info.kv),
         )
 
     def __del__(self):
         try:
             self.loader.shutdown()
+            self.data.shutdown()
             self.core.shutdown()
         except Exception:
             pass

@@ -4,7 +4,11 @@ Ray exports a replica's `ray.serve.metrics` on its node's metrics port
 (`ray_<name>` with the tags `deployment`, `replica`, `application`; the port
 Prometheus or KubeRay's PodMonitor scrapes on a Ray pod). The series:
 
-    ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"}
+    ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"|"data"}
+    ray_headstart_engine_data_sessions
+
+`data`: the data sessions' live caches (issue 12), and the second series how
+many data sessions the replica holds.
 
 `used`: every cache of the replica (each shared P0 once, plus the sessions'
 private tokens), `shared`: the P0 part of it, `budget`: HEADSTART_KV_BUDGET_BYTES
@@ -18,6 +22,7 @@ from __future__ import annotations
 from headstart.engine.kv_memory import KVUsage
 
 METRIC_NAME = "headstart_engine_kv_bytes"
+DATA_SESSIONS_METRIC = "headstart_engine_data_sessions"
 KINDS = ("used", "shared", "budget", "free")
 
 
@@ -36,8 +41,13 @@ class ReplicaKVGauge:
         from ray.serve.metrics import Gauge
 
         self._gauge = Gauge(METRIC_NAME, description="KV cache bytes of this engine replica, by kind "
-                            "(used, shared P0, budget, free under the budget)", tag_keys=("kind",))
+                            "(used, shared P0, budget, free under the budget, data sessions)", tag_keys=("kind",))
+        self._data_sessions = Gauge(DATA_SESSIONS_METRIC, description="data sessions open on this engine replica")
 
-    def record(self, usage: KVUsage) -> None:
+    def record(self, usage: KVUsage, data=None) -> None:
+        """Set the gauges from `usage` and `data` (a DataTotals of services/engine/data_registry.py)."""
         for kind, value in kv_values(usage).items():
             self._gauge.set(value, tags={"kind": kind})
+        if data is not None:
+            self._gauge.set(data.kv_bytes, tags={"kind": "data"})
+            self._data_sessions.set(data.num_sessions)

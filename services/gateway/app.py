@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from headstart.client.errors import ApiError
+from services.gateway.data_rest import build_data_router
 from services.gateway.grpc_server import start_grpc_server
 from services.gateway.openai_api import build_openai_router
 from services.gateway.rest import build_router, error_response
@@ -63,6 +64,7 @@ def create_app(settings: GatewaySettings, service: GatewayService | None = None)
         return error_response(ApiError("INTERNAL", type(exc).__name__))
 
     app.include_router(build_router(service))
+    app.include_router(build_data_router(service))  # /v1/data/...: data sessions, flash questions, SSE
     app.include_router(build_openai_router(service))  # /v1/models, /v1/chat/completions, /v1/completions
 
     @app.websocket("/v1/sessions/ws")

@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection
 
 from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status
 from headstart.v1 import engine_pb2, headstart_pb2, headstart_pb2_grpc, types_pb2
+from services.gateway.data_grpc import DataServicerMixin
 from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked
 from services.gateway.limits import RateLimiter
 from services.gateway.service import GatewayService
@@ -43,7 +44,7 @@ class _Pending:
     seq: int = 0
 
 
-class HeadstartServicer(headstart_pb2_grpc.HeadstartServicer):
+class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer):
     def __init__(self, service: GatewayService):
         self.service = service
 

@@ -26,6 +26,20 @@ class GatewayMetrics:
                                    ["edge"], registry=self.registry)
         self.completions = Counter("headstart_gateway_completions", "one-shot completions by how they ended",
                                    ["outcome"], registry=self.registry)
+        # Data sessions (services/gateway/data_service.py)
+        self.data_sessions_opened = Counter("headstart_gateway_data_sessions_opened", "data sessions opened",
+                                            registry=self.registry)
+        self.data_rows_pushed = Counter("headstart_gateway_data_rows_pushed", "rows accepted, logged and forwarded",
+                                        registry=self.registry)
+        self.data_rows_dropped = Counter("headstart_gateway_data_rows_dropped",
+                                         "pushed rows a replica dropped unprocessed (its buffer was full)",
+                                         registry=self.registry)
+        self.data_queries = Counter("headstart_gateway_data_queries", "data queries by who answered: flash "
+                                    "(stored answer at the current version) or model", ["source"],
+                                    registry=self.registry)
+        self.data_rebuilds = Counter("headstart_gateway_data_rebuilds",
+                                     "data sessions reopened from the rows log on a replica that lacked them",
+                                     registry=self.registry)
         self.reconnects = Counter("headstart_gateway_engine_reconnects", "engine streams reopened", registry=self.registry)
 
         # Raw recent samples for in-process benchmarks (the histogram only has buckets).

@@ -23,21 +23,26 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse({"code": exc.code, "message": exc.message}, status_code=http_status(exc.code))
 
 
+async def json_body(request: Request, limit: int) -> dict:
+    """The request's JSON object body (at most `limit` bytes), or ApiError INVALID_ARGUMENT / MESSAGE_TOO_LARGE."""
+    raw = await request.body()
+    check_size(len(raw), limit)
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise ApiError("INVALID_ARGUMENT", f"malformed JSON: {exc}") from exc
+    except RecursionError:  # deeply nested arrays/objects
+        raise ApiError("INVALID_ARGUMENT", "malformed JSON: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ApiError("INVALID_ARGUMENT", "the body must be a JSON object")
+    return data
+
+
 def build_router(service: GatewayService) -> APIRouter:
     router = APIRouter()
 
     async def body(request: Request) -> dict:
-        raw = await request.body()
-        check_size(len(raw), service.settings.max_message_bytes)
-        try:
-            data = json.loads(raw or b"{}")
-        except ValueError as exc:
-            raise ApiError("INVALID_ARGUMENT", f"malformed JSON: {exc}") from exc
-        except RecursionError:  # deeply nested arrays/objects
-            raise ApiError("INVALID_ARGUMENT", "malformed JSON: nested too deeply") from None
-        if not isinstance(data, dict):
-            raise ApiError("INVALID_ARGUMENT", "the body must be a JSON object")
-        return data
+        return await json_body(request, service.settings.max_message_bytes)
 
     def tenant(request: Request) -> str:
         return service.auth.tenant(request.headers.get("authorization"))

@@ -17,6 +17,7 @@ from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
 from services.engine.guard import SECRET_METADATA_KEY, TENANT_METADATA_KEY, configured_secret
 from services.gateway.auth import Authenticator
+from services.gateway.data_service import DataService
 from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, sqlite_file
 from services.gateway.engine_kv import EngineKVGauges
 from services.gateway.engine_link import EngineLink
@@ -54,12 +55,14 @@ class GatewayService:
         # How late the loop wakes a 5 ms sleeper: diagnostics (bench neighbour reads it per phase).
         self.loop_lag = LoopLagProbe()
         self._reaper: asyncio.Task | None = None
+        self.data = DataService(self)  # data sessions (issue 12): their state is in Redis
 
     async def start(self) -> None:
         """Open the channel to Serve's gRPC proxy (call on the serving loop)."""
         self._channel = grpc.aio.insecure_channel(self.settings.engine_target)
         self._stub = engine_pb2_grpc.EngineStub(self._channel)
         self._reaper = asyncio.create_task(self._reap_idle_sessions())
+        self.data.start()
         self.loop_lag.start()
 
     async def stop(self) -> None:
@@ -71,6 +74,7 @@ class GatewayService:
         if self._channel is not None:
             await self._channel.close()
         self._runs.shutdown()
+        self.data.stop()
 
     async def _reap_idle_sessions(self) -> None:
         """Close sessions opened by REST/gRPC OpenSession that nobody used for session_idle_s."""

@@ -55,3 +55,13 @@ class GatewaySettings(BaseSettings):
     max_connections_per_tenant: int = Field(512, ge=1, description="WebSocket connections and gRPC Type streams "
                                             "one tenant may hold at once, at most; its share is "
                                             "twice its session share, capped by this")
+    # -- data sessions (README "Data API") -----------------------------------
+    redis_url: str = Field("", description="Redis of the data API: rows log, session meta, flash answers, "
+                           "events (empty: $HEADSTART_REDIS_URL; neither: the data API answers UNAVAILABLE)")
+    data_rows_per_push: int = Field(512, ge=1, description="rows one data push may carry")
+    data_row_chars: int = Field(512, ge=16, description="longest row, as the line the model reads")
+    data_chars_per_s: float = Field(50_000.0, gt=0, description="row characters per second per tenant "
+                                    "(all its data sessions together)")
+    data_chars_burst: int = Field(200_000, ge=1, description="row characters a tenant may push at once")
+    data_queries_per_tenant: int = Field(4, ge=1, description="data queries a tenant may run at once "
+                                         "(and as many waiting)")

@@ -111,5 +111,6 @@ class TenantQuotas:
         self.session_share = session_share(settings)
         self.connections = TenantConnections(connection_share(settings))
         self.work = TenantWorkBudget(settings.tenant_chars_per_s, settings.tenant_chars_burst)
+        self.data_work = TenantWorkBudget(settings.data_chars_per_s, settings.data_chars_burst)
         self.completes = TenantSlots("completions", settings.completes_per_tenant, 0)
         self.executes = TenantSlots("Runs", settings.executes_per_tenant, settings.executes_per_tenant)

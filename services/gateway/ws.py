@@ -1,8 +1,9 @@
 """The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in the README, "WebSocket protocol").
 
 Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
-"text":...,"max_new_tokens":k}, {"type":"cancel"}. Server → client: ready,
-progress, token, done, error (each with a "type"). A bad message gets an
+"text":...,"max_new_tokens":k}, {"type":"cancel"}, and rows for a data session
+{"type":"data_push","session_id":...,"rows":[...]}. Server → client: ready,
+progress, token, done, data_ack, error (each with a "type"). A bad message gets an
 error reply and the connection stays open; the session closes with it.
 """
 
@@ -134,7 +135,9 @@ async def _receive(ws: WebSocket, service: GatewayService, session) -> None:
         try:
             check_size(len(data.encode() if isinstance(data, str) else data), service.settings.max_message_bytes)
             limiter.take()
-            await _dispatch(service, session, _parse(data))
+            reply = await _dispatch(service, session, _parse(data))
+            if reply is not None:
+                await ws.send_json(reply)
         except ApiError as exc:
             service.metrics.errors.labels(EDGE, exc.code).inc()
             await ws.send_json(error_json(exc.code, exc.message, exc.seq))
@@ -156,9 +159,10 @@ def _parse(data: str | bytes) -> dict:
     return message
 
 
-async def _dispatch(service: GatewayService, session, message: dict) -> None:
+async def _dispatch(service: GatewayService, session, message: dict) -> dict | None:
+    """Act on one message; returns the direct reply to send (a data_push's data_ack), if any."""
     kind = message["type"]
-    service.metrics.messages.labels(EDGE, kind if kind in ("input", "submit", "cancel") else "other").inc()
+    service.metrics.messages.labels(EDGE, kind if kind in ("input", "submit", "cancel", "data_push") else "other").inc()
     if kind == "input":
         await service.input(session, message.get("seq"), message.get("text"))
     elif kind == "submit":
@@ -166,5 +170,9 @@ async def _dispatch(service: GatewayService, session, message: dict) -> None:
     elif kind == "cancel":
         service._check_link(session)
         await session.link.cancel_generation()
+    elif kind == "data_push":  # rows for a data session of this connection's tenant
+        ack = await service.data.push(session.tenant, message.get("session_id"), message.get("rows"))
+        return {"type": "data_ack", "session_id": message["session_id"], **ack}
     else:
-        raise ApiError("INVALID_ARGUMENT", f"unknown message type {kind!r}; valid: input, submit, cancel")
+        raise ApiError("INVALID_ARGUMENT", f"unknown message type {kind!r}; valid: input, submit, cancel, data_push")
+    return None

@@ -125,7 +125,8 @@ def serve(
     grpc_port: int = typer.Option(50051, help="public gRPC port"),
     replicas: int = typer.Option(1, help="engine replicas (Ray Serve, sticky by session id)"),
     token: list[str] = typer.Option([], help="bearer token, TOKEN or TENANT=TOKEN (repeat)"),
-    redis_url: Optional[str] = typer.Option(None, "--redis", help="redis:// URL; a local one is started if needed"),
+    redis_url: Optional[str] = typer.Option(None, "--redis", help="redis:// URL of the data sessions' store "
+                                            "(default $HEADSTART_REDIS_URL; neither: an embedded one is started)"),
     max_sessions: int = typer.Option(64, help="sessions per replica"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads per replica (default: cores / replicas)"),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),

@@ -81,6 +81,11 @@ class EngineSettings(BaseSettings):
         "off", description="table blocks: off | pfk (foreign-key groups) | independent (each table alone)"
     )
     table_store_url: str = Field("memory://", description="block store: memory:// or redis://host:port/db")
+    # -- data sessions (issue 12; services/engine/data_service.py) -------------
+    redis_url: str | None = Field(
+        None, description="Redis of the data sessions' version events (set by `headstart serve` for its "
+        "replicas); unset: not published"
+    )
     table_cpu_tier_bytes: int | None = Field(None, ge=0, description="CPU tier in front of a remote block store")
     table_device_bytes: int = Field(1 << 30, ge=0, description="device tier budget for table blocks (0: none)")
     table_eviction: Literal["lru", "lfu", "fifo"] = Field("lru", description="device tier eviction policy")

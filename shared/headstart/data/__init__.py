@@ -6,6 +6,6 @@ as jobs on the runtime's one forward worker (no second scheduler).
 """
 
 from headstart.data.session import DataSession
-from headstart.data.types import DataSettings, PushAck, QueryResult
+from headstart.data.types import DataSettings, FlashAnswer, PushAck, QueryResult, VersionEvent
 
-__all__ = ["DataSession", "DataSettings", "PushAck", "QueryResult"]
+__all__ = ["DataSession", "DataSettings", "FlashAnswer", "PushAck", "QueryResult", "VersionEvent"]

@@ -27,18 +27,20 @@ re-prefills frozen + retained rows in the background and swaps (exact).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterable
 
 import torch
 
 from headstart.data.prompt import DataPrompt
 from headstart.data.retention import frozen_part, shift_out
-from headstart.data.rows import validate_row
+from headstart.data.ingest import check_seqs, rebuild_entries, retained_start, validate_rows
 from headstart.data.states import DataState, RetentionState, advance
-from headstart.data.types import DataSettings, PushAck, QueryResult, RowEntry
+from headstart.data.types import DataSettings, PushAck, QueryResult, RowEntry, VersionEvent
 from headstart.data.workcopy import WorkingCopy
 from headstart.engine.commit import start_commit
 from headstart.engine.decode import decode_row
@@ -51,17 +53,29 @@ from headstart.prompt import common_prefix_len
 from headstart.schema.model import SchemaError
 from headstart.schema.resolve import resolve_database
 
+log = logging.getLogger(__name__)
+
+
 class DataSession:
     """A data session on `runtime` over the SQLite database `db` (a path or a
     Spider id with its file). Opening waits for the frozen region.
 
+    Args:
+        rows: `(seq, {"table": ..., "values": {...}})` pairs to rebuild from
+            (a replica that lost the session): all go into the working copy,
+            the retained tail into the cache, before the session is LIVE; the
+            data version is then the same as the lost session's.
+        on_version: called with a `VersionEvent` after each committed
+            ingestion batch, on the worker thread: it must not block.
+
     Raises:
-        InvalidInput: `db` does not resolve to a SQLite file.
+        InvalidInput: `db` does not resolve to a SQLite file, or a rebuild row is malformed.
     """
 
     def __init__(self, runtime, db: str, settings: DataSettings | None = None,
-                 session_id: str | None = None, tenant: str | None = None):
-        self.runtime, self.db, self.tenant = runtime, db, tenant
+                 session_id: str | None = None, tenant: str | None = None, rows: Iterable = (),
+                 on_version: Callable[[VersionEvent], None] | None = None):
+        self.runtime, self.db, self.tenant, self.on_version = runtime, db, tenant, on_version
         self.settings = settings or DataSettings()
         self.id = session_id or uuid.uuid4().hex
         try:
@@ -78,16 +92,16 @@ class DataSession:
         self.state, self.retention_state = DataState.OPENING, RetentionState.STEADY
         self._buffer: deque[RowEntry] = deque()
         self._segments: list[RowEntry] = []  # rows in the live cache, oldest first (worker thread)
-        self._next_seq, self._version = 1, 0
+        self._last_seq, self._version = 0, 0  # every seq seen so far is <= _last_seq
         self._ingest_job = self._rebuild_job = None
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
         self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
-                           queries=0, rebuild_tokens=0, rebuild_failures=0)
+                           queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
         try:
-            self._live = self._open()
+            self._live = self._open(self._restore(rebuild_entries(self.prompt, self.settings, rows)))
         except BaseException:
             self.state = advance(self.state, DataState.CLOSED)
             self.copy.close()
@@ -96,9 +110,27 @@ class DataSession:
 
     # -- opening: the frozen region from P0 ----------------------------------------
 
-    def _open(self) -> KVState:
+    def _restore(self, entries: list[RowEntry]) -> list[int]:
+        """Rebuild rows: all into the working copy (each under its seq), the
+        retained tail into `_segments`; returns those rows' tokens (opening)."""
+        if not entries:
+            return []
+        refused = self.copy.rejects([entry.row for entry in entries])
+        skip = {i for i, _ in refused}
+        kept = [entry for i, entry in enumerate(entries) if i not in skip]
+        self.copy.insert([entry.row for entry in kept], [entry.seq for entry in kept])
+        start = retained_start(kept, self.settings.retention_tokens)
+        self._segments = kept[start:]
+        self._last_seq, self._version = entries[-1].seq, kept[-1].seq if kept else 0
+        self.refusals.extend((entries[i].seq, message) for i, message in refused)
+        self.counts.update(accepted=len(entries), refused=len(refused), processed=len(kept), retired=start,
+                           restored=len(entries))
+        return [t for entry in self._segments for t in entry.ids]
+
+    def _open(self, row_ids: list[int]) -> KVState:
+        """The live cache: the frozen region (from P0) and `row_ids` (a rebuild's rows)."""
         base = self.runtime.base_state(self.runtime.prompt_for(self.db))
-        target = self.prompt.frozen_ids
+        target = self.prompt.frozen_ids + row_ids
         holder: list[KVState] = []
 
         def step():
@@ -116,34 +148,32 @@ class DataSession:
 
     # -- push and ingestion --------------------------------------------------------
 
-    def push(self, rows: list[dict]) -> PushAck:
+    def push(self, rows: list[dict], seqs: list[int] | None = None) -> PushAck:
         """Validate and buffer `rows` (each `{"table": name, "values": {column: value}}`);
         returns at once. All or nothing: one bad row rejects the push.
 
+        Args:
+            seqs: the rows' sequence numbers, the caller's (strictly increasing,
+                the first greater than every seq this session has seen); None:
+                the session numbers them after the last one.
+
         Raises:
             InvalidInput: a row names an unknown table or column, has a value
-                of the wrong type or is too long (the message names the row).
+                of the wrong type or is too long (the message names the row),
+                or `seqs` is out of order.
             SessionClosed: the session is closed.
         """
         if not isinstance(rows, (list, tuple)) or not rows:
             raise InvalidInput("push needs a non-empty list of rows")
-        entries = []
-        for index, raw in enumerate(rows):
-            if not isinstance(raw, dict):
-                raise InvalidInput(f"row {index}: must be an object with 'table' and 'values'")
-            try:
-                row = validate_row(self.prompt.schema, raw.get("table"), raw.get("values"), self.settings.max_row_chars)
-            except InvalidInput as exc:
-                raise InvalidInput(f"row {index}: {exc.message}") from exc
-            ids = self.prompt.row_ids(row.line)
-            if len(ids) > self.settings.max_row_tokens:
-                raise InvalidInput(f"row {index}: {len(ids)} tokens; the limit is {self.settings.max_row_tokens}")
-            entries.append((row, ids))
+        entries = validate_rows(self.prompt, self.settings, rows)
         with self._lock:
             if self.state is DataState.CLOSED:
                 raise SessionClosed(f"data session {self.id} is closed")
-            seqs = tuple(range(self._next_seq, self._next_seq + len(entries)))
-            self._next_seq += len(entries)
+            if seqs is None:
+                seqs = tuple(range(self._last_seq + 1, self._last_seq + 1 + len(entries)))
+            else:
+                seqs = check_seqs(seqs, len(entries), self._last_seq)
+            self._last_seq = seqs[-1]
             self._buffer.extend(RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, entries))
             dropped = []
             while len(self._buffer) > self.settings.buffer_rows:
@@ -197,8 +227,8 @@ class DataSession:
             with self._lock:
                 self._buffer.extendleft(reversed(batch))
             return True
-        version = self._version + 1
-        self.copy.insert([entry.row for entry in batch], version)
+        version = batch[-1].seq  # the data version: the newest row in the cache
+        self.copy.insert([entry.row for entry in batch], [entry.seq for entry in batch])
         with self._lock:
             self._segments.extend(batch)
             self._version = version
@@ -208,7 +238,16 @@ class DataSession:
             if not more:
                 self._ingest_job = None
         self._retain()
+        self._announce(VersionEvent(version, len(batch), self.counts["dropped"], len(self._segments)))
         return more
+
+    def _announce(self, event: VersionEvent) -> None:
+        if self.on_version is None:
+            return
+        try:
+            self.on_version(event)
+        except Exception:  # a listener's failure must not undo or stop ingestion
+            log.exception("data session %s: on_version failed for version %d", self.id, event.version)
 
     # -- retention --------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ class DataSettings:
     """retention_tokens: bound of the sliding region; retention: "shift" or
     "rebuild"; buffer_rows: unprocessed rows kept per session; batch_rows:
     rows one ingestion step adds; max_row_chars / max_row_tokens: a row's
-    limits; max_question_chars: a question's limit."""
+    limits; max_question_chars: a question's limit; ready_exit_gap: the
+    speculative exit's threshold (None: off; see `DataSession.query`)."""
 
     retention_tokens: int = 2048
     retention: str = "rebuild"
@@ -26,6 +27,7 @@ class DataSettings:
     max_row_chars: int = 512
     max_row_tokens: int = 128
     max_question_chars: int = 2000
+    ready_exit_gap: float | None = None
 
     def __post_init__(self):
         if self.retention not in RETENTION_MODES:
@@ -35,6 +37,8 @@ class DataSettings:
                 raise InvalidInput(f"{name} must be >= 1")
         if self.max_row_tokens > self.retention_tokens:
             raise InvalidInput("max_row_tokens must not exceed retention_tokens")
+        if self.ready_exit_gap is not None and not self.ready_exit_gap >= 0:
+            raise InvalidInput("ready_exit_gap must be None (off) or a number >= 0")
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,9 @@ class PushAck:
 class QueryResult:
     """text and its sql, the data version and rows the answer saw, the answer's
     token ids, the context it attended to (tokens before the question), the
-    logits of its first token (drift measurements) and its wall time."""
+    logits of its first token (drift measurements) and its wall time.
+    speculative: answered from the ready-position logits (one token, no
+    forward), see `DataSettings.ready_exit_gap`."""
 
     text: str
     sql: str
@@ -63,6 +69,37 @@ class QueryResult:
     context_tokens: int
     token_ids: list[int]
     first_logits: torch.Tensor = field(repr=False)
+    seconds: float
+    speculative: bool = False
+
+
+@dataclass(frozen=True)
+class VersionEvent:
+    """After one committed ingestion batch: the new data version (the seq of
+    the newest row in the cache), rows the batch added, the session's
+    dropped rows so far, and rows now in the cache."""
+
+    version: int
+    rows_added: int
+    dropped_total: int
+    rows_in_cache: int
+
+
+@dataclass(frozen=True)
+class FlashAnswer:
+    """One question evaluated at data `version` (`DataSession.evaluate`): the
+    answer's text and SQL, the SQL's result on the working copy at that
+    version (`error`: why it did not run; rows then empty), the top-1 minus
+    top-2 logit of the answer's first token, and the question's wall time."""
+
+    question: str
+    version: int
+    text: str
+    sql: str
+    columns: list[str]
+    rows: list[tuple]
+    error: str | None
+    logit_gap: float
     seconds: float
 
 

@@ -1,8 +1,9 @@
 """A data session's working copy of its SQLite database.
 
 The catalogue file is copied into a private temp dir; accepted rows are
-inserted there by the ingestion batch that puts them in the cache, under the
-batch's data version. Each inserted row's (table, rowid, version) is kept in
+inserted there by the ingestion batch that puts them in the cache, each
+under its sequence number (a data version is the seq of the newest row in
+the cache). Each inserted row's (table, rowid, version) is kept in
 a side table, so SQL runs on *exactly* a version the model saw: `execute`
 opens a transaction, deletes the rows newer than that version, runs the
 query and rolls back. Queries run read-only (an authorizer allows only
@@ -67,13 +68,15 @@ class WorkingCopy:
                 cur.execute("ROLLBACK")
         return refused
 
-    def insert(self, rows: list[DataRow], version: int) -> None:
-        """Insert `rows` as data version `version` (one transaction)."""
+    def insert(self, rows: list[DataRow], versions: list[int]) -> None:
+        """Insert `rows`, each under its data version (its seq), in one transaction."""
+        if len(versions) != len(rows):
+            raise ValueError("one version per row")
         with self._lock:
             cur = self._conn.cursor()
             cur.execute("BEGIN")
             try:
-                for row in rows:
+                for row, version in zip(rows, versions):
                     cur.execute(*_insert(row))
                     cur.execute(f"INSERT INTO {_SIDE} VALUES (?, ?, ?)", (row.table, cur.lastrowid, version))
                 cur.execute("COMMIT")

@@ -108,7 +108,7 @@ class EngineSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EngineSessionInfo(_message.Message):
-    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes")
+    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HOLDS_SESSION_FIELD_NUMBER: _ClassVar[int]
     NUM_SESSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,8 @@ class EngineSessionInfo(_message.Message):
     KV_SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
     KV_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
     KV_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NUM_DATA_SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    KV_DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
     replica: str
     holds_session: bool
     num_sessions: int
@@ -131,4 +133,158 @@ class EngineSessionInfo(_message.Message):
     kv_shared_bytes: int
     kv_budget_bytes: int
     kv_free_bytes: int
-    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ...) -> None: ...
+    num_data_sessions: int
+    kv_data_bytes: int
+    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ...) -> None: ...
+
+class DataRowWire(_message.Message):
+    __slots__ = ("seq", "table", "values_json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    VALUES_JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    table: str
+    values_json: str
+    def __init__(self, seq: _Optional[int] = ..., table: _Optional[str] = ..., values_json: _Optional[str] = ...) -> None: ...
+
+class DataSettingsWire(_message.Message):
+    __slots__ = ("retention_tokens", "retention", "buffer_rows", "batch_rows", "max_row_chars", "max_row_tokens", "max_question_chars", "ready_exit_gap")
+    RETENTION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROW_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUESTION_CHARS_FIELD_NUMBER: _ClassVar[int]
+    READY_EXIT_GAP_FIELD_NUMBER: _ClassVar[int]
+    retention_tokens: int
+    retention: str
+    buffer_rows: int
+    batch_rows: int
+    max_row_chars: int
+    max_row_tokens: int
+    max_question_chars: int
+    ready_exit_gap: float
+    def __init__(self, retention_tokens: _Optional[int] = ..., retention: _Optional[str] = ..., buffer_rows: _Optional[int] = ..., batch_rows: _Optional[int] = ..., max_row_chars: _Optional[int] = ..., max_row_tokens: _Optional[int] = ..., max_question_chars: _Optional[int] = ..., ready_exit_gap: _Optional[float] = ...) -> None: ...
+
+class DataOpenRequest(_message.Message):
+    __slots__ = ("session_id", "db", "tenant", "settings", "rows")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    db: str
+    tenant: str
+    settings: DataSettingsWire
+    rows: _containers.RepeatedCompositeFieldContainer[DataRowWire]
+    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., tenant: _Optional[str] = ..., settings: _Optional[_Union[DataSettingsWire, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[DataRowWire, _Mapping]]] = ...) -> None: ...
+
+class DataPushRequest(_message.Message):
+    __slots__ = ("session_id", "rows")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    rows: _containers.RepeatedCompositeFieldContainer[DataRowWire]
+    def __init__(self, session_id: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[DataRowWire, _Mapping]]] = ...) -> None: ...
+
+class DataPushReply(_message.Message):
+    __slots__ = ("seqs", "dropped", "dropped_seqs", "dropped_total", "buffered", "data_version")
+    SEQS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_SEQS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    seqs: _containers.RepeatedScalarFieldContainer[int]
+    dropped: int
+    dropped_seqs: _containers.RepeatedScalarFieldContainer[int]
+    dropped_total: int
+    buffered: int
+    data_version: int
+    def __init__(self, seqs: _Optional[_Iterable[int]] = ..., dropped: _Optional[int] = ..., dropped_seqs: _Optional[_Iterable[int]] = ..., dropped_total: _Optional[int] = ..., buffered: _Optional[int] = ..., data_version: _Optional[int] = ...) -> None: ...
+
+class DataQueryRequest(_message.Message):
+    __slots__ = ("session_id", "question", "max_new_tokens", "execute")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    question: str
+    max_new_tokens: int
+    execute: bool
+    def __init__(self, session_id: _Optional[str] = ..., question: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., execute: _Optional[bool] = ...) -> None: ...
+
+class DataAnswer(_message.Message):
+    __slots__ = ("question", "version", "text", "sql", "columns", "rows_json", "error", "logit_gap", "ms", "speculative")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_GAP_FIELD_NUMBER: _ClassVar[int]
+    MS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    version: int
+    text: str
+    sql: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    rows_json: str
+    error: str
+    logit_gap: float
+    ms: float
+    speculative: bool
+    def __init__(self, question: _Optional[str] = ..., version: _Optional[int] = ..., text: _Optional[str] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows_json: _Optional[str] = ..., error: _Optional[str] = ..., logit_gap: _Optional[float] = ..., ms: _Optional[float] = ..., speculative: _Optional[bool] = ...) -> None: ...
+
+class DataEvaluateRequest(_message.Message):
+    __slots__ = ("session_id", "questions", "max_new_tokens")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    questions: _containers.RepeatedScalarFieldContainer[str]
+    max_new_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., questions: _Optional[_Iterable[str]] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
+
+class DataEvaluateReply(_message.Message):
+    __slots__ = ("version", "answers")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    answers: _containers.RepeatedCompositeFieldContainer[DataAnswer]
+    def __init__(self, version: _Optional[int] = ..., answers: _Optional[_Iterable[_Union[DataAnswer, _Mapping]]] = ...) -> None: ...
+
+class DataRef(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DataInfo(_message.Message):
+    __slots__ = ("replica", "holds", "version", "rows_in_cache", "buffered", "dropped_total", "cache_tokens", "sliding_tokens", "retention", "describe_json")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROWS_IN_CACHE_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CACHE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SLIDING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIBE_JSON_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    holds: bool
+    version: int
+    rows_in_cache: int
+    buffered: int
+    dropped_total: int
+    cache_tokens: int
+    sliding_tokens: int
+    retention: str
+    describe_json: str
+    def __init__(self, replica: _Optional[str] = ..., holds: _Optional[bool] = ..., version: _Optional[int] = ..., rows_in_cache: _Optional[int] = ..., buffered: _Optional[int] = ..., dropped_total: _Optional[int] = ..., cache_tokens: _Optional[int] = ..., sliding_tokens: _Optional[int] = ..., retention: _Optional[str] = ..., describe_json: _Optional[str] = ...) -> None: ...

@@ -54,6 +54,36 @@ class EngineStub:
                 request_serializer=headstart_dot_v1_dot_engine__pb2.EngineSessionRef.SerializeToString,
                 response_deserializer=headstart_dot_v1_dot_engine__pb2.EngineSessionInfo.FromString,
                 _registered_method=True)
+        self.DataOpen = channel.unary_unary(
+                '/headstart.v1.Engine/DataOpen',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.DataOpenRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.DataInfo.FromString,
+                _registered_method=True)
+        self.DataPush = channel.unary_unary(
+                '/headstart.v1.Engine/DataPush',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.DataPushRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.DataPushReply.FromString,
+                _registered_method=True)
+        self.DataQuery = channel.unary_unary(
+                '/headstart.v1.Engine/DataQuery',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.DataQueryRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.DataAnswer.FromString,
+                _registered_method=True)
+        self.DataEvaluate = channel.unary_unary(
+                '/headstart.v1.Engine/DataEvaluate',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.DataEvaluateRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.DataEvaluateReply.FromString,
+                _registered_method=True)
+        self.DataDescribe = channel.unary_unary(
+                '/headstart.v1.Engine/DataDescribe',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.DataRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.DataInfo.FromString,
+                _registered_method=True)
+        self.DataClose = channel.unary_unary(
+                '/headstart.v1.Engine/DataClose',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.DataRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.DataInfo.FromString,
+                _registered_method=True)
 
 
 class EngineServicer:
@@ -86,6 +116,48 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DataOpen(self, request, context):
+        """Data sessions (issue 12): a live KV cache of a schema plus the recent
+        rows of its tables. Sticky like typing sessions (metadata `session_id`).
+        A call for a session this replica does not hold fails NOT_FOUND with
+        details "data session not on this replica"; the gateway then re-opens it
+        with DataOpen carrying the rows it holds (the rebuild source).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DataPush(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DataQuery(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DataEvaluate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DataDescribe(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DataClose(self, request, context):
+        """Idempotent: a session the replica does not hold answers holds=false.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +180,36 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.Describe,
                     request_deserializer=headstart_dot_v1_dot_engine__pb2.EngineSessionRef.FromString,
                     response_serializer=headstart_dot_v1_dot_engine__pb2.EngineSessionInfo.SerializeToString,
+            ),
+            'DataOpen': grpc.unary_unary_rpc_method_handler(
+                    servicer.DataOpen,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.DataOpenRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.DataInfo.SerializeToString,
+            ),
+            'DataPush': grpc.unary_unary_rpc_method_handler(
+                    servicer.DataPush,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.DataPushRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.DataPushReply.SerializeToString,
+            ),
+            'DataQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.DataQuery,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.DataQueryRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.DataAnswer.SerializeToString,
+            ),
+            'DataEvaluate': grpc.unary_unary_rpc_method_handler(
+                    servicer.DataEvaluate,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.DataEvaluateRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.DataEvaluateReply.SerializeToString,
+            ),
+            'DataDescribe': grpc.unary_unary_rpc_method_handler(
+                    servicer.DataDescribe,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.DataRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.DataInfo.SerializeToString,
+            ),
+            'DataClose': grpc.unary_unary_rpc_method_handler(
+                    servicer.DataClose,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.DataRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.DataInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -218,6 +320,168 @@ class Engine:
             '/headstart.v1.Engine/Describe',
             headstart_dot_v1_dot_engine__pb2.EngineSessionRef.SerializeToString,
             headstart_dot_v1_dot_engine__pb2.EngineSessionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DataOpen(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/DataOpen',
+            headstart_dot_v1_dot_engine__pb2.DataOpenRequest.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.DataInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DataPush(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/DataPush',
+            headstart_dot_v1_dot_engine__pb2.DataPushRequest.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.DataPushReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DataQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/DataQuery',
+            headstart_dot_v1_dot_engine__pb2.DataQueryRequest.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.DataAnswer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DataEvaluate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/DataEvaluate',
+            headstart_dot_v1_dot_engine__pb2.DataEvaluateRequest.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.DataEvaluateReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DataDescribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/DataDescribe',
+            headstart_dot_v1_dot_engine__pb2.DataRef.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.DataInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DataClose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/DataClose',
+            headstart_dot_v1_dot_engine__pb2.DataRef.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.DataInfo.FromString,
             options,
             channel_credentials,
             insecure,

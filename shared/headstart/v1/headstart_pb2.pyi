@@ -130,3 +130,200 @@ class ListDatabasesResponse(_message.Message):
     DATABASES_FIELD_NUMBER: _ClassVar[int]
     databases: _containers.RepeatedCompositeFieldContainer[Database]
     def __init__(self, databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ...) -> None: ...
+
+class OpenDataRequest(_message.Message):
+    __slots__ = ("db", "retention", "retention_tokens")
+    DB_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    db: str
+    retention: str
+    retention_tokens: int
+    def __init__(self, db: _Optional[str] = ..., retention: _Optional[str] = ..., retention_tokens: _Optional[int] = ...) -> None: ...
+
+class OpenDataResponse(_message.Message):
+    __slots__ = ("session_id", "db", "data_version")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DB_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    db: str
+    data_version: int
+    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., data_version: _Optional[int] = ...) -> None: ...
+
+class DataValue(_message.Message):
+    __slots__ = ("int_value", "real_value", "text_value", "null_value")
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    REAL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    NULL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    int_value: int
+    real_value: float
+    text_value: str
+    null_value: bool
+    def __init__(self, int_value: _Optional[int] = ..., real_value: _Optional[float] = ..., text_value: _Optional[str] = ..., null_value: _Optional[bool] = ...) -> None: ...
+
+class DataRow(_message.Message):
+    __slots__ = ("table", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DataValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DataValue, _Mapping]] = ...) -> None: ...
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    values: _containers.MessageMap[str, DataValue]
+    def __init__(self, table: _Optional[str] = ..., values: _Optional[_Mapping[str, DataValue]] = ...) -> None: ...
+
+class PushRowsRequest(_message.Message):
+    __slots__ = ("session_id", "rows")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    rows: _containers.RepeatedCompositeFieldContainer[DataRow]
+    def __init__(self, session_id: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[DataRow, _Mapping]]] = ...) -> None: ...
+
+class DataPushAck(_message.Message):
+    __slots__ = ("seqs", "dropped", "dropped_seqs", "dropped_total", "buffered")
+    SEQS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_SEQS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    seqs: _containers.RepeatedScalarFieldContainer[int]
+    dropped: int
+    dropped_seqs: _containers.RepeatedScalarFieldContainer[int]
+    dropped_total: int
+    buffered: int
+    def __init__(self, seqs: _Optional[_Iterable[int]] = ..., dropped: _Optional[int] = ..., dropped_seqs: _Optional[_Iterable[int]] = ..., dropped_total: _Optional[int] = ..., buffered: _Optional[int] = ...) -> None: ...
+
+class QueryDataRequest(_message.Message):
+    __slots__ = ("session_id", "question", "max_new_tokens", "execute")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    question: str
+    max_new_tokens: int
+    execute: bool
+    def __init__(self, session_id: _Optional[str] = ..., question: _Optional[str] = ..., max_new_tokens: _Optional[int] = ..., execute: _Optional[bool] = ...) -> None: ...
+
+class DataQueryAnswer(_message.Message):
+    __slots__ = ("question", "version", "text", "sql", "columns", "rows_json", "error", "logit_gap", "ms", "speculative", "source")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_GAP_FIELD_NUMBER: _ClassVar[int]
+    MS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    version: int
+    text: str
+    sql: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    rows_json: str
+    error: str
+    logit_gap: float
+    ms: float
+    speculative: bool
+    source: str
+    def __init__(self, question: _Optional[str] = ..., version: _Optional[int] = ..., text: _Optional[str] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., rows_json: _Optional[str] = ..., error: _Optional[str] = ..., logit_gap: _Optional[float] = ..., ms: _Optional[float] = ..., speculative: _Optional[bool] = ..., source: _Optional[str] = ...) -> None: ...
+
+class DataSessionRef(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DataDescription(_message.Message):
+    __slots__ = ("session_id", "db", "data_version", "replica", "rows_in_cache", "buffered", "dropped_total", "cache_tokens", "sliding_tokens", "retention", "describe_json")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DB_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    ROWS_IN_CACHE_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    CACHE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SLIDING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIBE_JSON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    db: str
+    data_version: int
+    replica: str
+    rows_in_cache: int
+    buffered: int
+    dropped_total: int
+    cache_tokens: int
+    sliding_tokens: int
+    retention: str
+    describe_json: str
+    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., data_version: _Optional[int] = ..., replica: _Optional[str] = ..., rows_in_cache: _Optional[int] = ..., buffered: _Optional[int] = ..., dropped_total: _Optional[int] = ..., cache_tokens: _Optional[int] = ..., sliding_tokens: _Optional[int] = ..., retention: _Optional[str] = ..., describe_json: _Optional[str] = ...) -> None: ...
+
+class CloseDataResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RegisterFlashRequest(_message.Message):
+    __slots__ = ("session_id", "question")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    question: str
+    def __init__(self, session_id: _Optional[str] = ..., question: _Optional[str] = ...) -> None: ...
+
+class FlashQuestion(_message.Message):
+    __slots__ = ("id", "question", "answer_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    question: str
+    answer_json: str
+    def __init__(self, id: _Optional[str] = ..., question: _Optional[str] = ..., answer_json: _Optional[str] = ...) -> None: ...
+
+class ListFlashResponse(_message.Message):
+    __slots__ = ("questions",)
+    QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    questions: _containers.RepeatedCompositeFieldContainer[FlashQuestion]
+    def __init__(self, questions: _Optional[_Iterable[_Union[FlashQuestion, _Mapping]]] = ...) -> None: ...
+
+class DeleteFlashRequest(_message.Message):
+    __slots__ = ("session_id", "id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    id: str
+    def __init__(self, session_id: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
+
+class DeleteFlashResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("session_id", "last_event_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    last_event_id: str
+    def __init__(self, session_id: _Optional[str] = ..., last_event_id: _Optional[str] = ...) -> None: ...
+
+class DataEvent(_message.Message):
+    __slots__ = ("id", "kind", "payload_json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: str
+    payload_json: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[str] = ..., payload_json: _Optional[str] = ...) -> None: ...

@@ -59,6 +59,51 @@ class HeadstartStub:
                 request_serializer=headstart_dot_v1_dot_headstart__pb2.ListDatabasesRequest.SerializeToString,
                 response_deserializer=headstart_dot_v1_dot_headstart__pb2.ListDatabasesResponse.FromString,
                 _registered_method=True)
+        self.OpenData = channel.unary_unary(
+                '/headstart.v1.Headstart/OpenData',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.OpenDataRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.OpenDataResponse.FromString,
+                _registered_method=True)
+        self.PushRows = channel.stream_unary(
+                '/headstart.v1.Headstart/PushRows',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.PushRowsRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.DataPushAck.FromString,
+                _registered_method=True)
+        self.QueryData = channel.unary_unary(
+                '/headstart.v1.Headstart/QueryData',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.QueryDataRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.DataQueryAnswer.FromString,
+                _registered_method=True)
+        self.DescribeData = channel.unary_unary(
+                '/headstart.v1.Headstart/DescribeData',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.DataSessionRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.DataDescription.FromString,
+                _registered_method=True)
+        self.CloseData = channel.unary_unary(
+                '/headstart.v1.Headstart/CloseData',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.DataSessionRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.CloseDataResponse.FromString,
+                _registered_method=True)
+        self.RegisterFlash = channel.unary_unary(
+                '/headstart.v1.Headstart/RegisterFlash',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.RegisterFlashRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.FlashQuestion.FromString,
+                _registered_method=True)
+        self.ListFlash = channel.unary_unary(
+                '/headstart.v1.Headstart/ListFlash',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.DataSessionRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.ListFlashResponse.FromString,
+                _registered_method=True)
+        self.DeleteFlash = channel.unary_unary(
+                '/headstart.v1.Headstart/DeleteFlash',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.DeleteFlashRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.DeleteFlashResponse.FromString,
+                _registered_method=True)
+        self.Subscribe = channel.unary_stream(
+                '/headstart.v1.Headstart/Subscribe',
+                request_serializer=headstart_dot_v1_dot_headstart__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_headstart__pb2.DataEvent.FromString,
+                _registered_method=True)
 
 
 class HeadstartServicer:
@@ -98,6 +143,69 @@ class HeadstartServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenData(self, request, context):
+        """Data sessions (README "Data API"): a live cache of a database's schema
+        plus the rows pushed to it, so a question costs only its own tokens.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushRows(self, request_iterator, context):
+        """Rows in batches; one ack for the whole stream when the client half-closes.
+        A malformed row fails the call with INVALID_ARGUMENT naming it; the
+        batches acked before it stay pushed, nothing else is dropped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QueryData(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeData(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseData(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterFlash(self, request, context):
+        """Flash questions: re-answered after every data version, served from the
+        store when a query asks one at the current version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFlash(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteFlash(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Subscribe(self, request, context):
+        """The session's events (data_updated, flash_ready, rows_dropped) from
+        `last_event_id` on (empty: from now), then as they happen.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HeadstartServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +233,51 @@ def add_HeadstartServicer_to_server(servicer, server):
                     servicer.ListDatabases,
                     request_deserializer=headstart_dot_v1_dot_headstart__pb2.ListDatabasesRequest.FromString,
                     response_serializer=headstart_dot_v1_dot_headstart__pb2.ListDatabasesResponse.SerializeToString,
+            ),
+            'OpenData': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenData,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.OpenDataRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.OpenDataResponse.SerializeToString,
+            ),
+            'PushRows': grpc.stream_unary_rpc_method_handler(
+                    servicer.PushRows,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.PushRowsRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.DataPushAck.SerializeToString,
+            ),
+            'QueryData': grpc.unary_unary_rpc_method_handler(
+                    servicer.QueryData,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.QueryDataRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.DataQueryAnswer.SerializeToString,
+            ),
+            'DescribeData': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeData,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.DataSessionRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.DataDescription.SerializeToString,
+            ),
+            'CloseData': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseData,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.DataSessionRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.CloseDataResponse.SerializeToString,
+            ),
+            'RegisterFlash': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterFlash,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.RegisterFlashRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.FlashQuestion.SerializeToString,
+            ),
+            'ListFlash': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFlash,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.DataSessionRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.ListFlashResponse.SerializeToString,
+            ),
+            'DeleteFlash': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteFlash,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.DeleteFlashRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.DeleteFlashResponse.SerializeToString,
+            ),
+            'Subscribe': grpc.unary_stream_rpc_method_handler(
+                    servicer.Subscribe,
+                    request_deserializer=headstart_dot_v1_dot_headstart__pb2.SubscribeRequest.FromString,
+                    response_serializer=headstart_dot_v1_dot_headstart__pb2.DataEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,6 +415,249 @@ class Headstart:
             '/headstart.v1.Headstart/ListDatabases',
             headstart_dot_v1_dot_headstart__pb2.ListDatabasesRequest.SerializeToString,
             headstart_dot_v1_dot_headstart__pb2.ListDatabasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/OpenData',
+            headstart_dot_v1_dot_headstart__pb2.OpenDataRequest.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.OpenDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushRows(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/headstart.v1.Headstart/PushRows',
+            headstart_dot_v1_dot_headstart__pb2.PushRowsRequest.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.DataPushAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/QueryData',
+            headstart_dot_v1_dot_headstart__pb2.QueryDataRequest.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.DataQueryAnswer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/DescribeData',
+            headstart_dot_v1_dot_headstart__pb2.DataSessionRef.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.DataDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/CloseData',
+            headstart_dot_v1_dot_headstart__pb2.DataSessionRef.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.CloseDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterFlash(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/RegisterFlash',
+            headstart_dot_v1_dot_headstart__pb2.RegisterFlashRequest.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.FlashQuestion.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFlash(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/ListFlash',
+            headstart_dot_v1_dot_headstart__pb2.DataSessionRef.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.ListFlashResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteFlash(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Headstart/DeleteFlash',
+            headstart_dot_v1_dot_headstart__pb2.DeleteFlashRequest.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.DeleteFlashResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Subscribe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/headstart.v1.Headstart/Subscribe',
+            headstart_dot_v1_dot_headstart__pb2.SubscribeRequest.SerializeToString,
+            headstart_dot_v1_dot_headstart__pb2.DataEvent.FromString,
             options,
             channel_credentials,
             insecure,

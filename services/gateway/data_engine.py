@@ -1,0 +1,119 @@
+"""The gateway's unary calls to the replicas for data sessions, and the rebuild rule.
+
+Every call carries `session_id` metadata (the engine-level id), so Serve's
+router sends all calls of a data session to the replica holding its cache,
+like a typing session's stream. A replica that does not hold the session
+answers NOT_FOUND "data session not on this replica" (it died, or the ring
+moved): the gateway then opens the session there again with the rows the
+store logged (`DataOpen(rows=...)`), and retries the call once. Rebuilds of
+one session are serialized by its lock; the caller holding it passes
+`locked=True`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from headstart.client.errors import CODE_METADATA_KEY, CODES, ApiError
+from headstart.v1 import engine_pb2
+from services.engine.guard import TENANT_METADATA_KEY
+from services.gateway.data_wire import engine_rows
+
+log = logging.getLogger(__name__)
+NOT_HERE = "not on this replica"
+CALL_TIMEOUT_S = 120.0  # a query on a busy replica; the engine bounds its own work
+
+
+def not_here(exc: grpc.aio.AioRpcError) -> bool:
+    """True for the replica's "I do not hold this data session" (rebuild it there)."""
+    return exc.code() == grpc.StatusCode.NOT_FOUND and NOT_HERE in (exc.details() or "")
+
+
+def engine_error(exc: grpc.aio.AioRpcError) -> ApiError:
+    """A replica's failure as the API's typed error (its exact code when it sent one)."""
+    code = dict(exc.trailing_metadata() or ()).get(CODE_METADATA_KEY)
+    status = exc.code()
+    if code is None:
+        code = status.name if status.name in CODES else "UNAVAILABLE"
+        if status in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN):
+            code = "UNAVAILABLE"
+        elif status == grpc.StatusCode.FAILED_PRECONDITION:
+            code = "SESSION_CLOSED"
+    details = exc.details() or ""
+    return ApiError(code, details if code != "UNAVAILABLE" else f"engine: {details}")
+
+
+class DataEngine:
+    """Calls `Engine.Data*` for one gateway; `open_rows` says which rows rebuild a session."""
+
+    def __init__(self, stub_of: Callable[[], object], app_name: str, engine_md: tuple[tuple[str, str], ...],
+                 on_rebuild: Callable[[], None] = lambda: None):
+        self._stub_of, self._app, self._md = stub_of, app_name, engine_md
+        self._on_rebuild = on_rebuild
+
+    def metadata(self, tenant: str, eid: str) -> tuple[tuple[str, str], ...]:
+        return (("application", self._app), ("session_id", eid), *self._md[1:], (TENANT_METADATA_KEY, tenant))
+
+    async def open(self, tenant: str, eid: str, meta: dict,
+                   rows: list[tuple[int, dict]]) -> engine_pb2.DataInfo:
+        """DataOpen on the replica the router picks (a new session, or a rebuild from `rows`)."""
+        settings = engine_pb2.DataSettingsWire(**_settings_fields(meta))
+        request = engine_pb2.DataOpenRequest(session_id=eid, db=meta["db"], tenant=tenant, settings=settings,
+                                             rows=engine_rows(rows))
+        return await self._raw("DataOpen", request, tenant, eid)
+
+    async def call(self, method: str, request, tenant: str, eid: str, meta: dict, lock: asyncio.Lock,
+                   rows: Callable[[], Awaitable[list[tuple[int, dict]]]], locked: bool = False):
+        """`method(request)`; a session the replica lacks is rebuilt from `rows()` and the call retried.
+
+        Raises:
+            ApiError: the replica's typed error, or UNAVAILABLE when it cannot be reached.
+        """
+        try:
+            return await self._raw(method, request, tenant, eid, rebuildable=True)
+        except _NotHere:
+            pass
+        if locked:
+            await self._rebuild(tenant, eid, meta, rows)
+        else:
+            async with lock:
+                try:  # another call may have rebuilt it meanwhile
+                    return await self._raw(method, request, tenant, eid, rebuildable=True)
+                except _NotHere:
+                    await self._rebuild(tenant, eid, meta, rows)
+        return await self._raw(method, request, tenant, eid)
+
+    async def _rebuild(self, tenant: str, eid: str, meta: dict, rows) -> None:
+        logged = await rows()
+        log.info("rebuilding data session %s from %d logged rows", eid, len(logged))
+        await self.open(tenant, eid, meta, logged)
+        self._on_rebuild()
+
+    async def _raw(self, method: str, request, tenant: str, eid: str, rebuildable: bool = False):
+        stub = self._stub_of()
+        if stub is None:
+            raise ApiError("UNAVAILABLE", "the gateway has not connected to the engine yet")
+        try:
+            return await getattr(stub, method)(request, metadata=self.metadata(tenant, eid), timeout=CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            if rebuildable and not_here(exc):
+                raise _NotHere() from None
+            raise engine_error(exc) from None
+
+
+class _NotHere(Exception):
+    """The replica reached does not hold the session."""
+
+
+def _settings_fields(meta: dict) -> dict:
+    """DataSettingsWire fields from a session's meta (unset ones: the engine's defaults)."""
+    out = {}
+    if meta.get("retention"):
+        out["retention"] = meta["retention"]
+    if meta.get("retention_tokens"):
+        out["retention_tokens"] = int(meta["retention_tokens"])
+    return out

@@ -1,0 +1,299 @@
+"""What the data API's edges (REST, SSE, WebSocket, gRPC) call: data sessions.
+
+The gateway owns a data session's rows: a push is validated against the
+database's schema here (a bad row fails the whole push with
+INVALID_ARGUMENT naming it; nothing else is dropped), numbered
+(`LiveStore.next_seqs`) and written to the rows log in Redis *before* it is
+forwarded, so a replica that loses the session rebuilds it from the log
+(services/gateway/data_engine.py). A session's meta (tenant, db, retention)
+lives in Redis too: any gateway can serve it. Store keys are the
+engine-level ids (`engine_session_id(tenant, id)`), so another tenant's id
+names nothing: NOT_FOUND.
+
+A query whose question is registered as a flash question and whose stored
+answer is at the session's current data version is answered from Redis
+without the model (`source: "flash"`); an answer at an older version is
+never served as current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+import uuid
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+
+from headstart.client.errors import ApiError, code_of
+from headstart.engine.errors import HeadstartError, InvalidInput
+from headstart.schema.model import Schema, SchemaError
+from headstart.v1 import engine_pb2
+from services.gateway.data_engine import DataEngine
+from services.gateway.data_wire import ack_json, describe_json, engine_rows, flash_answer, model_answer, row_dict
+from services.gateway.databases import lookup
+from services.gateway.limits import check_text
+from services.gateway.sessions import engine_session_id
+from services.gateway.tenancy import TenantSlots
+
+REDIS_URL_ENV = "HEADSTART_REDIS_URL"
+RETENTIONS = ("", "shift", "rebuild")
+MAX_RETENTION_TOKENS = 1 << 20
+EVENT_READERS = 64  # threads for blocking event reads (SSE / Subscribe), beside the loop's default pool
+
+
+class DataService:
+    """Data sessions for one gateway; `start()` connects the store (no Redis: UNAVAILABLE)."""
+
+    def __init__(self, gateway):
+        self.gw = gateway
+        s = gateway.settings
+        self.store = None
+        self.engine = DataEngine(lambda: gateway._stub, s.engine_app, gateway.engine_metadata(),
+                                 on_rebuild=gateway.metrics.data_rebuilds.inc)
+        self.queries = TenantSlots("data queries", s.data_queries_per_tenant, s.data_queries_per_tenant)
+        self._schemas: dict[str, Schema] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._readers = ThreadPoolExecutor(EVENT_READERS, thread_name_prefix="data-events")
+
+    def start(self) -> None:
+        url = self.gw.settings.redis_url or os.environ.get(REDIS_URL_ENV, "")
+        if url:
+            from headstart.data.live_store import LiveStore  # imports redis: only when configured
+
+            self.store = LiveStore(url)
+
+    def stop(self) -> None:
+        self._readers.shutdown(wait=False, cancel_futures=True)
+
+    # -- helpers ------------------------------------------------------------
+
+    async def _io(self, fn, *args):
+        """A store call off the event loop (redis-py is blocking); its failures as typed errors."""
+        if self.store is None:
+            raise ApiError("UNAVAILABLE", f"the data API needs Redis: set ${REDIS_URL_ENV} "
+                                          "(headstart serve starts one)")
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except HeadstartError as exc:  # LiveStoreUnavailable, FlashLimitExceeded, ...
+            raise ApiError(code_of(exc), str(exc)) from None
+        except ValueError as exc:  # an empty flash question
+            raise ApiError("INVALID_ARGUMENT", str(exc)) from None
+
+    async def _session(self, tenant: str, sid: object) -> tuple[str, dict]:
+        """(engine id, meta) of the tenant's session `sid`; NOT_FOUND for unknown and other tenants' ids."""
+        if not isinstance(sid, str) or not sid:
+            raise ApiError("INVALID_ARGUMENT", "session_id must be a non-empty string")
+        eid = engine_session_id(tenant, sid)
+        meta = await self._io(self.store.meta, eid)
+        if meta is None or meta.get("tenant") != tenant:
+            raise ApiError("NOT_FOUND", f"no data session {sid!r}")
+        return eid, meta
+
+    def _lock(self, eid: str) -> asyncio.Lock:
+        lock = self._locks.get(eid)
+        if lock is None:
+            lock = self._locks[eid] = asyncio.Lock()
+        return lock
+
+    def schema(self, db: str) -> Schema:
+        """The schema rows of `db` are validated against (SQLite databases only, as on the replica)."""
+        if db not in self._schemas:
+            from headstart.schema.resolve import resolve_database
+
+            entry = lookup(self.gw.catalogue, db)
+            try:
+                resolved = resolve_database(entry.spec, spider_dir=self.gw.catalogue.spider_dir)
+            except SchemaError as exc:
+                raise ApiError("NOT_FOUND", str(exc)) from None
+            if resolved.sqlite_path is None:
+                raise ApiError("INVALID_ARGUMENT", f"data sessions need a SQLite database; {db!r} has no file")
+            self._schemas[db] = resolved.schema
+        return self._schemas[db]
+
+    def _call(self, method, request, tenant, eid, meta, locked=False, before_seq=None):
+        rows = functools.partial(self._logged_rows, eid, before_seq)
+        return self.engine.call(method, request, tenant, eid, meta, self._lock(eid), rows, locked=locked)
+
+    async def _logged_rows(self, eid: str, before_seq: int | None) -> list[tuple[int, dict]]:
+        rows = await self._io(self.store.rows, eid)
+        return [(seq, row) for seq, row in rows if before_seq is None or seq < before_seq]
+
+    # -- sessions -----------------------------------------------------------
+
+    async def open(self, tenant: str, db: object, retention: object = None, retention_tokens: object = None) -> dict:
+        """A new data session on a replica; returns {session_id, db, data_version}."""
+        if not isinstance(db, str) or not db:
+            raise ApiError("INVALID_ARGUMENT", "db must be a database name")
+        retention = retention or ""
+        if retention not in RETENTIONS:
+            raise ApiError("INVALID_ARGUMENT", f"retention must be one of {', '.join(RETENTIONS[1:])}")
+        retention_tokens = retention_tokens or 0
+        if not isinstance(retention_tokens, int) or isinstance(retention_tokens, bool) \
+                or not 0 <= retention_tokens <= MAX_RETENTION_TOKENS:
+            raise ApiError("INVALID_ARGUMENT", f"retention_tokens must be an integer 1..{MAX_RETENTION_TOKENS}")
+        self.schema(db)
+        sid = uuid.uuid4().hex
+        eid = engine_session_id(tenant, sid)
+        meta = {"tenant": tenant, "session_id": sid, "db": db, "retention": retention,
+                "retention_tokens": retention_tokens, "created_at": time.time()}
+        await self._io(self.store.put_meta, eid, meta)
+        try:
+            info = await self.engine.open(tenant, eid, meta, [])
+        except BaseException:
+            await self._io(self.store.delete_session, eid)
+            raise
+        self.gw.metrics.data_sessions_opened.inc()
+        return {"session_id": sid, "db": db, "data_version": info.version}
+
+    async def describe(self, tenant: str, sid: object) -> dict:
+        eid, meta = await self._session(tenant, sid)
+        info = await self._call("DataDescribe", engine_pb2.DataRef(session_id=eid), tenant, eid, meta)
+        return describe_json(meta, sid, info)
+
+    async def close(self, tenant: str, sid: object) -> dict:
+        """Forget the session: its replica cache, rows log, meta, flash questions and events."""
+        eid, meta = await self._session(tenant, sid)
+        try:
+            await self.engine._raw("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
+        except ApiError as exc:
+            if exc.code not in ("NOT_FOUND", "UNAVAILABLE"):  # not held / replica gone: nothing to free
+                raise
+        await self._io(self.store.delete_session, eid)
+        return {"closed": sid}
+
+    # -- rows ---------------------------------------------------------------
+
+    def validate(self, db: str, rows: object) -> list[dict]:
+        """Rows as canonical dicts, or ApiError(INVALID_ARGUMENT) naming the first bad one."""
+        from headstart.data.rows import validate_row
+
+        s = self.gw.settings
+        if not isinstance(rows, list) or not rows:
+            raise ApiError("INVALID_ARGUMENT", "rows must be a non-empty list of {table, values}")
+        if len(rows) > s.data_rows_per_push:
+            raise ApiError("INVALID_ARGUMENT", f"{len(rows)} rows in one push; the limit is {s.data_rows_per_push}")
+        schema, out = self.schema(db), []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ApiError("INVALID_ARGUMENT", f"row {i}: a row is an object {{table, values}}")
+            try:
+                out.append(row_dict(validate_row(schema, row.get("table"), row.get("values"), s.data_row_chars)))
+            except InvalidInput as exc:
+                raise ApiError("INVALID_ARGUMENT", f"row {i}: {exc}") from None
+        return out
+
+    async def push(self, tenant: str, sid: object, rows: object) -> dict:
+        """Validate, number, log, then forward; returns the replica's ack (seqs, drops, buffered)."""
+        eid, meta = await self._session(tenant, sid)
+        valid = self.validate(meta["db"], rows)
+        self.gw.quotas.data_work.spend(tenant, sum(len(str(r["values"])) for r in valid))
+        # NOTE: one push at a time per session: the replica needs seqs in increasing order.
+        async with self._lock(eid):
+            seqs = await self._io(self.store.next_seqs, eid, len(valid))
+            numbered = list(zip(seqs, valid))
+            await self._io(self.store.append_rows, eid, numbered)  # before the ack: the rebuild source
+            request = engine_pb2.DataPushRequest(session_id=eid, rows=engine_rows(numbered))
+            reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
+        m = self.gw.metrics
+        m.data_rows_pushed.inc(len(valid))
+        if reply.dropped:
+            m.data_rows_dropped.inc(reply.dropped)
+            await self._io(self.store.add_event, eid, "rows_dropped",
+                           {"dropped": reply.dropped, "dropped_seqs": list(reply.dropped_seqs),
+                            "dropped_total": reply.dropped_total})
+        return ack_json(reply, seqs)
+
+    # -- queries ------------------------------------------------------------
+
+    async def query(self, tenant: str, sid: object, question: object, max_new_tokens: object = None,
+                    execute: object = True) -> dict:
+        """A flash answer at the current version when there is one, else the replica's answer."""
+        eid, meta = await self._session(tenant, sid)
+        question = _question(question, self.gw.settings.max_text_chars)
+        if not isinstance(execute, bool):
+            raise ApiError("INVALID_ARGUMENT", "execute must be true or false")
+        params = self.gw.params(max_new_tokens)
+        async with self.queries.slot(tenant):
+            version = await self._io(self.store.current_version, eid)
+            stored = await self._io(self.store.lookup, eid, question, version) if version else None
+            if stored is not None:
+                self.gw.metrics.data_queries.labels("flash").inc()
+                return flash_answer(stored)
+            self.gw.quotas.work.spend(tenant, len(question))
+            request = engine_pb2.DataQueryRequest(session_id=eid, question=question,
+                                                  max_new_tokens=params.max_new_tokens, execute=execute)
+            answer = await self._call("DataQuery", request, tenant, eid, meta)
+            self.gw.metrics.data_queries.labels("model").inc()
+            return model_answer(answer)
+
+    # -- flash questions ----------------------------------------------------
+
+    async def register_flash(self, tenant: str, sid: object, question: object) -> dict:
+        eid, _ = await self._session(tenant, sid)
+        question = _question(question, self.gw.settings.max_text_chars)
+        qid = await self._io(self.store.register_flash, eid, question)  # past the bound: RESOURCE_EXHAUSTED
+        return {"id": qid, "question": question}
+
+    async def list_flash(self, tenant: str, sid: object) -> list[dict]:
+        """[{id, question, answer?}]: each registered question with its latest stored answer."""
+        eid, _ = await self._session(tenant, sid)
+        return [{k: v for k, v in item.items() if v is not None} for item in await self._io(self.store.list_flash, eid)]
+
+    async def delete_flash(self, tenant: str, sid: object, qid: object) -> dict:
+        eid, _ = await self._session(tenant, sid)
+        if not isinstance(qid, str) or not qid:
+            raise ApiError("INVALID_ARGUMENT", "a flash question id is a non-empty string")
+        if not await self._io(self.store.delete_flash, eid, qid):
+            raise ApiError("NOT_FOUND", f"no flash question {qid!r}")
+        return {"deleted": qid}
+
+    # -- events -------------------------------------------------------------
+
+    async def subscribe(self, tenant: str, sid: object, last_id: object = None, block_ms: int = 1000):
+        """The session's events after `last_id` (empty: from now on) as an async iterator of
+        (id, kind, payload), with None after each quiet read, until the session is closed.
+
+        Checked (NOT_FOUND, INVALID_ARGUMENT) and "now" fixed before it returns, so an
+        edge answers errors with a status and a subscriber misses nothing pushed after
+        its subscription was answered. Reads block in a pool of their own (a subscriber
+        waits up to `block_ms` per read), not in the loop's default one.
+        """
+        eid, _ = await self._session(tenant, sid)
+        if last_id is not None and not isinstance(last_id, str):
+            raise ApiError("INVALID_ARGUMENT", "last_event_id must be a string")
+        if not last_id:
+            last_id = await self._io(self.store.latest_event_id, eid)
+        elif not _is_stream_id(last_id):
+            raise ApiError("INVALID_ARGUMENT", f"last_event_id {last_id[:40]!r} is not an event id")
+        return self._events(eid, last_id, block_ms)
+
+    async def _events(self, eid: str, last_id: str, block_ms: int):
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await loop.run_in_executor(self._readers, self.store.events_after, eid, last_id, block_ms)
+            for event_id, kind, payload in batch:
+                last_id = event_id
+                yield event_id, kind, payload
+            if not batch:
+                if await self._io(self.store.meta, eid) is None:
+                    return  # closed meanwhile
+                yield None  # a quiet tick: the edge may send a keep-alive
+
+
+def _question(question: object, limit: int) -> str:
+    """A checked question in its normalized spelling (live_store.normalize_question): the text a flash
+    question is matched by is also the text the model answers, so both give the same answer."""
+    from headstart.data.live_store import normalize_question
+
+    question = normalize_question(check_text(question, limit))
+    if not question:
+        raise ApiError("INVALID_ARGUMENT", "question must not be empty")
+    return question
+
+
+def _is_stream_id(text: str) -> bool:
+    """A Redis stream id `ms-seq` (or `0`)."""
+    ms, _, seq = text.partition("-")
+    return ms.isdigit() and (seq == "" or seq.isdigit()) and len(text) <= 41
