@@ -9,8 +9,7 @@
   // The first {n} of a page: far above the ids of the Spider sample databases,
   // so sample rows do not collide with the rows a database already holds.
   const FIRST_N = 1000000;
-  const SCHEMA_SQL = "SELECT m.name, p.name, p.type FROM sqlite_master m JOIN pragma_table_info(m.name) p " +
-    "WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' ORDER BY m.name, p.cid";
+  const TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name";
 
   let sid = null, abort = null, lastEventId = "", counter = FIRST_N, sampleTable = 0;
   let version = 0, ingested = 0, numPushed = 0;
@@ -66,7 +65,7 @@
     abort = new AbortController();
     subscribe(sid, abort.signal);
     await loadFlash();
-    if (!el("data-rows").value.trim()) await sampleRows().catch(() => {});
+    if (!el("data-rows").value.trim()) await sampleRows().catch((e) => setError("sample rows: " + e.message));
   }
 
   function closeSession() {
@@ -114,22 +113,24 @@
     showCounts(); showRows();
   }
 
-  // Sample rows for the chosen database: a template of its first table (the next one on
-  // each press), read from the database's schema with a read-only Run.
+  // Sample rows for the chosen database: a template made from a row of one of its tables
+  // (the next table on each press), read with read-only Runs: integers count up ({n}: a
+  // fresh key), other numbers are random ({r}), text keeps the example's value.
   async function sampleRows() {
     const opt = el("data-db").selectedOptions[0];
     if (!opt || opt.dataset.canExecute !== "true") return;
-    const schema = await api("POST", "/v1/execute", { db: opt.value, sql: SCHEMA_SQL });
-    const tables = new Map();
-    for (const [table, column, type] of schema.rows) {
-      if (!tables.has(table)) tables.set(table, {});
-      const t = (type || "").toUpperCase();
-      tables.get(table)[column] = /INT/.test(t) ? "{n}" : /REAL|FLOA|DOUB|NUM|DEC/.test(t) ? "{r}" : `${column} {n}`;
-    }
-    if (!tables.size) return;
-    const names = [...tables.keys()];
-    const table = names[sampleTable++ % names.length];
-    el("data-rows").value = JSON.stringify([{ table, values: tables.get(table) }], null, 1);
+    const db = opt.value;
+    const tables = (await api("POST", "/v1/execute", { db, sql: TABLES_SQL })).rows.map((r) => r[0]);
+    if (!tables.length) return;
+    const table = tables[sampleTable++ % tables.length];
+    const example = await api("POST", "/v1/execute", { db, sql: `SELECT * FROM "${table.replaceAll('"', '""')}" LIMIT 1` });
+    const row = example.rows[0] || [];
+    const values = {};
+    example.columns.forEach((column, i) => {
+      const v = row[i];
+      values[column] = typeof v === "number" ? (Number.isInteger(v) ? "{n}" : "{r}") : v === undefined ? `${column} {n}` : v;
+    });
+    el("data-rows").value = JSON.stringify([{ table, values }], null, 1);
   }
 
   function stateOf(seq) { return seq <= version ? "ingested" : "buffered"; }
