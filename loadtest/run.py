@@ -7,6 +7,10 @@ the users need besides `--host` goes to them as environment variables
 (`locust_stats.csv`, `locust_failures.csv`, ...) and `locust.html`, every
 request event in `samples.jsonl`, and our `loadtest.json`, `loadtest.md`
 (TTFT p50/p90/p99 per user class) and `loadtest.png`.
+
+A scenario with data users that time flash answers (`"flash_worker": True`
+in its SCENARIO) gets the flash worker (`python -m services.flash`) beside
+the local stack, on its Redis and engine; its log is `OUT/flash_worker.log`.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ def loadtest_cli(
     seed: int = typer.Option(0),
     timeout: float = typer.Option(120.0, help="a request with no answer after this many seconds fails (timeout)"),
     warmup: bool = typer.Option(True, help="before the clock starts, open one session per database (builds its P0)"),
+    data_db: str = typer.Option("world_1", help="database of the data users' sessions (a SQLite one)"),
+    data_rows_per_push: int = typer.Option(5, help="rows in one push of a data user"),
+    data_push_interval: float = typer.Option(1.0, help="seconds between a data producer's pushes"),
+    flash_push_interval: float = typer.Option(5.0, help="seconds between a flash subscriber's pushes"),
 ):
     """Run a Locust load-test scenario headless and write its CSVs, HTML report, TTFT table and plot."""
     try:
@@ -88,10 +96,12 @@ def loadtest_cli(
     out.mkdir(parents=True, exist_ok=True)
     (out / "samples.jsonl").unlink(missing_ok=True)
     settings = LoadSettings(tokens=list(token), dbs=list(db), max_new_tokens=max_new_tokens, wpm=wpm, seed=seed,
-                            timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()))
+                            timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()), data_db=data_db,
+                            data_rows_per_push=data_rows_per_push, data_push_interval_s=data_push_interval,
+                            flash_push_interval_s=flash_push_interval)
     meta = {"scenario": path.stem, "users": n_users, "spawn_rate": rate, "run_time": run_time, "seed": seed,
             "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
-    stack = sampler = None
+    stack = sampler = flash = None
     try:
         if host is None:
             stack, sampler = _start_local(settings, model, replicas, tenants,
@@ -99,6 +109,9 @@ def loadtest_cli(
             host, settings.grpc_target = stack.http_url, stack.grpc_target
             meta.update(model=model, replicas=replicas, tenants=tenants,
                         max_sessions=max_sessions or defaults.get("max_sessions", 64))
+            if defaults.get("flash_worker"):
+                flash = _start_flash_worker(stack, settings.max_new_tokens, out / "flash_worker.log")
+                meta["flash_worker"] = flash is not None
         else:
             settings.grpc_target = grpc_target or f"{re.sub(r'^[a-z]+://', '', host).split('/')[0].split(':')[0]}:50051"
             meta.update(host=host, tenants=len(token))
@@ -106,6 +119,8 @@ def loadtest_cli(
             _warm_up(settings)
         rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
     finally:
+        if flash is not None:
+            _stop(flash)
         memory = sampler.stop() if sampler else None
         if stack is not None:
             stack.stop()
@@ -129,6 +144,34 @@ def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int
     return stack, MemorySampler(period_s=10.0 if seconds >= 600 else 2.0).start()
 
 
+def _start_flash_worker(stack, max_new_tokens: int, log: Path) -> subprocess.Popen | None:
+    """The flash worker on the local stack's Redis and engine (None, said, when this checkout has none)."""
+    import importlib.util
+
+    if importlib.util.find_spec("services.flash") is None:
+        typer.secho("warning: no flash worker in this checkout (services/flash): no flash_ready events",
+                    fg=typer.colors.YELLOW, err=True)
+        return None
+    gw = stack.gateway.settings
+    env = {**_child_env(), "HEADSTART_FLASH_REDIS_URL": stack.redis_url or "",
+           "HEADSTART_FLASH_ENGINE_TARGET": stack.engine_target, "HEADSTART_FLASH_ENGINE_APP": gw.engine_app,
+           "HEADSTART_FLASH_ENGINE_SECRET": gw.engine_secret or "", "HEADSTART_FLASH_CONSUMER": "loadtest",
+           "HEADSTART_FLASH_MAX_NEW_TOKENS": str(max_new_tokens), "HEADSTART_FLASH_HEALTH_HOST": "127.0.0.1",
+           "HEADSTART_FLASH_HEALTH_PORT": "0"}
+    with log.open("w") as sink:  # a file, not a pipe: nobody reads a pipe while Locust runs
+        return subprocess.Popen([sys.executable, "-m", "services.flash"], env=env, stdout=sink,
+                                stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _warm_up(settings: LoadSettings) -> None:
     """Build each database's P0 before the clock starts: the first session of a
     database prefills its whole schema (tens of seconds for a 0.5B model on a
@@ -145,11 +188,15 @@ def _warm_up(settings: LoadSettings) -> None:
             typer.echo(f"warm-up: {db} ready in {time.perf_counter() - started:.1f} s")
 
 
+def _child_env() -> dict[str, str]:
+    """This environment with the checkout's root on PYTHONPATH (`loadtest`, `services` import from it)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+
 def _run_locust(path: Path, host: str, settings: LoadSettings, users: int, rate: float, run_time: str,
                 seconds: int, out: Path) -> int:
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, **settings.to_env(), "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")]))}
+    env = {**_child_env(), **settings.to_env()}
     cmd = [sys.executable, "-m", "locust", "-f", str(path), "--headless", "--users", str(users),
            "--spawn-rate", str(rate), "--run-time", run_time, "--host", host, "--csv", str(out / "locust"),
            "--html", str(out / "locust.html"), "--stop-timeout", "20", "--only-summary", "--loglevel", "WARNING"]

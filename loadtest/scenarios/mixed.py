@@ -1,8 +1,11 @@
-"""mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST)."""
+"""mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST),
+a data producer pushing rows into a data session and a flash subscriber timing
+its pushes to the flash answers of their data version (the command starts the
+flash worker beside a local stack: `flash_worker`)."""
 
 from loadtest import users
 
-SCENARIO = {"users": 8, "spawn_rate": 2, "run_time": "90s", "max_sessions": 64}
+SCENARIO = {"users": 8, "spawn_rate": 2, "run_time": "90s", "max_sessions": 64, "flash_worker": True}
 
 
 class MixedWsTypist(users.WsTypist):
@@ -19,3 +22,11 @@ class MixedGrpcCompleter(users.GrpcCompleter):
 
 class MixedRestCompleter(users.RestCompleter):
     weight = 1
+
+
+class MixedDataProducer(users.DataProducer):
+    fixed_count = 1  # one of the N users, whatever N: a push a second is the load meant
+
+
+class MixedFlashSubscriber(users.FlashSubscriber):
+    fixed_count = 1
