@@ -18,6 +18,8 @@ Data users (`DataProducer`, `FlashSubscriber`: their own data session each):
 
 - `open`: POST /v1/data → the session is open.
 - `push`: POST /v1/data/{sid}/rows → its ack; `response_length` = rows pushed.
+- `register`, `subscribe` (flash subscriber): the question registered; the SSE stream
+  answered (a failure: it broke, and is resumed from its last event id).
 - `data_updated`: a push's ack → the SSE `data_updated` of a version holding its rows.
 - `flash_ready`: a push's ack → the SSE `flash_ready` of an answer at a version holding
   its rows (the flash worker re-answered the registered question on that data).
