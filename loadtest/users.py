@@ -475,9 +475,9 @@ class FlashSubscriber(DataUser):
         """The session's SSE stream for the user's life; a broken stream resumes from its last id."""
         parser = SseParser()
         while True:
-            headers = {"Accept": "text/event-stream"}
-            if parser.last_id:
-                headers["Last-Event-ID"] = parser.last_id  # resume: no event lost while reconnecting
+            # resume after the last event seen (none yet: from the session's first), so no
+            # event is lost while (re)connecting
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": parser.last_id or "0"}
             started = time.perf_counter()
             try:
                 # NOTE: the read timeout only bounds a silent stream: the gateway sends a

@@ -168,7 +168,9 @@
     while (!signal.aborted) {
       try {
         const headers = { Accept: "text/event-stream", ...authHeaders() };
-        if (lastEventId) headers["Last-Event-ID"] = lastEventId;  // resume without a gap
+        // resume after the last event seen; none yet: from the session's first ("0"), so
+        // nothing pushed before this (re)subscription answered is missed
+        headers["Last-Event-ID"] = lastEventId || "0";
         const resp = await fetch(`/v1/data/${id}/events`, { headers, signal });
         if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
         el("data-status").dataset.events = "open";
