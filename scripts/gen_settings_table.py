@@ -3,9 +3,10 @@
     .venv/bin/python scripts/gen_settings_table.py          # rewrite the table in README.md
     .venv/bin/python scripts/gen_settings_table.py --check  # exit 1 when the README is stale
 
-Rows come from the code: the fields of the three pydantic settings objects
+Rows come from the code: the fields of the pydantic settings objects
 (`EngineSettings`, env prefix `HEADSTART_`; `GatewaySettings`,
-`HEADSTART_GATEWAY_`; `TableCacheSettings`, `HEADSTART_TABLECACHE_`), each
+`HEADSTART_GATEWAY_`; `TableCacheSettings`, `HEADSTART_TABLECACHE_`;
+`FlashSettings`, `HEADSTART_FLASH_`), each
 with its default and its `Field(description=...)`, then the variables some
 module reads with `os.environ` (`PLAIN`, each checked to appear in the file
 named beside it). The table sits between the two MARKER lines of README.md.
@@ -44,6 +45,7 @@ SETTINGS_CLASSES = (
     ("headstart.config:EngineSettings", "engine"),
     ("services.gateway.settings:GatewaySettings", "gateway"),
     ("services.tablecache.settings:TableCacheSettings", "table-cache service"),
+    ("services.flash.settings:FlashSettings", "flash worker"),
 )
 
 # Variables read with os.environ: (name, default, meaning, file that reads it).

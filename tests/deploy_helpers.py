@@ -11,7 +11,7 @@ pytest.importorskip("helm_python", reason="the `deploy` extra (helm-python-sdk) 
 
 from services.deploy.chart import RenderedObject, render_chart  # noqa: E402
 
-COMPONENTS = ("gateway", "engine", "tablecache", "redis")
+COMPONENTS = ("gateway", "engine", "tablecache", "flash", "redis")
 # Every optional object on (ServiceMonitor, autoscaling, monitoring namespace, a database to register,
 # catalogue volumes and a catalogue DSN Secret).
 ALL_ON = (

@@ -17,6 +17,7 @@ EXPECTED_DEFAULT = {
     ("tablecache", "Deployment"), ("tablecache", "Service"), ("tablecache", "ConfigMap"),
     ("tablecache", "NetworkPolicy"), ("tablecache-register", "Job"), ("tablecache-register", "Secret"),
     ("tablecache-register", "NetworkPolicy"),
+    ("flash", "Deployment"), ("flash", "ConfigMap"), ("flash", "NetworkPolicy"),
     ("redis", "StatefulSet"), ("redis", "Service"), ("redis", "Secret"), ("redis", "NetworkPolicy"),
 }
 
@@ -61,19 +62,20 @@ def test_optional_gateway_objects_follow_their_flags():
 def test_no_redis_means_no_table_cache_in_the_engine():
     import yaml
 
-    objects = render(("redis.enabled=false", "tablecache.enabled=false"))
+    objects = render(("redis.enabled=false", "tablecache.enabled=false", "flash.enabled=false"))
     service = next(o for o in objects if o.kind == "RayService")
     settings = yaml.safe_load(service.obj["spec"]["serveConfigV2"])["applications"][0]["args"]["settings"]
     assert settings["table_cache"] == "off"
     env = service.obj["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
-    assert "HEADSTART_TABLE_STORE_URL" not in {e["name"] for e in env}
+    assert not {"HEADSTART_TABLE_STORE_URL", "HEADSTART_REDIS_URL"} & {e["name"] for e in env}
 
 
 @pytest.mark.parametrize("sets, words", [
     (("redis.enabled=false",), "tablecache.enabled needs Redis"),
+    (("redis.enabled=false", "tablecache.enabled=false"), "flash.enabled needs Redis"),
     (("tableCache.mode=off",), "tablecache.enabled needs tableCache.mode"),
 ])
-def test_a_table_cache_service_without_its_needs_fails_clearly(sets, words):
+def test_a_redis_user_without_its_needs_fails_clearly(sets, words):
     from services.deploy.chart import ChartError
 
     with pytest.raises(ChartError, match=words):
@@ -90,6 +92,8 @@ def test_a_table_cache_service_without_its_needs_fails_clearly(sets, words):
     (("model.dtype=float8",), ["/model/dtype"]),
     (("tableCache.mode=everything",), ["/tableCache/mode"]),
     (("gateway.service.grpcPort=70000",), ["/gateway/service/grpcPort"]),
+    (("flash.replcas=2",), ["/flash", "replcas"]),
+    (("flash.healthPort=0",), ["/flash/healthPort"]),
     (("containerSecurityContext.runAsNonRoot=false",), ["/containerSecurityContext/runAsNonRoot"]),
     (("model.source=pvc",), ["/model/pvc/claimName"]),
 ])
@@ -140,3 +144,36 @@ def test_gpu_example_renders_two_gpu_replicas_with_external_redis():
     assert app["args"]["settings"]["dtype"] == "bfloat16"
     assert app["deployments"][0]["num_replicas"] == 2
     assert app["deployments"][0]["ray_actor_options"]["num_gpus"] == 1
+
+
+@pytest.mark.parametrize("sets, secret", [((), "headstart-redis"),
+                                          (("redis.enabled=false", "redis.external.existingSecret=my-redis"),
+                                           "my-redis")])
+def test_flash_worker_and_replicas_share_the_redis_url_and_engine_secret(sets, secret):
+    """The replicas publish data versions to the Redis the flash worker consumes (one Secret key),
+    the worker calls the engine's gRPC proxy with the engine secret, and its probes hit /healthz."""
+    objects = render(sets)
+    flash = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "flash")
+    (container,) = flash.obj["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    ray = next(o for o in objects if o.kind == "RayService")
+    cluster = ray.obj["spec"]["rayClusterConfig"]
+    for template in [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]:
+        ray_env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+        assert ray_env["HEADSTART_REDIS_URL"] == env["HEADSTART_REDIS_URL"]
+    assert env["HEADSTART_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": "url"}
+    assert env["HEADSTART_FLASH_ENGINE_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "secret"
+    assert container["command"] == ["python", "-m", "services.flash"]
+    config = next(o for o in objects if o.kind == "ConfigMap" and component_of(o) == "flash").obj["data"]
+    assert config["HEADSTART_FLASH_ENGINE_TARGET"] == "headstart-engine-serve:9000"
+    assert config["HEADSTART_FLASH_HEALTH_PORT"] == "8090" and config["HEADSTART_FLASH_CLAIM_IDLE_MS"] == "60000"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_flash_settings_in_the_chart_exist_in_the_code():
+    from services.flash.settings import FlashSettings
+
+    config = next(o for o in render() if o.kind == "ConfigMap" and component_of(o) == "flash").obj["data"]
+    fields = {"HEADSTART_FLASH_" + name.upper() for name in FlashSettings.model_fields}
+    assert set(config) <= fields
+    FlashSettings(**{k.removeprefix("HEADSTART_FLASH_").lower(): v for k, v in config.items()})

@@ -72,7 +72,7 @@ def test_generated_secrets_stay_out_of_configmaps_and_env_literals(objects):
             for env in container.get("env", []):
                 literal = env.get("value", "")
                 assert not any(s in literal for s in secrets), f"{obj.ref} {container['name']} {env['name']}"
-                if any(word in env["name"] for word in ("TOKEN", "PASSWORD", "STORE_URL")):
+                if any(word in env["name"] for word in ("TOKEN", "PASSWORD", "STORE_URL", "REDIS_URL", "SECRET")):
                     assert "secretKeyRef" in env.get("valueFrom", {}), f"{obj.ref} {env['name']} is not from a Secret"
 
 
@@ -129,8 +129,8 @@ def _is_kuberay_operator(peer: dict, rule: dict) -> bool:
 
 
 def test_users_reach_what_they_need(objects):
-    """The policies admit the chart's own traffic: gateway -> engine gRPC, engine and table
-    cache -> Redis, the registration Job -> table cache."""
+    """The policies admit the chart's own traffic: gateway and flash worker -> engine gRPC,
+    engine, table cache and flash worker -> Redis, the registration Job -> table cache."""
     policies = {component_of(o): o.obj["spec"] for o in objects if o.kind == "NetworkPolicy"}
     if not policies:
         pytest.skip("NetworkPolicies off")
@@ -141,11 +141,13 @@ def test_users_reach_what_they_need(objects):
                    for rule in policies[target].get("ingress", []) for peer in rule.get("from", [])
                    if "namespaceSelector" not in peer and "podSelector" in peer)
 
-    pairs = [("engine", "gateway"), ("redis", "engine"), ("redis", "tablecache"), ("tablecache", "tablecache-register")]
+    pairs = [("engine", "gateway"), ("redis", "engine"), ("redis", "tablecache"), ("tablecache", "tablecache-register"),
+             ("engine", "flash"), ("redis", "flash")]
     for target, source in pairs:
         if target in policies and source in labels:
             assert admits(target, source), f"{source} cannot reach {target}"
-    for target, source in [("redis", "gateway"), ("tablecache", "gateway"), ("engine", "redis")]:
+    for target, source in [("redis", "gateway"), ("tablecache", "gateway"), ("engine", "redis"), ("flash", "gateway"),
+                           ("tablecache", "flash")]:
         if target in policies and source in labels:
             assert not admits(target, source), f"{source} should not reach {target}"
 

@@ -26,6 +26,7 @@ RENDERS = {
     "gateway off": (("gateway.enabled=false",), ()),
     "engine off": (("engine.enabled=false",), ()),
     "tablecache off": (("tablecache.enabled=false",), ()),
+    "flash off": (("flash.enabled=false",), ()),
 }
 
 
@@ -168,7 +169,7 @@ def test_commands_of_the_pods_exist():
 
     commands = [c["command"] for o in render(ALL_ON) if o.obj.get("spec", {}).get("template")
                 for c in o.obj["spec"]["template"]["spec"]["containers"] if c.get("command", [])[:2] == ["python", "-m"]]
-    assert len(commands) == 3  # gateway, table cache, registration Job
+    assert len(commands) == 4  # gateway, table cache, registration Job, flash worker
     for command in commands:
         spec = importlib.util.find_spec(command[2])
         if spec is not None and spec.submodule_search_locations:  # a package: python -m runs its __main__

@@ -102,6 +102,9 @@ class VersionPublisher:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
 
     def _run(self) -> None:
         backoff = 0.0

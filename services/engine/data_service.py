@@ -82,7 +82,7 @@ class DataService:
         async def run(tenant):
             session = self.registry.get(request.session_id, tenant)
             rows, seqs = data_wire.rows_from_wire(request.rows)
-            ack = await self._blocking(session.push, rows, seqs) if seqs else await self._blocking(session.push, rows)
+            ack = await self._blocking(session.push, rows, seqs)
             return data_wire.push_reply(ack, session.data_version)
 
         return await self._call(grpc_context, engine_pb2.DataPushReply(), run)
@@ -128,12 +128,9 @@ class DataService:
 
     def _build(self, session_id: str, spec: str, tenant: str | None, settings, rows) -> DataSession:
         """A new DataSession, rebuilt from `rows` when given (blocks until it is LIVE)."""
-        extra = {}
-        if rows:  # NOTE: only when given, so an engine whose DataSession predates rebuilds still opens
-            extra["rows"] = rows
-        if self.publisher is not None:
-            extra["on_version"] = self.publisher.listener(session_id, tenant)
-        return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, **extra)
+        on_version = self.publisher.listener(session_id, tenant) if self.publisher is not None else None
+        return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, rows=rows,
+                           on_version=on_version)
 
     @staticmethod
     def _query(session: DataSession, question: str, max_new_tokens: int, execute: bool) -> engine_pb2.DataAnswer:

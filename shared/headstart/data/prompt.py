@@ -63,5 +63,10 @@ class DataPrompt:
         """The tokens after the rows: the question and the end of the user turn."""
         return self._plain(self._question_head + question + self._question_tail_text) + self._question_special
 
+    def ready_ids(self) -> list[int]:
+        """The tokens after the rows with no question: where an answer would
+        start (the paper's pre-decoded response header, §3.9.4)."""
+        return self.question_ids("")
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -34,16 +34,16 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 
-import torch
-
-from headstart.data.prompt import DataPrompt
-from headstart.data.retention import frozen_part, shift_out
+from headstart.data.answer import Answer, Snapshot
+from headstart.data.flash_eval import evaluate
 from headstart.data.ingest import check_seqs, rebuild_entries, retained_start, validate_rows
+from headstart.data.prompt import DataPrompt
+from headstart.data.ready import ReadyLogits, ReadyPosition
+from headstart.data.retention import frozen_part, shift_out
 from headstart.data.states import DataState, RetentionState, advance
-from headstart.data.types import DataSettings, PushAck, QueryResult, RowEntry, VersionEvent
+from headstart.data.types import DataSettings, FlashAnswer, PushAck, QueryResult, RowEntry, VersionEvent
 from headstart.data.workcopy import WorkingCopy
 from headstart.engine.commit import start_commit
-from headstart.engine.decode import decode_row
 from headstart.engine.errors import InvalidInput, SessionClosed, validate_text
 from headstart.engine.kv import KVState, truncate_layers
 from headstart.engine.scheduler_types import Priority
@@ -97,7 +97,10 @@ class DataSession:
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
         self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
-                           queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0)
+                           queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
+                           flash_evaluations=0, flash_questions=0, ready_exits=0, ready_refreshes=0)
+        self._ready = ReadyLogits()
+        self._answers: set[Answer] = set()  # answers in flight (their tails count in the cell budget)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
         try:
@@ -107,6 +110,7 @@ class DataSession:
             self.copy.close()
             raise
         self.state = advance(self.state, DataState.LIVE)
+        self._ready.refresh(self)
 
     # -- opening: the frozen region from P0 ----------------------------------------
 
@@ -238,6 +242,7 @@ class DataSession:
             if not more:
                 self._ingest_job = None
         self._retain()
+        self._ready.refresh(self)
         self._announce(VersionEvent(version, len(batch), self.counts["dropped"], len(self._segments)))
         return more
 
@@ -318,56 +323,72 @@ class DataSession:
             self.counts["rebuilds"] += 1
             self._segments, self._live, self._rebuild_kv = kept, self._rebuild_kv, None
             self.retention_state = advance(self.retention_state, RetentionState.STEADY)
+        self._ready.invalidate()  # same version, another cache
         self._retain()  # rows that arrived during the rebuild may be over the bound again
+        self._ready.refresh(self)
 
     # -- queries ----------------------------------------------------------------------
 
-    def query(self, question: str, max_new_tokens: int = 64, timeout: float | None = None) -> QueryResult:
+    def query(self, question: str, max_new_tokens: int = 64, timeout: float | None = None,
+              allow_speculative: bool = True) -> QueryResult:
         """Answer `question` on the live cache at SUBMIT priority (greedy), at the
         data version current when its first step runs.
+
+        With `DataSettings.ready_exit_gap` set (and `allow_speculative`), a
+        query may instead be answered at once from the ready-position logits
+        of the current version (`speculative=True`, one token, no forward;
+        see `headstart.data.ready`).
 
         Raises:
             InvalidInput: the question is empty or too long, or max_new_tokens < 1.
         """
+        question = self._check_question(question, max_new_tokens)
+        started = time.perf_counter()
+        if allow_speculative:
+            quick = self._ready.exit(self, started)
+            if quick is not None:
+                return quick
+        answer = Answer(self.model, self.prompt.question_ids(question), max_new_tokens, self.runtime.stop_ids)
+        held: list[Snapshot] = []
+
+        def step() -> Row:
+            if not held:
+                held.append(self._snapshot())
+                answer.start(held[0])
+            return answer.row()
+
+        with self._lock:
+            self._answers.add(answer)
+        try:
+            self._enqueue(step, Priority.SUBMIT, "data-query").wait(timeout)
+        finally:
+            with self._lock:
+                self._answers.discard(answer)
+                self.counts["queries"] += 1
+        snap, text = held[0], self.prompt.decode(answer.tokens)
+        return QueryResult(text, extract_sql(text), snap.version, snap.rows, snap.context, answer.tokens,
+                           answer.first_logits, time.perf_counter() - started)
+
+    def evaluate(self, questions: list[str], max_new_tokens: int = 64,
+                 timeout: float | None = None) -> list[FlashAnswer]:
+        """Answer registered questions at FLASH priority, all on one snapshot
+        of the live cache (one data version), each with its SQL executed on
+        the working copy at that version. See `headstart.data.flash_eval`."""
+        return evaluate(self, questions, max_new_tokens, timeout)
+
+    def _check_question(self, question, max_new_tokens: int) -> str:
         question = validate_text(question, self.settings.max_question_chars)
-        if not question.strip() or max_new_tokens < 1:
+        if not question.strip() or isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+                or max_new_tokens < 1:
             raise InvalidInput("a query needs a non-empty question and max_new_tokens >= 1")
         if self.state is DataState.CLOSED:
             raise SessionClosed(f"data session {self.id} is closed")
-        started = time.perf_counter()
-        out: dict = {"tokens": []}
-        stop_ids = self.runtime.stop_ids
+        return question
 
-        def on_token(token: int | None) -> bool:
-            if token is None:
-                return True
-            if not out["tokens"]:
-                out["first_logits"] = out["kv"].last_logits.clone()
-            if token in stop_ids:
-                return False
-            out["tokens"].append(token)
-            return len(out["tokens"]) < max_new_tokens
-
-        def asked(result: RowResult) -> bool:
-            token = _picked(result, out["kv"])
-            out["asked"] = token is not None
-            return on_token(token)
-
-        def step() -> Row:
-            if "kv" not in out:
-                with self._lock:
-                    out.update(kv=self._live.share(), version=self._version, rows=len(self._segments),
-                               context=self._live.num_tokens)
-            if not out.get("asked"):
-                return Row(self.model, out["kv"], self.prompt.question_ids(question), True, None, asked)
-            return decode_row(self.model, out["kv"], out["tokens"][-1], None, on_token)
-
-        self._enqueue(step, Priority.SUBMIT, "data-query").wait(timeout)
-        text = self.prompt.decode(out["tokens"])
+    def _snapshot(self) -> Snapshot:
+        """The live cache as one data version (worker thread)."""
         with self._lock:
-            self.counts["queries"] += 1
-        return QueryResult(text, extract_sql(text), out["version"], out["rows"], out["context"], out["tokens"],
-                           out["first_logits"], time.perf_counter() - started)
+            return Snapshot(self._live.share(), self._version, len(self._segments), self._live.num_tokens)
 
     def execute(self, sql: str, version: int) -> tuple[list[str], list[tuple]]:
         """Run `sql` read-only on the working copy as of data `version` (a query's).
@@ -386,6 +407,10 @@ class DataSession:
     @property
     def data_version(self) -> int:
         return self._version
+
+    def ready_position(self) -> ReadyPosition | None:
+        """The ready-position logits of the current version, when kept (`headstart.data.ready`)."""
+        return self._ready.usable(self)
 
     def context_ids(self) -> list[int]:
         """The tokens the live cache stands for: frozen + the retained rows (what
@@ -406,11 +431,12 @@ class DataSession:
                         **self.counts)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
-        """Block until the buffer is ingested and no rebuild is in flight (tests, benchmarks)."""
+        """Block until the buffer is ingested, no rebuild is in flight and the
+        ready position is refreshed (tests, benchmarks)."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                jobs = [j for j in (self._ingest_job, self._rebuild_job) if j is not None and not j.done.is_set()]
+                jobs = [j for j in (self._ingest_job, self._rebuild_job, self._ready.job) if j is not None and not j.done.is_set()]
                 idle = not self._buffer and not jobs and self.retention_state is RetentionState.STEADY
             if idle:
                 return
@@ -438,10 +464,3 @@ def _raise_or(result: RowResult, value: bool) -> bool:
     if result.error is not None:
         raise result.error
     return value
-
-
-def _picked(result: RowResult, kv: KVState) -> int | None:
-    """The greedy token after a question row (None: the row left the forward)."""
-    if result.error is not None:
-        raise result.error
-    return int(torch.argmax(kv.last_logits)) if result.ran else None

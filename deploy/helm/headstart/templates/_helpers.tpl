@@ -131,6 +131,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* The Redis of the data sessions' live state (replicas publish data versions, the flash worker
+     consumes them), from the same Secret as the block store's URL; nothing without Redis. */}}
+{{- define "headstart.redisUrlEnv" -}}
+{{- if include "headstart.redisConfigured" . }}
+- name: HEADSTART_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "headstart.redisUrlSecret" . }}
+      key: url
+{{- end }}
+{{- end -}}
+
 {{/* Secret (name) holding the Redis password of the chart's own Redis. */}}
 {{- define "headstart.redisPasswordSecret" -}}
 {{- default (printf "%s-redis" (include "headstart.fullname" .)) .Values.redis.auth.existingSecret -}}

@@ -1,0 +1,136 @@
+"""Ready-position logits and the speculative exit (paper §3.9.4).
+
+After each ingestion batch (and after a rebuild swap) a STREAM job extends a
+share of the live cache by the prompt's question-less tail
+(`DataPrompt.ready_ids`: the end of the user turn and the assistant's start)
+and keeps the logits there: the model's next token before it has seen any
+question, on that data version. One job at a time: if more batches land
+while it runs, it runs again on the newest version.
+
+With `DataSettings.ready_exit_gap` set, a query first checks them: when they
+belong to the current version and cache, their top-1 minus top-2 logit is
+above the threshold and the top token is not a stop token, the query
+returns that token's text at once (`QueryResult.speculative`), with no
+forward at all. Approximate by design (the question is never read): off by
+default; `describe()` counts `ready_exits`, and `DataSession.ready_position()`
+lets a benchmark compare the exit with the full answer. Nothing is computed
+while the setting is off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from headstart.data.answer import Snapshot, logit_gap
+from headstart.data.states import DataState
+from headstart.data.types import QueryResult
+from headstart.engine.scheduler_types import Priority
+from headstart.engine.steps import Row, RowResult
+from headstart.eval.extract import extract_sql
+
+
+@dataclass(frozen=True)
+class ReadyPosition:
+    """The ready-position logits of one data version: the top token, its
+    text, the logit gap, and the snapshot's rows and context; `epoch` names
+    the cache they were computed on (a rebuild swap starts a new one)."""
+
+    version: int
+    epoch: int
+    token: int
+    text: str
+    gap: float
+    rows: int
+    context: int
+    logits: torch.Tensor = field(repr=False)
+
+
+class ReadyLogits:
+    """A data session's ready position, refreshed by its own STREAM job."""
+
+    def __init__(self):
+        self.current: ReadyPosition | None = None
+        self.epoch = 0  # bumped when the live cache is replaced at the same version
+        self._job = None
+        self._again = False
+        self._lock = threading.Lock()
+
+    @property
+    def job(self):
+        """The refresh job in flight, or None."""
+        return self._job
+
+    def invalidate(self) -> None:
+        """The live cache changed without a new version (a rebuild swap)."""
+        with self._lock:
+            self.epoch += 1
+
+    def refresh(self, session) -> None:
+        """Bring the ready position to the session's current version (worker
+        thread, after a commit); nothing while the exit is off."""
+        if session.settings.ready_exit_gap is None or session.state is DataState.CLOSED:
+            return
+        with self._lock:
+            if self._job is not None:
+                self._again = True  # the running job goes once more, on the newest version
+                return
+            self._again = False
+            self._job = session._enqueue(lambda: self._step(session), Priority.STREAM, "data-ready")
+
+    def _step(self, session) -> Row | bool:
+        with self._lock:
+            if session.state is DataState.CLOSED:
+                self._job = None
+                return False
+            epoch = self.epoch
+        snapshot: Snapshot = session._snapshot()
+        kv = snapshot.kv.share()
+
+        def commit(result: RowResult) -> bool:
+            if result.error is not None:
+                with self._lock:
+                    self._job = None
+                raise result.error
+            if not result.ran:  # it yielded to a more urgent job: try again
+                return True
+            logits = kv.last_logits
+            token = int(torch.argmax(logits))
+            position = ReadyPosition(snapshot.version, epoch, token, session.prompt.decode([token]),
+                                     logit_gap(logits), snapshot.rows, snapshot.context, logits.clone())
+            with self._lock:
+                self.current = position
+                more, self._again = self._again, False
+                if not more:
+                    self._job = None
+            with session._lock:
+                session.counts["ready_refreshes"] += 1
+            return more
+
+        return Row(session.model, kv, session.prompt.ready_ids(), True, None, commit)
+
+    def usable(self, session) -> ReadyPosition | None:
+        """The ready position if it stands for the session's current cache and version."""
+        with self._lock:
+            position = self.current
+            if position is None or position.epoch != self.epoch or position.version != session.data_version:
+                return None
+            return position
+
+    def exit(self, session, started: float) -> QueryResult | None:
+        """A speculative answer (module doc), or None: the query runs in full."""
+        threshold = session.settings.ready_exit_gap
+        if threshold is None:
+            return None
+        position = self.usable(session)
+        if position is None or not position.gap > threshold or position.token in session.runtime.stop_ids:
+            return None
+        with session._lock:
+            session.counts["ready_exits"] += 1
+            session.counts["queries"] += 1
+        return QueryResult(position.text, extract_sql(position.text), position.version, position.rows,
+                           position.context, [position.token], position.logits, time.perf_counter() - started,
+                           speculative=True)

@@ -1,0 +1,161 @@
+"""Flash evaluation and ready-position logits of data sessions (issue 12, part D):
+evaluate == query == a cold prefill (float64, random:tiny), one snapshot per
+call even when rows land in the middle, SQL executed at that version, and the
+speculative exit on and off."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from headstart.data import flash_eval
+from headstart.data.answer import logit_gap
+from headstart.engine.errors import InvalidInput
+from headstart.engine.kv import prefill
+from headstart.engine.steps import commit_rows, run_rows
+from tests.test_data_sessions import QUESTION, cold_answer, db, open_session, rows, runtime  # noqa: F401 (fixtures)
+from tests.worker_gates import hold_worker
+
+QUESTIONS = [QUESTION, "How many readings per sensor?", "Which sensor has the highest value?"]
+
+
+def test_evaluate_equals_query_and_a_cold_prefill(runtime, db):
+    session = open_session(runtime, db, retention_tokens=90, retention="rebuild", batch_rows=3)
+    try:
+        for i in range(4):
+            session.push(rows(3 * i, 3))
+            session.wait_idle()
+        assert session.describe()["retired"] > 0  # retention rebuilt the cache: still exact
+        answers = session.evaluate(QUESTIONS, max_new_tokens=10)
+        context = session.context_ids()
+        assert [a.question for a in answers] == QUESTIONS
+        for answer, question in zip(answers, QUESTIONS):
+            assert answer.version == session.data_version
+            queried = session.query(question, 10)
+            assert session.prompt.decode(queried.token_ids) == answer.text
+            tokens, first = cold_answer(runtime, context + session.prompt.question_ids(question), 10)
+            assert queried.token_ids == tokens
+            assert answer.logit_gap == pytest.approx(logit_gap(first), abs=1e-9)
+            assert answer.error and answer.rows == []  # a random model's text is no SQL
+        info = session.describe()
+        assert (info["flash_evaluations"], info["flash_questions"]) == (1, 3)
+        assert info["cache_tokens"] == len(context)  # the answers' tails are gone
+        assert session.evaluate([]) == []
+        with pytest.raises(InvalidInput):
+            session.evaluate([QUESTION, "  "])
+    finally:
+        session.close()
+
+
+def test_evaluate_answers_every_question_on_one_version(runtime, db, monkeypatch):
+    """Rows ingested between two questions' steps (run inline on the worker, as
+    a scheduler interleaving them would) do not reach the later answers: all
+    name the first snapshot's version, and the SQL runs at it."""
+    monkeypatch.setattr(flash_eval, "extract_sql", lambda text: "SELECT count(*) FROM readings")
+    session = open_session(runtime, db, retention_tokens=4000)
+    try:
+        session.push(rows(0, 4))
+        session.wait_idle()
+        version, context = session.data_version, session.context_ids()
+        step, seen = flash_eval._Run.step, {}
+
+        def spy(run):
+            if run.index == 1 and "ingested" not in seen and run.answers[0].done:
+                session.push(rows(4, 3))  # rows arrive mid-evaluation and go into the live cache now
+                more = True
+                while more:  # every batch of them
+                    row = session._ingest_step()
+                    [(more, error)] = commit_rows([row], run_rows([row], 1 << 20)[0])
+                    assert error is None
+                seen["ingested"] = session.data_version
+            return step(run)
+
+        monkeypatch.setattr(flash_eval._Run, "step", spy)
+        answers = session.evaluate(QUESTIONS[:2], max_new_tokens=6)
+        assert seen["ingested"] == session.data_version == 7 > version == 4
+        assert {a.version for a in answers} == {version}
+        assert [a.rows for a in answers] == [[(5,)], [(5,)]] and answers[0].columns == ["count(*)"]
+        for answer, question in zip(answers, QUESTIONS):
+            tokens, _ = cold_answer(runtime, context + session.prompt.question_ids(question), 6)
+            assert answer.text == session.prompt.decode(tokens)
+        session.wait_idle()
+        later = session.evaluate(QUESTIONS[:1], max_new_tokens=2)
+        assert later[0].version == 7 and later[0].rows == [(8,)]
+    finally:
+        session.close()
+
+
+def test_evaluate_runs_ahead_of_ingestion_and_queries(runtime, db):
+    """FLASH outranks SUBMIT and STREAM: queued behind a held worker, the
+    evaluation runs first and answers on the version before the waiting rows."""
+    session = open_session(runtime, db, retention_tokens=4000)
+    try:
+        session.push(rows(0, 2))
+        session.wait_idle()
+        out = {}
+        gate = hold_worker(runtime.worker)
+        try:
+            session.push(rows(2, 2))
+            query = threading.Thread(target=lambda: out.update(query=session.query(QUESTION, 2)))
+            query.start()
+            flash = threading.Thread(target=lambda: out.update(flash=session.evaluate([QUESTION], 2)))
+            flash.start()
+            deadline = 10
+            while len([j for j in runtime.worker.scheduler._waiting if j.name.startswith("data-")]) < 3:
+                deadline -= 0.001
+                assert deadline > 0
+                threading.Event().wait(0.001)
+        finally:
+            gate.set()
+        query.join(30)
+        flash.join(30)
+        assert out["flash"][0].version == 2
+        assert out["query"].data_version == 2  # SUBMIT, also ahead of the rows' ingestion
+    finally:
+        session.close()
+
+
+def test_ready_position_logits_and_the_speculative_exit(runtime, db):
+    session = open_session(runtime, db, retention_tokens=4000, ready_exit_gap=0.0)
+    try:
+        session.push(rows(0, 3))
+        session.wait_idle()
+        ready = session.ready_position()
+        assert ready is not None and ready.version == session.data_version == 3
+        cold = prefill(runtime.model, session.context_ids() + session.prompt.ready_ids())
+        assert torch.allclose(ready.logits, cold.last_logits, atol=1e-9, rtol=0)
+        assert ready.token == int(torch.argmax(cold.last_logits)) and ready.token not in runtime.stop_ids
+        quick = session.query(QUESTION, 8)
+        assert quick.speculative and quick.token_ids == [ready.token] and quick.text == ready.text
+        assert quick.data_version == 3
+        full = session.query(QUESTION, 8, allow_speculative=False)
+        assert not full.speculative
+        info = session.describe()
+        assert info["ready_exits"] == 1 and info["ready_refreshes"] >= 1
+        # a new version: the old position is never used; the refresh brings a new one
+        gate = hold_worker(runtime.worker)
+        try:
+            session.push(rows(3, 1))
+        finally:
+            gate.set()
+        session.wait_idle()
+        assert session.ready_position().version == 4
+    finally:
+        session.close()
+
+
+def test_the_exit_is_off_by_default_and_above_its_threshold(runtime, db):
+    off = open_session(runtime, db)
+    high = open_session(runtime, db, ready_exit_gap=1e9)
+    try:
+        for session in (off, high):
+            session.push(rows(0, 2))
+            session.wait_idle()
+            assert not session.query(QUESTION, 3).speculative
+        assert off.ready_position() is None and off.describe()["ready_refreshes"] == 0  # nothing computed
+        assert high.ready_position() is not None and high.describe()["ready_exits"] == 0
+    finally:
+        off.close()
+        high.close()
