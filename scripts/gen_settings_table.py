@@ -73,7 +73,7 @@ PLAIN = (
     ("HEADSTART_ENGINE_BIND_HOST", "`127.0.0.1`", "where the local stack's Serve gRPC servers listen "
      "(`0.0.0.0` or `::`: all interfaces)", "services/engine/loopback.py"),
     ("HEADSTART_REDIS_SERVER", "`redis-server`, then `valkey-server` on PATH", "the Redis binary a private "
-     "Redis is started from (`serve --redis`, `bench tables`)", "shared/headstart/redis_server.py"),
+     "Redis is started from (`serve`'s embedded one, `bench tables`)", "shared/headstart/redis_server.py"),
     ("HEADSTART_POSTGRES_DSN", "none: a temporary local server", "PostgreSQL of `eval --executor postgres`",
      "shared/headstart/eval/cli.py"),
     ("HEADSTART_PG_BIN", "PATH, then `/usr/lib/postgresql/*/bin`", "folder of `initdb` and `pg_ctl` for a "

@@ -114,6 +114,7 @@ def _settings_fields(meta: dict) -> dict:
     out = {}
     if meta.get("retention"):
         out["retention"] = meta["retention"]
-    if meta.get("retention_tokens"):
-        out["retention_tokens"] = int(meta["retention_tokens"])
+    for name in ("retention_tokens", "buffer_rows"):
+        if meta.get(name):
+            out[name] = int(meta[name])
     return out

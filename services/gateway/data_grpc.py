@@ -23,7 +23,8 @@ class DataServicerMixin:
     async def OpenData(self, request, context):  # noqa: N802
         try:
             r = checked(request)
-            out = await self.service.data.open(self._tenant(context), r.db, r.retention, r.retention_tokens)
+            out = await self.service.data.open(self._tenant(context), r.db, r.retention, r.retention_tokens,
+                                               r.buffer_rows)
         except ApiError as exc:
             await self._abort(context, exc)
         return headstart_pb2.OpenDataResponse(**out)

@@ -1,6 +1,6 @@
 """REST and SSE routes of data sessions (README "Data API"); the tenant comes from the bearer token.
 
-    POST   /v1/data                   {db, retention?, retention_tokens?}
+    POST   /v1/data                   {db, retention?, retention_tokens?, buffer_rows?}
     POST   /v1/data/{sid}/rows        {rows: [{table, values}]}
     POST   /v1/data/{sid}/query       {question, max_new_tokens?, execute?}
     GET    /v1/data/{sid}             describe
@@ -45,7 +45,7 @@ def build_data_router(service: GatewayService) -> APIRouter:
     async def open_data(request: Request):
         who = tenant(request)
         b = await body(request)
-        return await data.open(who, b.get("db"), b.get("retention"), b.get("retention_tokens"))
+        return await data.open(who, b.get("db"), b.get("retention"), b.get("retention_tokens"), b.get("buffer_rows"))
 
     @router.post("/v1/data/{sid}/rows")
     async def push_rows(sid: str, request: Request):

@@ -40,6 +40,7 @@ from services.gateway.tenancy import TenantSlots
 REDIS_URL_ENV = "HEADSTART_REDIS_URL"
 RETENTIONS = ("", "shift", "rebuild")
 MAX_RETENTION_TOKENS = 1 << 20
+MAX_BUFFER_ROWS = 1 << 16
 EVENT_READERS = 64  # threads for blocking event reads (SSE / Subscribe), beside the loop's default pool
 
 
@@ -122,22 +123,26 @@ class DataService:
 
     # -- sessions -----------------------------------------------------------
 
-    async def open(self, tenant: str, db: object, retention: object = None, retention_tokens: object = None) -> dict:
-        """A new data session on a replica; returns {session_id, db, data_version}."""
+    async def open(self, tenant: str, db: object, retention: object = None, retention_tokens: object = None,
+                   buffer_rows: object = None) -> dict:
+        """A new data session on a replica; returns {session_id, db, data_version}.
+
+        `retention` ("rebuild" | "shift"), `retention_tokens` and `buffer_rows`
+        (unprocessed rows kept before the oldest are dropped): None or 0 keeps
+        the engine's default.
+        """
         if not isinstance(db, str) or not db:
             raise ApiError("INVALID_ARGUMENT", "db must be a database name")
         retention = retention or ""
         if retention not in RETENTIONS:
             raise ApiError("INVALID_ARGUMENT", f"retention must be one of {', '.join(RETENTIONS[1:])}")
-        retention_tokens = retention_tokens or 0
-        if not isinstance(retention_tokens, int) or isinstance(retention_tokens, bool) \
-                or not 0 <= retention_tokens <= MAX_RETENTION_TOKENS:
-            raise ApiError("INVALID_ARGUMENT", f"retention_tokens must be an integer 1..{MAX_RETENTION_TOKENS}")
+        retention_tokens = _count("retention_tokens", retention_tokens, MAX_RETENTION_TOKENS)
+        buffer_rows = _count("buffer_rows", buffer_rows, MAX_BUFFER_ROWS)
         self.schema(db)
         sid = uuid.uuid4().hex
         eid = engine_session_id(tenant, sid)
         meta = {"tenant": tenant, "session_id": sid, "db": db, "retention": retention,
-                "retention_tokens": retention_tokens, "created_at": time.time()}
+                "retention_tokens": retention_tokens, "buffer_rows": buffer_rows, "created_at": time.time()}
         await self._io(self.store.put_meta, eid, meta)
         try:
             info = await self.engine.open(tenant, eid, meta, [])
@@ -280,6 +285,14 @@ class DataService:
                 if await self._io(self.store.meta, eid) is None:
                     return  # closed meanwhile
                 yield None  # a quiet tick: the edge may send a keep-alive
+
+
+def _count(name: str, value: object, limit: int) -> int:
+    """An optional positive count (None or 0: the engine's default)."""
+    value = value or 0
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+        raise ApiError("INVALID_ARGUMENT", f"{name} must be an integer 1..{limit}")
+    return value
 
 
 def _question(question: object, limit: int) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 
-from headstart.client.errors import ApiError
 from headstart.data.rows import DataRow
 from headstart.v1 import engine_pb2, headstart_pb2
 
@@ -40,26 +39,6 @@ def cell_value(value: headstart_pb2.DataValue) -> int | float | str | None:
 def proto_rows(rows) -> list[dict]:
     """Public gRPC `DataRow`s as row dicts (validated later, like JSON rows)."""
     return [{"table": r.table, "values": {name: cell_value(v) for name, v in r.values.items()}} for r in rows]
-
-
-def proto_cell(value) -> headstart_pb2.DataValue:
-    """A JSON cell as a `DataValue` (the client side of `proto_rows`)."""
-    if value is None:
-        return headstart_pb2.DataValue(null_value=True)
-    if isinstance(value, bool):
-        raise ApiError("INVALID_ARGUMENT", f"{value!r}: booleans are not accepted (int, float, str or null)")
-    if isinstance(value, int):
-        return headstart_pb2.DataValue(int_value=value)
-    if isinstance(value, float):
-        return headstart_pb2.DataValue(real_value=value)
-    if isinstance(value, str):
-        return headstart_pb2.DataValue(text_value=value)
-    raise ApiError("INVALID_ARGUMENT", f"{type(value).__name__} values are not accepted (int, float, str or null)")
-
-
-def to_proto_row(row: dict) -> headstart_pb2.DataRow:
-    return headstart_pb2.DataRow(table=row.get("table", ""),
-                                 values={k: proto_cell(v) for k, v in (row.get("values") or {}).items()})
 
 
 def ack_json(ack: engine_pb2.DataPushReply | None, seqs: list[int]) -> dict:

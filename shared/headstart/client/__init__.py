@@ -9,11 +9,16 @@
             result = s.submit("How many countries?")
         print(result.sql, result.ttft_ms)
 
+Data sessions (rows, queries, flash questions, events): `open_data`,
+`push_rows`, `query_data`, `describe_data`, `close_data`, `register_flash`,
+`list_flash`, `delete_flash`, `subscribe` (see `headstart.client.data`).
+
 `AsyncHeadstartClient` is the same API with `async`/`await`.
 """
 
+from headstart.client.data import answer_rows
 from headstart.client.aio import AsyncHeadstartClient, AsyncTypingSession
 from headstart.client.errors import ApiError
 from headstart.client.sync import HeadstartClient, TypingSession
 
-__all__ = ["ApiError", "AsyncHeadstartClient", "AsyncTypingSession", "HeadstartClient", "TypingSession"]
+__all__ = ["answer_rows", "ApiError", "AsyncHeadstartClient", "AsyncTypingSession", "HeadstartClient", "TypingSession"]

@@ -8,12 +8,13 @@ from typing import Callable
 
 import grpc
 
+from headstart.client.data import AsyncDataMethods
 from headstart.client.errors import ApiError, from_rpc_error, is_transport_failure
 from headstart.client.sync import auth_metadata, complete_request, complete_result, submit_request
 from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
 
 
-class AsyncHeadstartClient:
+class AsyncHeadstartClient(AsyncDataMethods):
     """A connection to a gateway's public gRPC port (create it inside a running loop)."""
 
     def __init__(self, target: str, token: str | None = None, timeout_s: float = 120.0,

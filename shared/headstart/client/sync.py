@@ -9,6 +9,7 @@ from typing import Callable
 
 import grpc
 
+from headstart.client.data import DataMethods
 from headstart.client.errors import ApiError, from_rpc_error, is_transport_failure
 from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
 
@@ -40,8 +41,8 @@ def complete_result(response: headstart_pb2.CompleteResponse,
     return response.result if kind == "result" else None
 
 
-class HeadstartClient:
-    """A connection to a gateway's public gRPC port."""
+class HeadstartClient(DataMethods):
+    """A connection to a gateway's public gRPC port (data sessions: `headstart.client.data`)."""
 
     def __init__(self, target: str, token: str | None = None, timeout_s: float = 120.0,
                  reconnect_timeout_s: float = 30.0):

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from headstart.v1 import types_pb2 as headstart_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cheadstart/v1/headstart.proto\x12\x0cheadstart.v1\x1a\x18headstart/v1/types.proto\"\x8d\x01\n\x0bTypeRequest\x12(\n\x04open\x18\x01 \x01(\x0b\x32\x18.headstart.v1.OpenStreamH\x00\x12$\n\x05input\x18\x02 \x01(\x0b\x32\x13.headstart.v1.InputH\x00\x12&\n\x06submit\x18\x03 \x01(\x0b\x32\x14.headstart.v1.SubmitH\x00\x42\x06\n\x04kind\",\n\nOpenStream\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"\"\n\x05Input\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\"Q\n\x06Submit\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\"\xde\x01\n\x0cTypeResponse\x12$\n\x05ready\x18\x01 \x01(\x0b\x32\x13.headstart.v1.ReadyH\x00\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.headstart.v1.ProgressH\x00\x12&\n\x06tokens\x18\x03 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x13.headstart.v1.ErrorH\x00\x42\x06\n\x04kind\"\'\n\x05Ready\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"{\n\x0f\x43ompleteRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x0e\n\x06tables\x18\x05 \x03(\t\"j\n\x10\x43ompleteResponse\x12&\n\x06tokens\x18\x01 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x02 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x42\x06\n\x04kind\" \n\x12OpenSessionRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\"5\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\x16\n\x14ListDatabasesRequest\"?\n\x08\x44\x61tabase\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nnum_tables\x18\x02 \x01(\x05\x12\x13\n\x0b\x63\x61n_execute\x18\x03 \x01(\x08\"B\n\x15ListDatabasesResponse\x12)\n\tdatabases\x18\x01 \x03(\x0b\x32\x16.headstart.v1.Database\"J\n\x0fOpenDataRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\x12\x11\n\tretention\x18\x02 \x01(\t\x12\x18\n\x10retention_tokens\x18\x03 \x01(\x05\"H\n\x10OpenDataResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x61ta_version\x18\x03 \x01(\x03\"j\n\tDataValue\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x14\n\nreal_value\x18\x02 \x01(\x01H\x00\x12\x14\n\ntext_value\x18\x03 \x01(\tH\x00\x12\x14\n\nnull_value\x18\x04 \x01(\x08H\x00\x42\x06\n\x04kind\"\x93\x01\n\x07\x44\x61taRow\x12\r\n\x05table\x18\x01 \x01(\t\x12\x31\n\x06values\x18\x02 \x03(\x0b\x32!.headstart.v1.DataRow.ValuesEntry\x1a\x46\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.headstart.v1.DataValue:\x02\x38\x01\"J\n\x0fPushRowsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x04rows\x18\x02 \x03(\x0b\x32\x15.headstart.v1.DataRow\"k\n\x0b\x44\x61taPushAck\x12\x0c\n\x04seqs\x18\x01 \x03(\x03\x12\x0f\n\x07\x64ropped\x18\x02 \x01(\x05\x12\x14\n\x0c\x64ropped_seqs\x18\x03 \x03(\x03\x12\x15\n\rdropped_total\x18\x04 \x01(\x03\x12\x10\n\x08\x62uffered\x18\x05 \x01(\x05\"r\n\x10QueryDataRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\x05\x12\x14\n\x07\x65xecute\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_execute\"\xc6\x01\n\x0f\x44\x61taQueryAnswer\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0b\n\x03sql\x18\x04 \x01(\t\x12\x0f\n\x07\x63olumns\x18\x05 \x03(\t\x12\x11\n\trows_json\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x11\n\tlogit_gap\x18\x08 \x01(\x01\x12\n\n\x02ms\x18\t \x01(\x01\x12\x13\n\x0bspeculative\x18\n \x01(\x08\x12\x0e\n\x06source\x18\x0b \x01(\t\"$\n\x0e\x44\x61taSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xf0\x01\n\x0f\x44\x61taDescription\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x61ta_version\x18\x03 \x01(\x03\x12\x0f\n\x07replica\x18\x04 \x01(\t\x12\x15\n\rrows_in_cache\x18\x05 \x01(\x03\x12\x10\n\x08\x62uffered\x18\x06 \x01(\x05\x12\x15\n\rdropped_total\x18\x07 \x01(\x03\x12\x14\n\x0c\x63\x61\x63he_tokens\x18\x08 \x01(\x05\x12\x16\n\x0esliding_tokens\x18\t \x01(\x05\x12\x11\n\tretention\x18\n \x01(\t\x12\x15\n\rdescribe_json\x18\x0b \x01(\t\"\x13\n\x11\x43loseDataResponse\"<\n\x14RegisterFlashRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\"B\n\rFlashQuestion\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\x13\n\x0b\x61nswer_json\x18\x03 \x01(\t\"C\n\x11ListFlashResponse\x12.\n\tquestions\x18\x01 \x03(\x0b\x32\x1b.headstart.v1.FlashQuestion\"4\n\x12\x44\x65leteFlashRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\x15\n\x13\x44\x65leteFlashResponse\"=\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rlast_event_id\x18\x02 \x01(\t\";\n\tDataEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cpayload_json\x18\x03 \x01(\t2\xd2\x08\n\tHeadstart\x12\x41\n\x04Type\x12\x19.headstart.v1.TypeRequest\x1a\x1a.headstart.v1.TypeResponse(\x01\x30\x01\x12K\n\x08\x43omplete\x12\x1d.headstart.v1.CompleteRequest\x1a\x1e.headstart.v1.CompleteResponse0\x01\x12R\n\x0bOpenSession\x12 .headstart.v1.OpenSessionRequest\x1a!.headstart.v1.OpenSessionResponse\x12U\n\x0c\x43loseSession\x12!.headstart.v1.CloseSessionRequest\x1a\".headstart.v1.CloseSessionResponse\x12X\n\rListDatabases\x12\".headstart.v1.ListDatabasesRequest\x1a#.headstart.v1.ListDatabasesResponse\x12I\n\x08OpenData\x12\x1d.headstart.v1.OpenDataRequest\x1a\x1e.headstart.v1.OpenDataResponse\x12\x46\n\x08PushRows\x12\x1d.headstart.v1.PushRowsRequest\x1a\x19.headstart.v1.DataPushAck(\x01\x12J\n\tQueryData\x12\x1e.headstart.v1.QueryDataRequest\x1a\x1d.headstart.v1.DataQueryAnswer\x12K\n\x0c\x44\x65scribeData\x12\x1c.headstart.v1.DataSessionRef\x1a\x1d.headstart.v1.DataDescription\x12J\n\tCloseData\x12\x1c.headstart.v1.DataSessionRef\x1a\x1f.headstart.v1.CloseDataResponse\x12P\n\rRegisterFlash\x12\".headstart.v1.RegisterFlashRequest\x1a\x1b.headstart.v1.FlashQuestion\x12J\n\tListFlash\x12\x1c.headstart.v1.DataSessionRef\x1a\x1f.headstart.v1.ListFlashResponse\x12R\n\x0b\x44\x65leteFlash\x12 .headstart.v1.DeleteFlashRequest\x1a!.headstart.v1.DeleteFlashResponse\x12\x46\n\tSubscribe\x12\x1e.headstart.v1.SubscribeRequest\x1a\x17.headstart.v1.DataEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cheadstart/v1/headstart.proto\x12\x0cheadstart.v1\x1a\x18headstart/v1/types.proto\"\x8d\x01\n\x0bTypeRequest\x12(\n\x04open\x18\x01 \x01(\x0b\x32\x18.headstart.v1.OpenStreamH\x00\x12$\n\x05input\x18\x02 \x01(\x0b\x32\x13.headstart.v1.InputH\x00\x12&\n\x06submit\x18\x03 \x01(\x0b\x32\x14.headstart.v1.SubmitH\x00\x42\x06\n\x04kind\",\n\nOpenStream\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"\"\n\x05Input\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\"Q\n\x06Submit\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\"\xde\x01\n\x0cTypeResponse\x12$\n\x05ready\x18\x01 \x01(\x0b\x32\x13.headstart.v1.ReadyH\x00\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.headstart.v1.ProgressH\x00\x12&\n\x06tokens\x18\x03 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x12$\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x13.headstart.v1.ErrorH\x00\x42\x06\n\x04kind\"\'\n\x05Ready\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\"{\n\x0f\x43ompleteRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12,\n\x06params\x18\x03 \x01(\x0b\x32\x1c.headstart.v1.SamplingParams\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x0e\n\x06tables\x18\x05 \x03(\t\"j\n\x10\x43ompleteResponse\x12&\n\x06tokens\x18\x01 \x01(\x0b\x32\x14.headstart.v1.TokensH\x00\x12&\n\x06result\x18\x02 \x01(\x0b\x32\x14.headstart.v1.ResultH\x00\x42\x06\n\x04kind\" \n\x12OpenSessionRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\"5\n\x13OpenSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\x16\n\x14ListDatabasesRequest\"?\n\x08\x44\x61tabase\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nnum_tables\x18\x02 \x01(\x05\x12\x13\n\x0b\x63\x61n_execute\x18\x03 \x01(\x08\"B\n\x15ListDatabasesResponse\x12)\n\tdatabases\x18\x01 \x03(\x0b\x32\x16.headstart.v1.Database\"_\n\x0fOpenDataRequest\x12\n\n\x02\x64\x62\x18\x01 \x01(\t\x12\x11\n\tretention\x18\x02 \x01(\t\x12\x18\n\x10retention_tokens\x18\x03 \x01(\x05\x12\x13\n\x0b\x62uffer_rows\x18\x04 \x01(\x05\"H\n\x10OpenDataResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x61ta_version\x18\x03 \x01(\x03\"j\n\tDataValue\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x14\n\nreal_value\x18\x02 \x01(\x01H\x00\x12\x14\n\ntext_value\x18\x03 \x01(\tH\x00\x12\x14\n\nnull_value\x18\x04 \x01(\x08H\x00\x42\x06\n\x04kind\"\x93\x01\n\x07\x44\x61taRow\x12\r\n\x05table\x18\x01 \x01(\t\x12\x31\n\x06values\x18\x02 \x03(\x0b\x32!.headstart.v1.DataRow.ValuesEntry\x1a\x46\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.headstart.v1.DataValue:\x02\x38\x01\"J\n\x0fPushRowsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x04rows\x18\x02 \x03(\x0b\x32\x15.headstart.v1.DataRow\"k\n\x0b\x44\x61taPushAck\x12\x0c\n\x04seqs\x18\x01 \x03(\x03\x12\x0f\n\x07\x64ropped\x18\x02 \x01(\x05\x12\x14\n\x0c\x64ropped_seqs\x18\x03 \x03(\x03\x12\x15\n\rdropped_total\x18\x04 \x01(\x03\x12\x10\n\x08\x62uffered\x18\x05 \x01(\x05\"r\n\x10QueryDataRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\x05\x12\x14\n\x07\x65xecute\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_execute\"\xc6\x01\n\x0f\x44\x61taQueryAnswer\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0b\n\x03sql\x18\x04 \x01(\t\x12\x0f\n\x07\x63olumns\x18\x05 \x03(\t\x12\x11\n\trows_json\x18\x06 \x01(\t\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x11\n\tlogit_gap\x18\x08 \x01(\x01\x12\n\n\x02ms\x18\t \x01(\x01\x12\x13\n\x0bspeculative\x18\n \x01(\x08\x12\x0e\n\x06source\x18\x0b \x01(\t\"$\n\x0e\x44\x61taSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xf0\x01\n\x0f\x44\x61taDescription\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02\x64\x62\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x61ta_version\x18\x03 \x01(\x03\x12\x0f\n\x07replica\x18\x04 \x01(\t\x12\x15\n\rrows_in_cache\x18\x05 \x01(\x03\x12\x10\n\x08\x62uffered\x18\x06 \x01(\x05\x12\x15\n\rdropped_total\x18\x07 \x01(\x03\x12\x14\n\x0c\x63\x61\x63he_tokens\x18\x08 \x01(\x05\x12\x16\n\x0esliding_tokens\x18\t \x01(\x05\x12\x11\n\tretention\x18\n \x01(\t\x12\x15\n\rdescribe_json\x18\x0b \x01(\t\"\x13\n\x11\x43loseDataResponse\"<\n\x14RegisterFlashRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\"B\n\rFlashQuestion\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\x13\n\x0b\x61nswer_json\x18\x03 \x01(\t\"C\n\x11ListFlashResponse\x12.\n\tquestions\x18\x01 \x03(\x0b\x32\x1b.headstart.v1.FlashQuestion\"4\n\x12\x44\x65leteFlashRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\x15\n\x13\x44\x65leteFlashResponse\"=\n\x10SubscribeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rlast_event_id\x18\x02 \x01(\t\";\n\tDataEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x14\n\x0cpayload_json\x18\x03 \x01(\t2\xd2\x08\n\tHeadstart\x12\x41\n\x04Type\x12\x19.headstart.v1.TypeRequest\x1a\x1a.headstart.v1.TypeResponse(\x01\x30\x01\x12K\n\x08\x43omplete\x12\x1d.headstart.v1.CompleteRequest\x1a\x1e.headstart.v1.CompleteResponse0\x01\x12R\n\x0bOpenSession\x12 .headstart.v1.OpenSessionRequest\x1a!.headstart.v1.OpenSessionResponse\x12U\n\x0c\x43loseSession\x12!.headstart.v1.CloseSessionRequest\x1a\".headstart.v1.CloseSessionResponse\x12X\n\rListDatabases\x12\".headstart.v1.ListDatabasesRequest\x1a#.headstart.v1.ListDatabasesResponse\x12I\n\x08OpenData\x12\x1d.headstart.v1.OpenDataRequest\x1a\x1e.headstart.v1.OpenDataResponse\x12\x46\n\x08PushRows\x12\x1d.headstart.v1.PushRowsRequest\x1a\x19.headstart.v1.DataPushAck(\x01\x12J\n\tQueryData\x12\x1e.headstart.v1.QueryDataRequest\x1a\x1d.headstart.v1.DataQueryAnswer\x12K\n\x0c\x44\x65scribeData\x12\x1c.headstart.v1.DataSessionRef\x1a\x1d.headstart.v1.DataDescription\x12J\n\tCloseData\x12\x1c.headstart.v1.DataSessionRef\x1a\x1f.headstart.v1.CloseDataResponse\x12P\n\rRegisterFlash\x12\".headstart.v1.RegisterFlashRequest\x1a\x1b.headstart.v1.FlashQuestion\x12J\n\tListFlash\x12\x1c.headstart.v1.DataSessionRef\x1a\x1f.headstart.v1.ListFlashResponse\x12R\n\x0b\x44\x65leteFlash\x12 .headstart.v1.DeleteFlashRequest\x1a!.headstart.v1.DeleteFlashResponse\x12\x46\n\tSubscribe\x12\x1e.headstart.v1.SubscribeRequest\x1a\x17.headstart.v1.DataEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -65,43 +65,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTDATABASESRESPONSE']._serialized_start=1125
   _globals['_LISTDATABASESRESPONSE']._serialized_end=1191
   _globals['_OPENDATAREQUEST']._serialized_start=1193
-  _globals['_OPENDATAREQUEST']._serialized_end=1267
-  _globals['_OPENDATARESPONSE']._serialized_start=1269
-  _globals['_OPENDATARESPONSE']._serialized_end=1341
-  _globals['_DATAVALUE']._serialized_start=1343
-  _globals['_DATAVALUE']._serialized_end=1449
-  _globals['_DATAROW']._serialized_start=1452
-  _globals['_DATAROW']._serialized_end=1599
-  _globals['_DATAROW_VALUESENTRY']._serialized_start=1529
-  _globals['_DATAROW_VALUESENTRY']._serialized_end=1599
-  _globals['_PUSHROWSREQUEST']._serialized_start=1601
-  _globals['_PUSHROWSREQUEST']._serialized_end=1675
-  _globals['_DATAPUSHACK']._serialized_start=1677
-  _globals['_DATAPUSHACK']._serialized_end=1784
-  _globals['_QUERYDATAREQUEST']._serialized_start=1786
-  _globals['_QUERYDATAREQUEST']._serialized_end=1900
-  _globals['_DATAQUERYANSWER']._serialized_start=1903
-  _globals['_DATAQUERYANSWER']._serialized_end=2101
-  _globals['_DATASESSIONREF']._serialized_start=2103
-  _globals['_DATASESSIONREF']._serialized_end=2139
-  _globals['_DATADESCRIPTION']._serialized_start=2142
-  _globals['_DATADESCRIPTION']._serialized_end=2382
-  _globals['_CLOSEDATARESPONSE']._serialized_start=2384
-  _globals['_CLOSEDATARESPONSE']._serialized_end=2403
-  _globals['_REGISTERFLASHREQUEST']._serialized_start=2405
-  _globals['_REGISTERFLASHREQUEST']._serialized_end=2465
-  _globals['_FLASHQUESTION']._serialized_start=2467
-  _globals['_FLASHQUESTION']._serialized_end=2533
-  _globals['_LISTFLASHRESPONSE']._serialized_start=2535
-  _globals['_LISTFLASHRESPONSE']._serialized_end=2602
-  _globals['_DELETEFLASHREQUEST']._serialized_start=2604
-  _globals['_DELETEFLASHREQUEST']._serialized_end=2656
-  _globals['_DELETEFLASHRESPONSE']._serialized_start=2658
-  _globals['_DELETEFLASHRESPONSE']._serialized_end=2679
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=2681
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=2742
-  _globals['_DATAEVENT']._serialized_start=2744
-  _globals['_DATAEVENT']._serialized_end=2803
-  _globals['_HEADSTART']._serialized_start=2806
-  _globals['_HEADSTART']._serialized_end=3912
+  _globals['_OPENDATAREQUEST']._serialized_end=1288
+  _globals['_OPENDATARESPONSE']._serialized_start=1290
+  _globals['_OPENDATARESPONSE']._serialized_end=1362
+  _globals['_DATAVALUE']._serialized_start=1364
+  _globals['_DATAVALUE']._serialized_end=1470
+  _globals['_DATAROW']._serialized_start=1473
+  _globals['_DATAROW']._serialized_end=1620
+  _globals['_DATAROW_VALUESENTRY']._serialized_start=1550
+  _globals['_DATAROW_VALUESENTRY']._serialized_end=1620
+  _globals['_PUSHROWSREQUEST']._serialized_start=1622
+  _globals['_PUSHROWSREQUEST']._serialized_end=1696
+  _globals['_DATAPUSHACK']._serialized_start=1698
+  _globals['_DATAPUSHACK']._serialized_end=1805
+  _globals['_QUERYDATAREQUEST']._serialized_start=1807
+  _globals['_QUERYDATAREQUEST']._serialized_end=1921
+  _globals['_DATAQUERYANSWER']._serialized_start=1924
+  _globals['_DATAQUERYANSWER']._serialized_end=2122
+  _globals['_DATASESSIONREF']._serialized_start=2124
+  _globals['_DATASESSIONREF']._serialized_end=2160
+  _globals['_DATADESCRIPTION']._serialized_start=2163
+  _globals['_DATADESCRIPTION']._serialized_end=2403
+  _globals['_CLOSEDATARESPONSE']._serialized_start=2405
+  _globals['_CLOSEDATARESPONSE']._serialized_end=2424
+  _globals['_REGISTERFLASHREQUEST']._serialized_start=2426
+  _globals['_REGISTERFLASHREQUEST']._serialized_end=2486
+  _globals['_FLASHQUESTION']._serialized_start=2488
+  _globals['_FLASHQUESTION']._serialized_end=2554
+  _globals['_LISTFLASHRESPONSE']._serialized_start=2556
+  _globals['_LISTFLASHRESPONSE']._serialized_end=2623
+  _globals['_DELETEFLASHREQUEST']._serialized_start=2625
+  _globals['_DELETEFLASHREQUEST']._serialized_end=2677
+  _globals['_DELETEFLASHRESPONSE']._serialized_start=2679
+  _globals['_DELETEFLASHRESPONSE']._serialized_end=2700
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=2702
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=2763
+  _globals['_DATAEVENT']._serialized_start=2765
+  _globals['_DATAEVENT']._serialized_end=2824
+  _globals['_HEADSTART']._serialized_start=2827
+  _globals['_HEADSTART']._serialized_end=3933
 # @@protoc_insertion_point(module_scope)

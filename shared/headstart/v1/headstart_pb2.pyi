@@ -132,14 +132,16 @@ class ListDatabasesResponse(_message.Message):
     def __init__(self, databases: _Optional[_Iterable[_Union[Database, _Mapping]]] = ...) -> None: ...
 
 class OpenDataRequest(_message.Message):
-    __slots__ = ("db", "retention", "retention_tokens")
+    __slots__ = ("db", "retention", "retention_tokens", "buffer_rows")
     DB_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     RETENTION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_ROWS_FIELD_NUMBER: _ClassVar[int]
     db: str
     retention: str
     retention_tokens: int
-    def __init__(self, db: _Optional[str] = ..., retention: _Optional[str] = ..., retention_tokens: _Optional[int] = ...) -> None: ...
+    buffer_rows: int
+    def __init__(self, db: _Optional[str] = ..., retention: _Optional[str] = ..., retention_tokens: _Optional[int] = ..., buffer_rows: _Optional[int] = ...) -> None: ...
 
 class OpenDataResponse(_message.Message):
     __slots__ = ("session_id", "db", "data_version")

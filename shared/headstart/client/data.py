@@ -1,0 +1,185 @@
+"""Data-session calls of the Python client (README "Data API"), sync and async.
+
+    with HeadstartClient("localhost:50051", token="...") as client:
+        sid = client.open_data("world_1").session_id
+        client.push_rows(sid, [{"table": "city", "values": {"ID": 5000, "Name": "Oslo", ...}}])
+        client.register_flash(sid, "How many cities are there?")
+        answer = client.query_data(sid, "How many cities are there?")   # answer.source: flash | model
+        for event in client.subscribe(sid):                                # data_updated, flash_ready, ...
+            ...
+
+A row is `{"table": name, "values": {column: int | float | str | None}}`.
+`push_rows` sends them as one `PushRows` client stream in batches of
+`batch_rows` (each batch one message, validated and logged in order) and
+returns one ack for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Iterator
+
+import grpc
+
+from headstart.client.errors import ApiError, from_rpc_error
+from headstart.v1 import headstart_pb2
+
+DEFAULT_BATCH_ROWS = 64  # rows per PushRows message: well under the gateway's 16 KiB message limit
+
+
+def cell(value) -> headstart_pb2.DataValue:
+    """A Python cell (int, float, str or None) as a `DataValue`."""
+    if value is None:
+        return headstart_pb2.DataValue(null_value=True)
+    if isinstance(value, bool):
+        raise ApiError("INVALID_ARGUMENT", f"{value!r}: booleans are not accepted (int, float, str or null)")
+    if isinstance(value, int):
+        return headstart_pb2.DataValue(int_value=value)
+    if isinstance(value, float):
+        return headstart_pb2.DataValue(real_value=value)
+    if isinstance(value, str):
+        return headstart_pb2.DataValue(text_value=value)
+    raise ApiError("INVALID_ARGUMENT", f"{type(value).__name__} values are not accepted (int, float, str or null)")
+
+
+def data_row(row: dict) -> headstart_pb2.DataRow:
+    """A row dict as the API's `DataRow`."""
+    if not isinstance(row, dict):
+        raise ApiError("INVALID_ARGUMENT", "a row is a dict {table, values}")
+    return headstart_pb2.DataRow(table=row.get("table") or "",
+                                 values={k: cell(v) for k, v in (row.get("values") or {}).items()})
+
+
+def push_requests(session_id: str, rows: Iterable[dict], batch_rows: int) -> list[headstart_pb2.PushRowsRequest]:
+    """`rows` as PushRows messages of at most `batch_rows` rows each (converted up front: a bad
+    value raises here, before anything is sent)."""
+    wire = [data_row(r) for r in rows]
+    return [headstart_pb2.PushRowsRequest(session_id=session_id, rows=wire[i:i + batch_rows])
+            for i in range(0, len(wire), max(1, batch_rows))]
+
+
+def query_request(session_id: str, question: str, max_new_tokens: int | None,
+                  execute: bool) -> headstart_pb2.QueryDataRequest:
+    return headstart_pb2.QueryDataRequest(session_id=session_id, question=question,
+                                          max_new_tokens=max_new_tokens or 0, execute=execute)
+
+
+def answer_rows(answer: headstart_pb2.DataQueryAnswer) -> list[list]:
+    """The rows of an answer's SQL on the session's data (decoded from `rows_json`)."""
+    return json.loads(answer.rows_json) if answer.rows_json else []
+
+
+def open_request(db: str, retention: str | None, retention_tokens: int | None,
+                 buffer_rows: int | None) -> headstart_pb2.OpenDataRequest:
+    return headstart_pb2.OpenDataRequest(db=db, retention=retention or "", retention_tokens=retention_tokens or 0,
+                                         buffer_rows=buffer_rows or 0)
+
+
+class DataMethods:
+    """The data calls of `HeadstartClient` (needs `stub`, `metadata`, `timeout_s`, `_unary`)."""
+
+    def open_data(self, db: str, retention: str | None = None, retention_tokens: int | None = None,
+                  buffer_rows: int | None = None) -> headstart_pb2.OpenDataResponse:
+        """A new data session of `db` (retention "rebuild" | "shift"; None: the engine's defaults)."""
+        return self._unary(self.stub.OpenData, open_request(db, retention, retention_tokens, buffer_rows))
+
+    def push_rows(self, session_id: str, rows: Iterable[dict],
+                  batch_rows: int = DEFAULT_BATCH_ROWS) -> headstart_pb2.DataPushAck:
+        """Push rows (one PushRows stream); the ack has their seqs and the rows dropped.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT naming the first bad row (batches before its own stay pushed).
+        """
+        requests = push_requests(session_id, rows, batch_rows)
+        try:
+            return self.stub.PushRows(iter(requests), metadata=self.metadata, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def query_data(self, session_id: str, question: str, max_new_tokens: int | None = None,
+                   execute: bool = True) -> headstart_pb2.DataQueryAnswer:
+        """Answer `question` on the session's data (`answer_rows(answer)`: its SQL's rows)."""
+        return self._unary(self.stub.QueryData, query_request(session_id, question, max_new_tokens, execute))
+
+    def describe_data(self, session_id: str) -> headstart_pb2.DataDescription:
+        return self._unary(self.stub.DescribeData, headstart_pb2.DataSessionRef(session_id=session_id))
+
+    def close_data(self, session_id: str) -> None:
+        self._unary(self.stub.CloseData, headstart_pb2.DataSessionRef(session_id=session_id))
+
+    def register_flash(self, session_id: str, question: str) -> headstart_pb2.FlashQuestion:
+        return self._unary(self.stub.RegisterFlash,
+                           headstart_pb2.RegisterFlashRequest(session_id=session_id, question=question))
+
+    def list_flash(self, session_id: str) -> list[headstart_pb2.FlashQuestion]:
+        return list(self._unary(self.stub.ListFlash, headstart_pb2.DataSessionRef(session_id=session_id)).questions)
+
+    def delete_flash(self, session_id: str, question_id: str) -> None:
+        self._unary(self.stub.DeleteFlash, headstart_pb2.DeleteFlashRequest(session_id=session_id, id=question_id))
+
+    def subscribe(self, session_id: str, last_event_id: str = "") -> Iterator[headstart_pb2.DataEvent]:
+        """The session's events after `last_event_id` (empty: from now on), as they happen.
+
+        A generator: stop it with `close()` (that cancels the stream). Raises
+        ApiError for a refusal (NOT_FOUND, ...).
+        """
+        call = self.stub.Subscribe(headstart_pb2.SubscribeRequest(session_id=session_id, last_event_id=last_event_id),
+                                   metadata=self.metadata)
+        try:
+            yield from call
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()
+
+
+class AsyncDataMethods:
+    """The data calls of `AsyncHeadstartClient`: `DataMethods`, awaited."""
+
+    async def open_data(self, db: str, retention: str | None = None, retention_tokens: int | None = None,
+                        buffer_rows: int | None = None) -> headstart_pb2.OpenDataResponse:
+        return await self._unary(self.stub.OpenData, open_request(db, retention, retention_tokens, buffer_rows))
+
+    async def push_rows(self, session_id: str, rows: Iterable[dict],
+                        batch_rows: int = DEFAULT_BATCH_ROWS) -> headstart_pb2.DataPushAck:
+        requests = push_requests(session_id, rows, batch_rows)
+        try:
+            return await self.stub.PushRows(iter(requests), metadata=self.metadata, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def query_data(self, session_id: str, question: str, max_new_tokens: int | None = None,
+                         execute: bool = True) -> headstart_pb2.DataQueryAnswer:
+        return await self._unary(self.stub.QueryData, query_request(session_id, question, max_new_tokens, execute))
+
+    async def describe_data(self, session_id: str) -> headstart_pb2.DataDescription:
+        return await self._unary(self.stub.DescribeData, headstart_pb2.DataSessionRef(session_id=session_id))
+
+    async def close_data(self, session_id: str) -> None:
+        await self._unary(self.stub.CloseData, headstart_pb2.DataSessionRef(session_id=session_id))
+
+    async def register_flash(self, session_id: str, question: str) -> headstart_pb2.FlashQuestion:
+        return await self._unary(self.stub.RegisterFlash,
+                                 headstart_pb2.RegisterFlashRequest(session_id=session_id, question=question))
+
+    async def list_flash(self, session_id: str) -> list[headstart_pb2.FlashQuestion]:
+        ref = headstart_pb2.DataSessionRef(session_id=session_id)
+        return list((await self._unary(self.stub.ListFlash, ref)).questions)
+
+    async def delete_flash(self, session_id: str, question_id: str) -> None:
+        await self._unary(self.stub.DeleteFlash, headstart_pb2.DeleteFlashRequest(session_id=session_id,
+                                                                                  id=question_id))
+
+    async def subscribe(self, session_id: str, last_event_id: str = "") -> AsyncIterator[headstart_pb2.DataEvent]:
+        """`DataMethods.subscribe` as an async generator (`aclose()` cancels the stream)."""
+        call = self.stub.Subscribe(headstart_pb2.SubscribeRequest(session_id=session_id, last_event_id=last_event_id),
+                                   metadata=self.metadata)
+        try:
+            async for event in call:
+                yield event
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()
