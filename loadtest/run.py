@@ -155,7 +155,8 @@ def _start_flash_worker(stack, max_new_tokens: int, log: Path) -> subprocess.Pop
     gw = stack.gateway.settings
     env = {**_child_env(), "HEADSTART_FLASH_REDIS_URL": stack.redis_url or "",
            "HEADSTART_FLASH_ENGINE_TARGET": stack.engine_target, "HEADSTART_FLASH_ENGINE_APP": gw.engine_app,
-           "HEADSTART_FLASH_ENGINE_SECRET": gw.engine_secret or "", "HEADSTART_FLASH_CONSUMER": "loadtest",
+           "HEADSTART_FLASH_ENGINE_SECRET": gw.engine_secret or "",
+           "HEADSTART_FLASH_CONSUMER": f"loadtest-{os.getpid()}",
            "HEADSTART_FLASH_MAX_NEW_TOKENS": str(max_new_tokens), "HEADSTART_FLASH_HEALTH_HOST": "127.0.0.1",
            "HEADSTART_FLASH_HEALTH_PORT": "0"}
     with log.open("w") as sink:  # a file, not a pipe: nobody reads a pipe while Locust runs
