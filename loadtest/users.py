@@ -504,3 +504,50 @@ class FlashSubscriber(DataUser):
         now = time.perf_counter()
         for acked in clock.reached(int(payload.get("version", 0))):
             self.fire(kind, acked, length=int(payload.get("version", 0)), ms=(now - acked) * 1000.0)
+
+
+class GrpcDataProducer(DataProducer):
+    """`DataProducer` over the public gRPC API: OpenData, then a PushRows client stream per push."""
+
+    abstract = True
+    label = "grpc_data_producer"
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.client = HeadstartClient(SETTINGS.grpc_target, self.token, timeout_s=SETTINGS.timeout_s)
+
+    def on_stop(self) -> None:
+        if self.sid:
+            try:
+                self.client.close_data(self.sid)
+            except ApiError:
+                pass  # the run is ending: an unclosed session is the gateway's to expire
+            self.sid = None
+        self.client.close()
+        super().on_stop()
+
+    def open(self) -> bool:
+        started = time.perf_counter()
+        try:
+            self.sid = self.client.open_data(SETTINGS.data_db).session_id
+        except ApiError as exc:
+            self.refused(exc.code, started, exc.message)
+            return False
+        self.fire("open", started)
+        return True
+
+    def push(self) -> tuple[int, float] | None:
+        rows = self.rows.rows(SETTINGS.data_rows_per_push)
+        started = time.perf_counter()
+        try:
+            ack = self.client.push_rows(self.sid, rows)
+        except ApiError as exc:
+            if exc.code in REJECTION_CODES:
+                self.fire("rejected", started)
+            else:
+                self.fire("push", started, exception=TimeoutError(exc.message) if exc.code == "DEADLINE_EXCEEDED"
+                          else exc)
+            return None
+        ended = time.perf_counter()
+        self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
+        return max(ack.seqs), ended

@@ -64,7 +64,7 @@ def test_summary_counts_rejections_failures_and_timeouts_apart():
 
 def test_mixed_scenario_has_the_data_users_and_asks_for_the_flash_worker():
     text = (SCENARIO_DIR / "mixed.py").read_text()
-    assert "users.DataProducer" in text and "users.FlashSubscriber" in text
+    assert all(f"users.{c}" in text for c in ("DataProducer", "GrpcDataProducer", "FlashSubscriber"))
     assert scenario_defaults(scenario_path("mixed"))["flash_worker"] is True
 
 
@@ -179,7 +179,7 @@ def test_short_steady_run_has_no_failures(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
-    """`mixed` for 45 s on random:tiny: the data producer's pushes and the flash
+    """`mixed` for 45 s on random:tiny: the data producers' pushes (REST, gRPC) and the flash
     subscriber's ack→data_updated (and ack→flash_ready where the flash worker is in
     this checkout) are recorded, with no failure anywhere."""
     if importlib.util.find_spec("locust") is None:
@@ -189,13 +189,14 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     log = tmp_path / "loadtest.log"
     with log.open("w") as sink:
         proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
-                               "--users", "4", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
+                               "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
                                "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3"],
                               cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
     assert proc.returncode == 0, log.read_text()[-4000:]
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0", list(csv.DictReader((out / "locust_failures.csv").open()))
-    assert int(rows[("data_producer", "push")]["Request Count"]) > 0, rows.keys()
+    for producer in ("data_producer", "grpc_data_producer"):
+        assert int(rows[(producer, "push")]["Request Count"]) > 0, rows.keys()
     assert int(rows[("flash_subscriber", "data_updated")]["Request Count"]) > 0, rows.keys()
     report = json.loads((out / "loadtest.json").read_text())
     producer, subscriber = report["users"]["data_producer"], report["users"]["flash_subscriber"]

@@ -1,5 +1,5 @@
 """mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST),
-a data producer pushing rows into a data session and a flash subscriber timing
+data producers (REST, gRPC) pushing rows into data sessions and a flash subscriber timing
 its pushes to the flash answers of their data version (the command starts the
 flash worker beside a local stack: `flash_worker`)."""
 
@@ -26,6 +26,10 @@ class MixedRestCompleter(users.RestCompleter):
 
 class MixedDataProducer(users.DataProducer):
     fixed_count = 1  # one of the N users, whatever N: a push a second is the load meant
+
+
+class MixedGrpcDataProducer(users.GrpcDataProducer):
+    fixed_count = 1
 
 
 class MixedFlashSubscriber(users.FlashSubscriber):
