@@ -17,6 +17,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cdp import Browser, find_chromium
@@ -140,3 +141,10 @@ def test_panel_flash_question_updates_on_a_new_push(browser, serve_stack, flash_
     assert second["version"] >= newest2
     assert second["sql"] is not None and (second["rows"] or second["error"])
     assert browser.eval("document.querySelectorAll('#flash-list .flash').length") == 1
+
+    # the card's × deletes the question: gone from the page and from the gateway's list
+    browser.eval("document.querySelector('#flash-list .flash button').click()")
+    browser.wait_for("document.querySelectorAll('#flash-list .flash').length === 0")
+    sid = browser.eval("document.getElementById('data-status').dataset.session")
+    listed = httpx.get(f"{serve_stack.http_url}/v1/data/{sid}/flash", headers={"Authorization": "Bearer tok-alice"})
+    assert listed.status_code == 200 and listed.json() == []

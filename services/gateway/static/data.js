@@ -172,6 +172,11 @@
         // nothing pushed before this (re)subscription answered is missed
         headers["Last-Event-ID"] = lastEventId || "0";
         const resp = await fetch(`/v1/data/${id}/events`, { headers, signal });
+        if (resp.status === 404) {  // closed (here, by another client, or expired): nothing to resume
+          el("data-status").dataset.events = "closed";
+          el("data-status").textContent = `data session ${id.slice(0, 8)} is closed`;
+          return;
+        }
         if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
         el("data-status").dataset.events = "open";
         await readEvents(resp.body.pipeThrough(new TextDecoderStream()).getReader());
