@@ -130,7 +130,7 @@
       const v = row[i];
       values[column] = typeof v === "number" ? (Number.isInteger(v) ? "{n}" : "{r}") : v === undefined ? `${column} {n}` : v;
     });
-    el("data-rows").value = JSON.stringify([{ table, values }], null, 1);
+    el("data-rows").value = "[\n" + JSON.stringify({ table, values }) + "\n]";
   }
 
   function stateOf(seq) { return seq <= version ? "ingested" : "buffered"; }
