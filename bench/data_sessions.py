@@ -15,6 +15,11 @@ retention's two modes (shift vs rebuild) on drift and cost.
    re-rotation; rebuild's re-prefill forwards) per retention pass, and the
    ingestion wall time; `none` is the same rows with a bound never reached
    (its cache keeps growing: a reference for drift and query time only).
+3. **Ready-position exit** (paper §3.9.4). One session keeps its
+   ready-position logits; after each batch every question is answered in
+   full, and the exit is scored offline at each threshold: hit rate (the
+   gap is above it, so the exit would answer) and errors (a hit whose one
+   token is not the full answer's first token, or not its whole text).
 
     python -m bench.data_sessions --out bench-out/data   (or: headstart bench data)
 
@@ -138,9 +143,38 @@ def retention_modes(runtime, db: str, rows: int, batch: int, bound: int, new_tok
     return out
 
 
+def ready_exit(runtime, db: str, rows: int, batch: int, thresholds: list[float], new_tokens: int,
+               seed: int) -> dict:
+    """Hit rate and errors of the speculative exit by threshold (module doc, 3)."""
+    session = DataSession(runtime, db, DataSettings(retention_tokens=1 << 20, max_row_tokens=64, batch_rows=batch,
+                                                    buffer_rows=1 << 16, ready_exit_gap=float("inf")))
+    samples = []
+    try:
+        for at in range(0, rows, batch):
+            session.push(synthetic_rows(min(batch, rows - at), at, seed))
+            session.wait_idle(600)
+            ready = session.ready_position()
+            for question in QUESTIONS:
+                full = session.query(question, new_tokens, allow_speculative=False)
+                samples.append(dict(gap=ready.gap, stop=ready.token in runtime.stop_ids,
+                                    first=bool(full.token_ids) and full.token_ids[0] == ready.token,
+                                    whole=full.text == ready.text))
+    finally:
+        session.close()
+    by = {}
+    for tau in thresholds:
+        hits = [x for x in samples if x["gap"] > tau and not x["stop"]]
+        by[str(tau)] = dict(hit_rate=len(hits) / len(samples), hits=len(hits),
+                            first_token_errors=sum(not x["first"] for x in hits),
+                            text_errors=sum(not x["whole"] for x in hits))
+    gaps = sorted(x["gap"] for x in samples)
+    return dict(queries=len(samples), gap_p50=gaps[len(gaps) // 2], gap_max=gaps[-1], thresholds=by)
+
+
 def run_data_bench(out: Path, model: str = "random:tiny", dtype: str = "float32", threads: int = 2,
                    steps: list[int] | None = None, repeats: int = 5, new_tokens: int = 8, latency_tokens: int = 1, retention_rows: int = 120,
-                   retention_batch: int = 10, bound: int = 600, seed: int = 0) -> dict:
+                   retention_batch: int = 10, bound: int = 600, seed: int = 0,
+                   ready_thresholds: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)) -> dict:
     steps = steps or [0, 25, 50, 100, 200]
     runtime = EngineRuntime.from_settings(model=model, dtype=dtype, threads=threads, p0_cache_on_disk=False,
                                           chunk_tokens=256, max_prompt_tokens=32768)
@@ -151,6 +185,8 @@ def run_data_bench(out: Path, model: str = "random:tiny", dtype: str = "float32"
             latency = latency_vs_rows(runtime, db, steps, repeats, latency_tokens, seed)
             print(f"retention: {retention_rows} rows in batches of {retention_batch}, bound {bound} tokens", flush=True)
             retention = retention_modes(runtime, db, retention_rows, retention_batch, bound, new_tokens, seed)
+            print("ready-position exit by threshold", flush=True)
+            ready = ready_exit(runtime, db, retention_rows, retention_batch, list(ready_thresholds), new_tokens, seed)
     finally:
         runtime.shutdown()
     first, last = latency[0], latency[-1]
@@ -158,7 +194,8 @@ def run_data_bench(out: Path, model: str = "random:tiny", dtype: str = "float32"
                   repeats=repeats,
                   latency=latency, stateful_growth=last["stateful_ms"] / first["stateful_ms"],
                   reprefill_growth=last["reprefill_ms"] / first["reprefill_ms"],
-                  retention=dict(rows=retention_rows, batch=retention_batch, bound_tokens=bound, modes=retention))
+                  retention=dict(rows=retention_rows, batch=retention_batch, bound_tokens=bound, modes=retention),
+                  ready_exit=ready)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "data.json", report)
     text = markdown(report)
@@ -176,7 +213,9 @@ def markdown(report: dict) -> str:
             f"{v['max_logit_diff']:.2e}",
             f"{v['greedy_match']}/{v['questions']}", f"{v['query_ms']:.1f}", v["rows_in_cache"], v["retired"]]
            for m, v in modes.items()]
-    r = report["retention"]
+    r, ready = report["retention"], report["ready_exit"]
+    exits = [[tau, f"{v['hit_rate']:.0%}", v["hits"], v["first_token_errors"], v["text_errors"]]
+             for tau, v in ready["thresholds"].items()]
     return (f"bench data: {report['model']} {report['dtype']}, {report['threads']} threads, "
             f"median of {report['repeats']}\n\nquery latency vs rows ({report['latency_tokens']} answer token(s))\n\n"
             + markdown_table(["rows", "context tokens", "stateful ms", "re-prefill ms", "speed-up"], lat)
@@ -185,7 +224,11 @@ def markdown(report: dict) -> str:
             + f"retention: {r['rows']} rows in batches of {r['batch']}, bound {r['bound_tokens']} tokens "
               f"(none: bound never reached), {report['new_tokens']} answer tokens\n\n"
             + markdown_table(["mode", "ingest ms/batch", "retention passes", "ms per pass", "max |logit diff| vs cold", "greedy match", "query ms",
-                              "rows kept", "rows retired"], ret) + "\n")
+                              "rows kept", "rows retired"], ret)
+            + f"\n\nready-position exit: {ready['queries']} queries, logit gap p50 {ready['gap_p50']:.2f}, "
+              f"max {ready['gap_max']:.2f} (an error: a hit whose token is not the full answer's "
+              "first token / text)\n\n"
+            + markdown_table(["threshold", "hit rate", "hits", "first-token errors", "text errors"], exits) + "\n")
 
 
 def plot(report: dict, path: Path) -> None:

@@ -2,7 +2,8 @@
 
 Starts a local Ray (temp files under the run directory, auth off), the engine
 deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
-/metrics, public gRPC) and the Redis that data sessions need (rows log,
+/metrics, public gRPC), the flash worker (`python -m services.flash`, a child
+process) and the Redis that data sessions need (rows log,
 versions, flash answers, events): the one at `--redis` or
 $HEADSTART_REDIS_URL, else an embedded one (`redis-server` or
 `valkey-server`, on a free loopback port, without persistence) that lives as
@@ -22,6 +23,7 @@ from urllib.parse import urlparse
 from headstart.config import EngineSettings
 from services.engine.guard import configured_secret, generate_secret
 from services.engine.ray_stack import free_port, start_engine, start_ray, stop_engine
+from services.flash.local import start_local_worker
 from services.gateway.app import GatewayServer
 from services.gateway.auth import parse_token_specs
 from services.gateway.settings import GatewaySettings
@@ -60,7 +62,8 @@ def default_replica_threads(device: str, replicas: int) -> int | None:
 def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str = "127.0.0.1", port: int = 8080,
                   grpc_port: int = 50051, replicas: int = 1, tokens: list[str] | None = None, device: str = "cpu",
                   redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
-                  table_cache: str = "off", engine_grpc_port: int | None = None, block: bool = True,
+                  table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,
+                  block: bool = True,
                   say=print) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
@@ -70,6 +73,8 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
             behind it is started here, and with neither an embedded one is started for the stack.
         table_cache: each replica's table cache (`EngineSettings.table_cache`): off | pfk | independent.
         engine_grpc_port: port of Serve's gRPC proxy (default: a free one, loopback).
+        flash_worker: start the flash worker (`python -m services.flash`) as a child process;
+            off for a caller that runs its own (e.g. with another answer length).
     """
     token_map = parse_token_specs(tokens or [])
     if not token_map and host not in LOOPBACK:
@@ -103,6 +108,10 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
             engine_capacity=replicas * max_sessions, redis_url=redis_url,
         )).start()
         stack_exit.callback(gateway.stop)
+        if flash_worker:  # flash questions: answered after every data version, in a process of its own
+            flash = start_local_worker(redis_url, engine.grpc_target, engine.app_name, secret,
+                                       max_new_tokens=gateway.settings.default_max_new_tokens)
+            stack_exit.callback(flash.stop)
     except BaseException:
         stack_exit.close()
         raise

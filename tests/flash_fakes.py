@@ -5,10 +5,14 @@
 that moved on) and counts every evaluation per (session, version) in Redis,
 where the count survives a killed process.
 
-`python -m tests.flash_fakes URL PREFIX CONSUMER [--crash-at STAGE:VERSION]`
-runs a worker that drains the versions stream and exits 0; with --crash-at it
-SIGKILLs itself at that stage ("evaluated": between evaluate and store,
-"stored": between store and ack) of the entry of that version.
+`CountingGrpc` counts the evaluations of a real `GrpcEvaluator` the same way.
+
+`python -m tests.flash_fakes URL PREFIX CONSUMER [--crash-at STAGE:VERSION[:SID]]
+[--engine TARGET --app APP]` runs a worker that drains the versions stream and
+exits 0; with --crash-at it SIGKILLs itself at that stage ("evaluated": between
+evaluate and store, "stored": between store and ack) of the entry of that
+version (of that session). With --engine it evaluates on a real engine
+(secret from $HEADSTART_ENGINE_SECRET), else with `CountingEvaluator`.
 """
 
 from __future__ import annotations
@@ -46,6 +50,21 @@ class CountingEvaluator:
         pass
 
 
+class CountingGrpc:
+    """A real evaluator whose successful evaluations are counted per (session, answered version)."""
+
+    def __init__(self, store: LiveStore, inner):
+        self.store, self.inner = store, inner
+
+    def evaluate(self, entry: VersionEntry, questions: list[str], max_new_tokens: int) -> Evaluation:
+        evaluation = self.inner.evaluate(entry, questions, max_new_tokens)
+        self.store.client.hincrby(evals_key(self.store), f"{entry.session_id}:{evaluation.version}", 1)
+        return evaluation
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def evaluations(store: LiveStore) -> dict[str, int]:
     """(session:version) -> evaluations, over every process that ran."""
     return {k.decode(): int(v) for k, v in store.client.hgetall(evals_key(store)).items()}
@@ -64,16 +83,26 @@ def main() -> None:
     parser.add_argument("prefix")
     parser.add_argument("consumer")
     parser.add_argument("--crash-at", default="")
+    parser.add_argument("--engine", default="")
+    parser.add_argument("--app", default="headstart-engine")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args()
     store = LiveStore(args.url, prefix=args.prefix)
-    crash_stage, _, crash_version = args.crash_at.partition(":")
+    crash_stage, crash_version, crash_sid = (args.crash_at.split(":") + ["", "", ""])[:3]
 
     def hook(stage: str, entry: VersionEntry) -> None:
-        if stage == crash_stage and entry.version == int(crash_version):
+        if stage == crash_stage and entry.version == int(crash_version) and crash_sid in ("", entry.session_id):
             os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no ack: as a crash
 
-    config = WorkerConfig(block_ms=0, retry_idle_ms=0, claim_idle_ms=0)
-    drain(FlashWorker(store, CountingEvaluator(store), args.consumer, config, hook=hook))
+    if args.engine:
+        from services.engine.guard import configured_secret
+        from services.flash.evaluator import GrpcEvaluator
+
+        evaluator = CountingGrpc(store, GrpcEvaluator(args.engine, args.app, configured_secret() or ""))
+    else:
+        evaluator = CountingEvaluator(store)
+    config = WorkerConfig(block_ms=0, retry_idle_ms=0, claim_idle_ms=0, max_new_tokens=args.max_new_tokens)
+    drain(FlashWorker(store, evaluator, args.consumer, config, hook=hook))
 
 
 if __name__ == "__main__":

@@ -20,3 +20,8 @@ def test_bench_data_writes_its_report_and_rebuild_is_exact(tmp_path):
     assert modes["none"]["max_logit_diff"] < 1e-9
     assert modes["shift"]["max_logit_diff"] > 1e-6  # the approximation is measured, not hidden
     assert modes["shift"]["sliding_tokens"] <= 200 and modes["rebuild"]["sliding_tokens"] <= 200
+    ready = report["ready_exit"]
+    assert ready["queries"] == 3 * 4  # 3 questions after each of 4 batches
+    for tau, scored in ready["thresholds"].items():
+        assert 0 <= scored["text_errors"] <= scored["hits"] == round(scored["hit_rate"] * 12)
+    assert "ready-position exit" in (tmp_path / "data.md").read_text()

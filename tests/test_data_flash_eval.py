@@ -6,13 +6,14 @@ speculative exit on and off."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
 
 from headstart.data import flash_eval
 from headstart.data.answer import logit_gap
-from headstart.engine.errors import InvalidInput
+from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.kv import prefill
 from headstart.engine.steps import commit_rows, run_rows
 from tests.test_data_sessions import QUESTION, cold_answer, db, open_session, rows, runtime  # noqa: F401 (fixtures)
@@ -34,9 +35,9 @@ def test_evaluate_equals_query_and_a_cold_prefill(runtime, db):
         for answer, question in zip(answers, QUESTIONS):
             assert answer.version == session.data_version
             queried = session.query(question, 10)
-            assert session.prompt.decode(queried.token_ids) == answer.text
+            assert answer.token_ids == queried.token_ids and answer.text == queried.text
             tokens, first = cold_answer(runtime, context + session.prompt.question_ids(question), 10)
-            assert queried.token_ids == tokens
+            assert answer.token_ids == tokens
             assert answer.logit_gap == pytest.approx(logit_gap(first), abs=1e-9)
             assert answer.error and answer.rows == []  # a random model's text is no SQL
         info = session.describe()
@@ -79,7 +80,7 @@ def test_evaluate_answers_every_question_on_one_version(runtime, db, monkeypatch
         assert [a.rows for a in answers] == [[(5,)], [(5,)]] and answers[0].columns == ["count(*)"]
         for answer, question in zip(answers, QUESTIONS):
             tokens, _ = cold_answer(runtime, context + session.prompt.question_ids(question), 6)
-            assert answer.text == session.prompt.decode(tokens)
+            assert answer.token_ids == tokens
         session.wait_idle()
         later = session.evaluate(QUESTIONS[:1], max_new_tokens=2)
         assert later[0].version == 7 and later[0].rows == [(8,)]
@@ -102,11 +103,10 @@ def test_evaluate_runs_ahead_of_ingestion_and_queries(runtime, db):
             query.start()
             flash = threading.Thread(target=lambda: out.update(flash=session.evaluate([QUESTION], 2)))
             flash.start()
-            deadline = 10
+            deadline = time.monotonic() + 10
             while len([j for j in runtime.worker.scheduler._waiting if j.name.startswith("data-")]) < 3:
-                deadline -= 0.001
-                assert deadline > 0
-                threading.Event().wait(0.001)
+                assert time.monotonic() < deadline, "the three jobs never queued"
+                time.sleep(0.001)
         finally:
             gate.set()
         query.join(30)
@@ -159,3 +159,89 @@ def test_the_exit_is_off_by_default_and_above_its_threshold(runtime, db):
     finally:
         off.close()
         high.close()
+
+
+@pytest.fixture()
+def budget(runtime):
+    """Set the runtime's KV budget (bytes) for one test; unbounded again after."""
+    memory = runtime.kv_memory
+    yield lambda n: setattr(memory, "budget_bytes", n)
+    memory.budget_bytes = 0
+
+
+def test_data_sessions_are_charged_to_the_kv_budget(runtime, db, budget):
+    table, bpt = runtime.sessions, runtime.kv_memory.bytes_per_token
+    before = table.kv_usage()
+    session = open_session(runtime, db, retention_tokens=4000, retention="shift")
+    try:
+        session.push(rows(0, 2))
+        session.wait_idle()
+        usage, info = table.kv_usage(), session.describe()
+        assert usage.num_data_sessions == before.num_data_sessions + 1
+        assert usage.data_bytes - before.data_bytes == info["kv_bytes"] == info["cache_tokens"] * bpt
+        assert usage.used_bytes == usage.session_bytes + usage.shared_bytes + usage.data_bytes
+        # the charge: the cache and a reserve for a question and its answer
+        assert info["kv_charged_bytes"] == info["kv_bytes"] + runtime.kv_memory.session_reserve_bytes
+        # (the P0 the frozen region came from is stored now: shared, counted once)
+        assert (usage.charged_bytes - usage.shared_bytes) - (before.charged_bytes - before.shared_bytes) \
+            == info["kv_charged_bytes"]
+
+        # a budget with room for 60 more tokens: another session does not fit, nor 4 more rows
+        budget(usage.charged_bytes + 60 * bpt)
+        with pytest.raises(ResourceExhausted, match="KV budget full"):
+            open_session(runtime, db)
+        assert table.kv_usage().num_data_sessions == usage.num_data_sessions  # the refused one is not held
+        with pytest.raises(ResourceExhausted, match="KV budget full"):
+            session.push(rows(2, 4))
+        assert session.describe()["accepted"] == 2  # nothing of it was buffered
+        ack = session.push(rows(2, 2))  # what fits goes in: the session is still usable
+        session.wait_idle()
+        result = session.query(QUESTION, 4)
+        assert result.data_version == ack.seqs[-1] and result.rows_in_cache == 4
+        assert result.token_ids == cold_answer(runtime, session.context_ids()
+                                               + session.prompt.question_ids(QUESTION), 4)[0]
+        assert table.kv_usage().charged_bytes <= usage.charged_bytes + 60 * bpt
+    finally:
+        budget(0)
+        session.close()
+    after = table.kv_usage()
+    assert (after.num_data_sessions, after.data_bytes) == (before.num_data_sessions, before.data_bytes)
+
+
+def test_rebuild_retention_is_charged_its_second_cache(runtime, db, budget):
+    """With `rebuild` retention, rows past the bound are charged a rebuild of
+    frozen + the bound beside the live cache, before it starts."""
+    session = open_session(runtime, db, retention_tokens=60, retention="rebuild")
+    try:
+        bpt, reserve = runtime.kv_memory.bytes_per_token, runtime.kv_memory.session_reserve_bytes
+        charge = session._charge
+        assert charge.charged_bytes() == session.frozen_tokens * bpt + reserve
+        grown = charge.charged_bytes(100)  # 100 tokens of rows: over the bound of 60
+        assert grown == (session.frozen_tokens + 100) * bpt + (session.frozen_tokens + 60) * bpt + reserve
+        session.push(rows(0, 6))
+        session.wait_idle()
+        info = session.describe()
+        assert info["rebuilds"] >= 1 and info["kv_charged_bytes"] >= info["kv_bytes"]
+    finally:
+        session.close()
+
+
+def test_a_data_session_evicts_an_idle_typing_session_to_fit(runtime, db, budget):
+    """The typing sessions' rule: past the budget, idle typing sessions go
+    (least recently used first) before a data session is refused."""
+    probe = open_session(runtime, db)
+    need = probe.describe()["kv_charged_bytes"]
+    probe.close()
+    typing = runtime.open_session(db)
+    evicted = runtime.sessions.evicted
+    try:
+        budget(runtime.sessions.kv_usage().charged_bytes + need - 1)  # fits only without the typing session
+        session = open_session(runtime, db)
+        try:
+            assert typing.closed and runtime.sessions.evicted == evicted + 1
+            assert runtime.sessions.kv_usage().charged_bytes <= runtime.kv_memory.budget_bytes
+        finally:
+            session.close()
+    finally:
+        budget(0)
+        runtime.close_session(typing.session_id)

@@ -19,7 +19,8 @@ def test_caller_seqs_number_the_rows_and_the_version(runtime, db):
     try:
         ack = session.push(rows(0, 2), seqs=[10, 20])
         assert ack.seqs == (10, 20)
-        bad = [([20, 21], "seqs\\[0\\]: 20 is not greater than 20"), ([25, 25], "seqs\\[1\\]: 25 is not greater than 25"),
+        bad = [([20, 21], "seqs\\[0\\]: 20 is not greater than 20"),
+               ([25, 25], "seqs\\[1\\]: 25 is not greater than 25"),
                ([30], "list of 2"), ([30, "31"], "not an integer"), ([True, 40], "not an integer")]
         for seqs, message in bad:
             with pytest.raises(InvalidInput, match=message):
@@ -29,7 +30,8 @@ def test_caller_seqs_number_the_rows_and_the_version(runtime, db):
         assert session.push(rows(3, 2)).seqs == (31, 32)  # the session numbers on from the last seq
         session.wait_idle()
         assert session.data_version == 32
-        got = [session.execute("SELECT count(*) FROM readings WHERE id >= 100", v)[1][0][0] for v in (9, 10, 29, 30, 32)]
+        sql = "SELECT count(*) FROM readings WHERE id >= 100"
+        got = [session.execute(sql, v)[1][0][0] for v in (9, 10, 29, 30, 32)]
         assert got == [0, 1, 2, 3, 5]  # exactly the rows with seq <= version
     finally:
         session.close()

@@ -150,7 +150,8 @@ def test_gpu_example_renders_two_gpu_replicas_with_external_redis():
                                           (("redis.enabled=false", "redis.external.existingSecret=my-redis"),
                                            "my-redis")])
 def test_flash_worker_and_replicas_share_the_redis_url_and_engine_secret(sets, secret):
-    """The replicas publish data versions to the Redis the flash worker consumes (one Secret key),
+    """The replicas publish data versions to the Redis the flash worker consumes and the gateway
+    serves the data API from (one Secret key),
     the worker calls the engine's gRPC proxy with the engine secret, and its probes hit /healthz."""
     objects = render(sets)
     flash = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "flash")
@@ -162,6 +163,9 @@ def test_flash_worker_and_replicas_share_the_redis_url_and_engine_secret(sets, s
         ray_env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
         assert ray_env["HEADSTART_REDIS_URL"] == env["HEADSTART_REDIS_URL"]
     assert env["HEADSTART_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": "url"}
+    gateway = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "gateway")
+    gateway_env = {e["name"]: e for e in gateway.obj["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert gateway_env["HEADSTART_REDIS_URL"] == env["HEADSTART_REDIS_URL"]  # the data API's rows and answers
     assert env["HEADSTART_FLASH_ENGINE_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "secret"
     assert container["command"] == ["python", "-m", "services.flash"]
     config = next(o for o in objects if o.kind == "ConfigMap" and component_of(o) == "flash").obj["data"]

@@ -130,7 +130,8 @@ def _is_kuberay_operator(peer: dict, rule: dict) -> bool:
 
 def test_users_reach_what_they_need(objects):
     """The policies admit the chart's own traffic: gateway and flash worker -> engine gRPC,
-    engine, table cache and flash worker -> Redis, the registration Job -> table cache."""
+    gateway (data API), engine, table cache and flash worker -> Redis, the registration Job
+    -> table cache."""
     policies = {component_of(o): o.obj["spec"] for o in objects if o.kind == "NetworkPolicy"}
     if not policies:
         pytest.skip("NetworkPolicies off")
@@ -142,11 +143,11 @@ def test_users_reach_what_they_need(objects):
                    if "namespaceSelector" not in peer and "podSelector" in peer)
 
     pairs = [("engine", "gateway"), ("redis", "engine"), ("redis", "tablecache"), ("tablecache", "tablecache-register"),
-             ("engine", "flash"), ("redis", "flash")]
+             ("engine", "flash"), ("redis", "flash"), ("redis", "gateway")]
     for target, source in pairs:
         if target in policies and source in labels:
             assert admits(target, source), f"{source} cannot reach {target}"
-    for target, source in [("redis", "gateway"), ("tablecache", "gateway"), ("engine", "redis"), ("flash", "gateway"),
+    for target, source in [("tablecache", "gateway"), ("engine", "redis"), ("flash", "gateway"),
                            ("tablecache", "flash")]:
         if target in policies and source in labels:
             assert not admits(target, source), f"{source} should not reach {target}"

@@ -17,7 +17,6 @@ import grpc
 import pytest
 
 from headstart.client.errors import CODE_METADATA_KEY
-from headstart.data import DataSession
 from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from services.engine.core import ReplicaCore
@@ -219,6 +218,10 @@ def test_errors_are_grpc_statuses(replica):
     assert err.code() == grpc.StatusCode.NOT_FOUND and err.details() != NOT_HELD
     err = rpc_error(lambda: query(stub, sid, question=""))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for max_new in (5000, -1):
+        err = rpc_error(lambda: stub.DataEvaluate(engine_pb2.DataEvaluateRequest(
+            session_id=sid, questions=[QUESTION], max_new_tokens=max_new), metadata=md()))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_new_tokens" in err.details()
 
 
 def test_open_past_the_replica_bound_is_resource_exhausted(replica):
@@ -273,8 +276,6 @@ def test_rebuild_from_rows_gives_the_same_version_and_answer(replica):
 
 
 def test_evaluate_answers_on_one_version(replica):
-    if not hasattr(DataSession, "evaluate"):
-        pytest.skip("DataSession.evaluate (issue 12, part D) is not in this tree yet")
     stub, sid = replica.stub, "d-" + uuid.uuid4().hex
     open_session(stub, sid)
     stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 3)), metadata=md(), timeout=DEADLINE_S)
@@ -339,3 +340,94 @@ def test_publisher_keeps_events_while_redis_is_down(redis_restartable):
         assert publisher.failures > 0 and publisher.dropped == 0
     finally:
         publisher.close()
+
+
+def test_ready_exit_gap_reaches_the_session(replica):
+    """DataSettingsWire.ready_exit_gap turns the speculative exit on: a one-token answer marked speculative."""
+    stub, sid = replica.stub, "d-" + uuid.uuid4().hex
+    open_session(stub, sid, ready_exit_gap=0.0)
+    stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 2)), metadata=md(), timeout=DEADLINE_S)
+    wait_version(stub, sid, 2)
+    session = replica.core.data_sessions.get(sid, "alice")
+    session.wait_idle()  # the ready position is computed by a job after the batch
+    ready = session.ready_position()
+    assert ready is not None and ready.version == 2
+    answer = query(stub, sid)
+    assert (answer.speculative, answer.version, answer.text) == (True, 2, ready.text)
+    assert answer.logit_gap == pytest.approx(ready.gap)
+    assert json.loads(stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md()).describe_json)[
+        "ready_exits"] == 1
+
+
+def test_flash_worker_answers_through_the_replica(tiny_runtime, db_root, redis_url):
+    """Version events from the replica reach the flash worker (services/flash), which asks the
+    replica's DataEvaluate over gRPC: the stored answer is the query's, on the newest version."""
+    from headstart.data.live_store import LiveStore
+    from services.flash.evaluator import GrpcEvaluator
+    from services.flash.worker import FlashWorker, WorkerConfig
+    from tests.flash_fakes import drain
+
+    prefix = "t" + uuid.uuid4().hex[:8]
+    rep = Replica(tiny_runtime, db_root, VersionPublisher.from_url(redis_url, prefix=prefix))
+    store = LiveStore(redis_url, prefix=prefix)
+    evaluator = GrpcEvaluator(f"127.0.0.1:{rep.port}", "headstart-engine", SECRET)
+    try:
+        sid = "alice:" + uuid.uuid4().hex
+        open_session(rep.stub, sid)
+        qid = store.register_flash(sid, QUESTION)
+        rep.stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 3)), metadata=md(),
+                          timeout=DEADLINE_S)
+        wait_version(rep.stub, sid, 3)
+        assert rep.data.publisher.flush(DEADLINE_S)
+        worker = FlashWorker(store, evaluator, "w1", WorkerConfig(max_new_tokens=12, block_ms=10))
+        drain(worker)
+        stored = store.answer(sid, qid)
+        expected = query(rep.stub, sid)
+        assert (stored["version"], stored["text"]) == (3, expected.text)
+        assert stored["logit_gap"] == pytest.approx(expected.logit_gap)
+        assert worker.counts["stored"] == 1 and worker.counts["retries"] == 0
+    finally:
+        evaluator.close()
+        store.close()
+        rep.stop()
+
+
+def test_a_waiting_query_does_not_hold_the_event_loop(replica, tiny_runtime):
+    """A query waiting on a busy forward worker runs on a thread: other calls are answered meanwhile."""
+    from tests.worker_gates import hold_worker
+
+    stub, sid = replica.stub, "d-" + uuid.uuid4().hex
+    open_session(stub, sid)
+    gate = hold_worker(tiny_runtime.worker)
+    try:
+        pending = [stub.DataQuery.future(engine_pb2.DataQueryRequest(session_id=sid, question=QUESTION,
+                                                                     max_new_tokens=4), metadata=md())
+                   for _ in range(3)]
+        info = stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md(), timeout=DEADLINE_S)
+        ack = stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 1)), metadata=md(),
+                            timeout=DEADLINE_S)
+        assert info.holds and list(ack.seqs) == [1]
+        assert not any(f.done() for f in pending)  # still behind the held worker
+    finally:
+        gate.set()
+    assert {f.result(DEADLINE_S).question for f in pending} == {QUESTION}
+
+
+def test_past_the_kv_budget_is_resource_exhausted(replica, tiny_runtime):
+    """Data sessions are charged to the replica's KV budget (headstart.data.budget): an open or a
+    push past it is RESOURCE_EXHAUSTED and changes nothing; the session stays usable."""
+    stub, sid = replica.stub, "d-" + uuid.uuid4().hex
+    open_session(stub, sid, retention="shift", retention_tokens=2000)
+    memory = tiny_runtime.kv_memory
+    try:
+        memory.budget_bytes = tiny_runtime.sessions.kv_usage().charged_bytes + 20 * memory.bytes_per_token
+        err = rpc_error(lambda: open_session(stub, "d-" + uuid.uuid4().hex))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "KV budget" in err.details()
+        err = rpc_error(lambda: stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 6)),
+                                              metadata=md()))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert replica.core.info().num_data_sessions == 1
+    finally:
+        memory.budget_bytes = 0
+    ack = stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 2)), metadata=md())
+    assert list(ack.seqs) == [1, 2] and wait_version(stub, sid, 2).rows_in_cache == 2

@@ -84,6 +84,10 @@ def test_data_session_sticky_then_rebuilt_from_rows_after_replica_killed(serve_e
             stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md, timeout=30).replica for _ in range(6)}
         assert seen == {opened.replica}
         assert before.version == 6
+        replica_info = stub.Describe(engine_pb2.EngineSessionRef(session_id=sid), metadata=md, timeout=30)
+        assert replica_info.replica == opened.replica
+        assert replica_info.num_data_sessions >= 1 and replica_info.kv_data_bytes > 0
+        assert replica_info.num_sessions >= replica_info.num_data_sessions
 
         ray.kill(ray.get_actor(opened.replica, namespace="serve"), no_restart=True)
         killed = time.perf_counter()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headstart.data.live_store import LiveStore
+from headstart.data.live_store import LiveStore, VersionEntry
 from services.flash.evaluator import Evaluation, EvaluatorFailed
 from services.flash.worker import FlashWorker, WorkerConfig
 from tests.flash_fakes import CountingEvaluator, drain, evaluations
@@ -101,7 +101,6 @@ def test_only_unanswered_questions_are_evaluated(store):
             asked.append(questions)
             return super().evaluate(entry, questions, max_new_tokens)
 
-    from headstart.data.live_store import VersionEntry
     FlashWorker(store, Spy(store), "w1", WorkerConfig(block_ms=0)).handle(VersionEntry("0-1", "s", "t1", 1, 1, 0))
     assert asked == [["max value?"]] and store.answer("s", new)["version"] == 1
     assert [store.answer("s", q)["version"] for q in qids] == [1, 1]

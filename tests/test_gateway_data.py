@@ -181,13 +181,17 @@ def test_a_burst_past_the_buffer_drops_the_oldest_counted_exactly(http, serve_st
     assert kept["version"] == 48  # the newest row is never the one dropped
 
 
-def sse(http, sid: str, headers: dict, stop, last_id: str | None = None, query: str = "") -> list[tuple]:
-    """(id, kind, payload) events of a subscription until `stop(events)` is true."""
+def sse(http, sid: str, headers: dict, stop, last_id: str | None = None, query: str = "",
+        timeout_s: float = 120.0) -> list[tuple]:
+    """(id, kind, payload) events of a subscription until `stop(events)` is true (within `timeout_s`:
+    the server sends a keep-alive comment every ~15 s, so a quiet stream still gets here)."""
     headers = {**headers, **({"Last-Event-ID": last_id} if last_id else {})}
     events, fields = [], {}
+    deadline = time.monotonic() + timeout_s
     with http.stream("GET", f"/v1/data/{sid}/events{query}", headers=headers) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
+            assert time.monotonic() < deadline, f"no stop condition in {timeout_s} s: {events}"
             if line.startswith(":"):
                 continue
             if line:
@@ -314,3 +318,63 @@ def test_a_replica_that_lost_the_session_rebuilds_it_from_the_rows_log(http, ser
                          headers=ALICE))
     assert before["text"] == cold_text(tiny_runtime, prompt, rows, QUESTION)
     assert after["version"] == 6 and after["text"] == cold_text(tiny_runtime, prompt, rows + more, QUESTION)
+
+
+@pytest.fixture
+def flash_worker(serve_engine):
+    """The flash worker (services/flash) in this process, on the stack's Redis and engine."""
+    from services.flash.evaluator import GrpcEvaluator
+    from services.flash.worker import FlashWorker, WorkerConfig
+
+    store = LiveStore(serve_engine.redis_url)
+    evaluator = GrpcEvaluator(serve_engine.grpc_target, serve_engine.app_name, serve_engine.secret)
+    worker = FlashWorker(store, evaluator, f"test-{time.monotonic_ns()}",
+                         WorkerConfig(max_new_tokens=MAX_NEW, block_ms=200, retry_idle_ms=500))
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    yield worker
+    stop.set()
+    thread.join(30)
+    evaluator.close()
+    store.close()
+
+
+def test_flash_answers_come_from_redis_at_the_current_version_and_never_stale(http, flash_worker, tiny_runtime,
+                                                                              prompt):
+    sid = open_data(http)
+    question = "How many cities are in Zuid?"
+    qid = ok(http.post(f"/v1/data/{sid}/flash", json={"question": f"  {question} "}, headers=ALICE))["id"]
+    assert ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE)) == [{"id": qid, "question": question}]
+    hits = metric(http, 'headstart_gateway_data_queries_total{source="flash"}')
+    rows = cities(3)
+    ok(http.post(f"/v1/data/{sid}/rows", json={"rows": rows}, headers=ALICE))
+    ready = [e for e in sse(http, sid, ALICE, lambda ev: any(k == "flash_ready" and p["version"] == 3
+                                                              for _, k, p in ev), query="?last_event_id=0-0")
+             if e[1] == "flash_ready"]
+    assert ready[-1][2]["version"] == 3 and ready[-1][2]["id"] == qid
+    answer = ok(http.post(f"/v1/data/{sid}/query", json={"question": question, "max_new_tokens": MAX_NEW},
+                          headers=ALICE))
+    assert answer["source"] == "flash" and answer["version"] == 3  # the stored answer, no model call
+    assert answer["text"] == cold_text(tiny_runtime, prompt, rows, question)
+    assert metric(http, 'headstart_gateway_data_queries_total{source="flash"}') == hits + 1
+    listed = ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE))
+    assert listed[0]["answer"]["version"] == 3 and listed[0]["answer"]["sql"] == answer["sql"]
+
+    more = cities(2)
+    ok(http.post(f"/v1/data/{sid}/rows", json={"rows": more}, headers=ALICE))
+    sse(http, sid, ALICE, at_version(5), query="?last_event_id=0-0")  # version 5 is published (current)
+    while True:  # until the worker has answered version 5: never the version-3 answer meanwhile
+        now = ok(http.post(f"/v1/data/{sid}/query", json={"question": question, "max_new_tokens": MAX_NEW},
+                           headers=ALICE))
+        assert now["version"] == 5, now
+        assert now["text"] == cold_text(tiny_runtime, prompt, rows + more, question)
+        if now["source"] == "flash":
+            break
+    assert ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE))[0]["answer"]["version"] == 5
+    ok(http.delete(f"/v1/data/{sid}/flash/{qid}", headers=ALICE))
+    assert ok(http.get(f"/v1/data/{sid}/flash", headers=ALICE)) == []
+    gone = ok(http.post(f"/v1/data/{sid}/query", json={"question": question, "max_new_tokens": MAX_NEW},
+                        headers=ALICE))
+    assert gone["source"] == "model"
+    assert http.delete(f"/v1/data/{sid}/flash/{qid}", headers=ALICE).status_code == 404

@@ -14,6 +14,7 @@ from headstart.data.live_store import (
     LiveStoreUnavailable,
     normalize_question,
 )
+from headstart.engine.errors import InvalidInput
 from headstart.redis_server import free_port
 
 
@@ -87,6 +88,10 @@ def test_events_resume_by_id_without_gap_or_duplicate(store):
     assert store.latest_event_id("s") == ids[-1] and store.latest_event_id("none") == "0-0"
     with pytest.raises(ValueError):
         store.add_event("s", "bogus", {})
+    for bad in ("abc", "1-2-3", "$", "1-"):
+        with pytest.raises(InvalidInput):
+            store.events_after("s", bad)
+    assert [e.id for e in store.events_after("s", "0")] == ids
 
 
 def test_events_after_blocks_until_one_arrives(store):

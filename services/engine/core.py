@@ -114,12 +114,13 @@ class ReplicaCore:
         # NOTE: queued + running: a generation between two decode steps is
         # either; a client that left must see this fall to 0 (the work freed).
         busy = worker.num_queued + len(getattr(worker, "_running", ()))
-        data = self.data_sessions.totals()
-        return CoreInfo(holds, len(sessions) + data.num_sessions, attached, busy, max(seq, 0), cached, self.kv_usage(),
-                        data.num_sessions, data.kv_bytes)
+        kv, num_data = self.kv_usage(), len(self.data_sessions)
+        # NOTE: data sessions' bytes are the runtime's KVMemory accounting (headstart.data.budget), as typing ones'
+        return CoreInfo(holds, len(sessions) + num_data, attached, busy, max(seq, 0), cached, kv, num_data,
+                        kv.data_bytes)
 
     def kv_usage(self) -> KVUsage:
-        """KV bytes of this replica: its sessions and stored P0 caches against the budget."""
+        """KV bytes of this replica: its sessions, data sessions and stored P0 caches against the budget."""
         return self.runtime.sessions.kv_usage()
 
     def shutdown(self) -> None:

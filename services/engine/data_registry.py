@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from headstart.data import DataSession
 from headstart.engine.errors import InvalidInput, ResourceExhausted, SessionNotFound
@@ -26,14 +25,6 @@ class DataSessionNotHeld(SessionNotFound):
 
     def __init__(self):
         super().__init__(NOT_HELD)
-
-
-@dataclass(frozen=True)
-class DataTotals:
-    """What the replica's data sessions hold: how many, and their KV bytes."""
-
-    num_sessions: int
-    kv_bytes: int
 
 
 class DataRegistry:
@@ -111,17 +102,6 @@ class DataRegistry:
     def __len__(self) -> int:
         with self._lock:
             return len(self._sessions)
-
-    def totals(self) -> DataTotals:
-        """Count and KV bytes of the open sessions (Describe and the replica's metrics)."""
-        sessions = self.sessions()
-        kv_bytes = 0
-        for session in sessions:
-            try:
-                kv_bytes += int(session.describe().get("kv_bytes", 0))
-            except Exception:  # NOTE: a session closing under us has no cache to count
-                continue
-        return DataTotals(len(sessions), kv_bytes)
 
     def close_all(self) -> None:
         """Close every session (replica shutdown)."""

@@ -30,6 +30,7 @@ from headstart.client.errors import CODE_METADATA_KEY, code_of, grpc_status
 from headstart.data import DataSession
 from headstart.data.workcopy import SqlError
 from headstart.engine.errors import InvalidInput
+from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import data_wire
 from services.engine.data_events import VersionPublisher
@@ -90,8 +91,8 @@ class DataService:
     async def DataQuery(self, request: engine_pb2.DataQueryRequest, grpc_context=None):  # noqa: N802
         async def run(tenant):
             session = self.registry.get(request.session_id, tenant)
-            return await self._blocking(self._query, session, request.question,
-                                        request.max_new_tokens or DEFAULT_MAX_NEW_TOKENS, request.execute)
+            return await self._blocking(self._query, session, request.question, _max_new(request.max_new_tokens),
+                                        request.execute)
 
         return await self._call(grpc_context, engine_pb2.DataAnswer(), run)
 
@@ -101,7 +102,7 @@ class DataService:
             if not request.questions:
                 return engine_pb2.DataEvaluateReply(version=session.data_version)
             answers = await self._blocking(session.evaluate, list(request.questions),
-                                           request.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
+                                           _max_new(request.max_new_tokens))
             return engine_pb2.DataEvaluateReply(version=answers[0].version if answers else session.data_version,
                                                 answers=[data_wire.flash_answer(a) for a in answers])
 
@@ -146,8 +147,8 @@ class DataService:
                 except SqlError as exc:
                     error = exc.message
         return data_wire.answer(question, result.data_version, result.text, result.sql, columns, rows, error,
-                                data_wire.logit_gap(result.first_logits), result.seconds,
-                                bool(getattr(result, "speculative", False)))
+                                data_wire.first_gap(result.first_logits), result.seconds,
+                                result.speculative)
 
     async def _blocking(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
@@ -177,6 +178,13 @@ class DataService:
         if self.publisher is not None:
             self.publisher.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _max_new(value: int) -> int:
+    """A request's max_new_tokens (0: the default), in the range every engine call accepts."""
+    params = SamplingParams(max_new_tokens=value or DEFAULT_MAX_NEW_TOKENS)
+    params.validate()  # InvalidInput out of 1..4096, as Complete and typing submits
+    return params.max_new_tokens
 
 
 class DataCallError(Exception):

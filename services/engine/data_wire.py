@@ -13,6 +13,7 @@ from dataclasses import fields
 import torch
 
 from headstart.data import DataSettings, PushAck
+from headstart.data.answer import logit_gap
 from headstart.engine.errors import InvalidInput
 from headstart.v1 import engine_pb2
 
@@ -78,12 +79,11 @@ def push_reply(ack: PushAck, data_version: int) -> engine_pb2.DataPushReply:
         dropped_total=ack.dropped_total, buffered=ack.buffered, data_version=data_version)
 
 
-def logit_gap(logits: torch.Tensor | None) -> float:
-    """Top-1 minus top-2 of a first token's logits (the paper's confidence); 0 when unknown."""
+def first_gap(logits: torch.Tensor | None) -> float:
+    """The paper's confidence of an answer's first token (headstart.data.answer.logit_gap); 0 when unknown."""
     if logits is None or logits.numel() < 2:
         return 0.0
-    top = torch.topk(logits.reshape(-1).double(), 2).values
-    return float(top[0] - top[1])
+    return logit_gap(logits.reshape(-1))
 
 
 def rows_json(rows) -> str:

@@ -150,7 +150,7 @@ class EngineDeployment:
         if not self.core.runtime.worker._thread.is_alive():
             raise RuntimeError("forward worker thread died")
         try:
-            self.kv_gauge.record(self.core.kv_usage(), self.core.data_sessions.totals())
+            self.kv_gauge.record(self.core.kv_usage())
         except Exception:  # NOTE: a metric must never fail the health check (Serve would restart the replica)
             log.exception("KV gauge not recorded")
 
@@ -159,8 +159,7 @@ class EngineDeployment:
         return engine_pb2.EngineSessionInfo(
             replica=self.replica, holds_session=info.holds_session, num_sessions=info.num_sessions,
             num_attached=info.num_attached, num_queued=info.num_queued, seq=info.seq,
-            cached_tokens=info.cached_tokens, num_data_sessions=info.num_data_sessions,
-            kv_data_bytes=info.data_kv_bytes, **kv_fields(info.kv),
+            cached_tokens=info.cached_tokens, num_data_sessions=info.num_data_sessions, **kv_fields(info.kv),
         )
 
     def __del__(self):

@@ -7,8 +7,9 @@ Prometheus or KubeRay's PodMonitor scrapes on a Ray pod). The series:
     ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"|"data"}
     ray_headstart_engine_data_sessions
 
-`data`: the data sessions' live caches (issue 12), and the second series how
-many data sessions the replica holds.
+`data`: the part of `used` the data sessions hold (issue 12: live caches, a
+rebuild in flight, answers' tails), and the second series how many data
+sessions the replica holds.
 
 `used`: every cache of the replica (each shared P0 once, plus the sessions'
 private tokens), `shared`: the P0 part of it, `budget`: HEADSTART_KV_BUDGET_BYTES
@@ -23,12 +24,13 @@ from headstart.engine.kv_memory import KVUsage
 
 METRIC_NAME = "headstart_engine_kv_bytes"
 DATA_SESSIONS_METRIC = "headstart_engine_data_sessions"
-KINDS = ("used", "shared", "budget", "free")
+KINDS = ("used", "shared", "budget", "free", "data")
 
 
 def kv_values(usage: KVUsage) -> dict[str, int]:
     """The gauge values of one `KVUsage` by kind (`free` only under a budget)."""
-    values = {"used": usage.used_bytes, "shared": usage.shared_bytes, "budget": usage.budget_bytes}
+    values = {"used": usage.used_bytes, "shared": usage.shared_bytes, "budget": usage.budget_bytes,
+              "data": usage.data_bytes}
     if usage.free_bytes is not None:
         values["free"] = usage.free_bytes
     return values
@@ -44,10 +46,7 @@ class ReplicaKVGauge:
                             "(used, shared P0, budget, free under the budget, data sessions)", tag_keys=("kind",))
         self._data_sessions = Gauge(DATA_SESSIONS_METRIC, description="data sessions open on this engine replica")
 
-    def record(self, usage: KVUsage, data=None) -> None:
-        """Set the gauges from `usage` and `data` (a DataTotals of services/engine/data_registry.py)."""
+    def record(self, usage: KVUsage) -> None:
         for kind, value in kv_values(usage).items():
             self._gauge.set(value, tags={"kind": kind})
-        if data is not None:
-            self._gauge.set(data.kv_bytes, tags={"kind": "data"})
-            self._data_sessions.set(data.num_sessions)
+        self._data_sessions.set(usage.num_data_sessions)

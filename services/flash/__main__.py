@@ -35,7 +35,10 @@ def build_worker(settings: FlashSettings) -> FlashWorker:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = FlashSettings()
-    worker = build_worker(settings)
+    try:
+        worker = build_worker(settings)
+    except ValueError as exc:  # no Redis configured: say so, no traceback
+        raise SystemExit(f"flash worker: {exc}") from None
     # one stuck evaluation per entry of a batch, plus the read's own wait
     stale_s = settings.evaluate_timeout_s * settings.batch + 30.0
     health = HealthServer(worker, settings.health_host, settings.health_port, heartbeat(worker, stale_s))

@@ -58,9 +58,12 @@ class Evaluator(Protocol):
 
 
 def _flash_answer_dict(answer) -> dict:
-    """A `headstart.data` FlashAnswer as the dict the live store keeps."""
+    """A `headstart.data` FlashAnswer as the dict the live store keeps (rows as the wire has them)."""
+    # imported here: the replica's wire module loads torch, which only an in-process evaluator has anyway
+    from services.engine.data_wire import rows_json
+
     return {"question": answer.question, "version": int(answer.version), "text": answer.text, "sql": answer.sql,
-            "columns": list(answer.columns), "rows": [list(r) for r in answer.rows], "error": answer.error,
+            "columns": list(answer.columns), "rows": json.loads(rows_json(answer.rows)), "error": answer.error or "",
             "logit_gap": float(answer.logit_gap), "ms": float(answer.seconds) * 1000.0}
 
 

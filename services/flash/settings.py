@@ -29,7 +29,8 @@ class FlashSettings(BaseSettings):
                                "(empty: $HEADSTART_ENGINE_SECRET or the file in $HEADSTART_ENGINE_SECRET_FILE)")
     consumer: str = Field("", description="consumer name in the `flash` group (empty: the host name); "
                           "a restarted worker under the same name resumes its pending entries at once")
-    max_new_tokens: int = Field(64, ge=1, description="answer tokens per flash question")
+    max_new_tokens: int = Field(128, ge=1, description="answer tokens per flash question (keep it the gateway's "
+                                "default_max_new_tokens: a query that names none then gets the same text)")
     evaluate_timeout_s: float = Field(60.0, gt=0, description="deadline of one DataEvaluate call")
     batch: int = Field(16, ge=1, description="version entries read at once")
     claim_idle_ms: int = Field(60_000, ge=0, description="entries another worker left pending this long "

@@ -40,7 +40,7 @@ class WorkerConfig:
     a retried entry (session not held) waits this long; max_attempts: then it
     is acknowledged unanswered (logged); max_answer_rows: rows kept per answer."""
 
-    max_new_tokens: int = 64
+    max_new_tokens: int = 128
     batch: int = 16
     block_ms: int = 1000
     claim_idle_ms: int = 60_000
@@ -156,7 +156,9 @@ class FlashWorker:
         return True
 
     def _trimmed(self, answer: dict) -> dict:
-        """The answer with at most `max_answer_rows` rows (`rows_truncated` says when cut)."""
+        """The answer as stored: at most `max_answer_rows` rows (`rows_truncated` says when cut)."""
         rows = answer.get("rows") or []
         limit = self.config.max_answer_rows
-        return {**answer, "rows": rows[:limit], "rows_truncated": len(rows) > limit}
+        # max_new_tokens: the answer's token budget (a query asking another may get other text)
+        return {**answer, "rows": rows[:limit], "rows_truncated": len(rows) > limit,
+                "max_new_tokens": self.config.max_new_tokens}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import time
 import uuid
@@ -37,6 +38,7 @@ from services.gateway.limits import check_text
 from services.gateway.sessions import engine_session_id
 from services.gateway.tenancy import TenantSlots
 
+log = logging.getLogger(__name__)
 REDIS_URL_ENV = "HEADSTART_REDIS_URL"
 RETENTIONS = ("", "shift", "rebuild")
 MAX_RETENTION_TOKENS = 1 << 20
@@ -277,7 +279,11 @@ class DataService:
     async def _events(self, eid: str, last_id: str, block_ms: int):
         loop = asyncio.get_running_loop()
         while True:
-            batch = await loop.run_in_executor(self._readers, self.store.events_after, eid, last_id, block_ms)
+            try:
+                batch = await loop.run_in_executor(self._readers, self.store.events_after, eid, last_id, block_ms)
+            except HeadstartError as exc:  # Redis went away: end the stream; the client resumes by its last id
+                log.warning("data events of %s: %s", eid, exc)
+                return
             for event_id, kind, payload in batch:
                 last_id = event_id
                 yield event_id, kind, payload

@@ -1,7 +1,7 @@
 """The engine replicas' KV bytes on the gateway's /metrics.
 
 Series `headstart_engine_kv_bytes{replica, kind}` with kind `used`, `shared`,
-`budget` and `free` (as the engine's Describe reports them; `free` only under
+`budget`, `free` and `data` (the data sessions' part of `used`) (as the engine's Describe reports them; `free` only under
 a budget). The gateway learns them when scraped: it sends a few Describe
 calls without a session id, which Serve's router spreads over the replicas
 (each goes to the replica its random request id hashes to), and keeps each
@@ -26,7 +26,8 @@ STALE_S = 120.0
 
 def info_kv(info: engine_pb2.EngineSessionInfo) -> dict[str, int]:
     """The KV values by kind of one Describe answer (`free` only when the replica has a budget)."""
-    values = {"used": info.kv_used_bytes, "shared": info.kv_shared_bytes, "budget": info.kv_budget_bytes}
+    values = {"used": info.kv_used_bytes, "shared": info.kv_shared_bytes, "budget": info.kv_budget_bytes,
+              "data": info.kv_data_bytes}
     if info.HasField("kv_free_bytes"):
         values["free"] = info.kv_free_bytes
     return values
@@ -39,7 +40,7 @@ class EngineKVGauges:
 
     def __init__(self, registry):
         self.gauge = Gauge("headstart_engine_kv_bytes", "KV cache bytes of each engine replica by kind "
-                           "(used, shared P0, budget, free under the budget), as its Describe reports",
+                           "(used, shared P0, budget, free under the budget, data sessions), as its Describe reports",
                            ["replica", "kind"], registry=registry)
         self._seen: dict[str, tuple[float, dict[str, int]]] = {}  # replica -> (when, values)
 

@@ -123,4 +123,4 @@ def _finish(session, question: str, answer: Answer, snapshot: Snapshot, seconds:
             error = exc.message
         columns, rows = list(columns), [tuple(r) for r in rows]
     return FlashAnswer(question, snapshot.version, text, sql, columns, rows, error,
-                       logit_gap(answer.first_logits), seconds + time.perf_counter() - started)
+                       logit_gap(answer.first_logits), seconds + time.perf_counter() - started, list(answer.tokens))

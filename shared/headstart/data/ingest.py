@@ -1,5 +1,6 @@
 """A data session's rows on their way in: validation of a push, sequence
-numbers, and the rows a rebuild keeps.
+numbers, the ingestion job (`Ingestion`, a part of `DataSession`), and the
+rows a rebuild keeps.
 
 Sequence numbers are the caller's when it gives them (the gateway owns them:
 it persists rows under its numbers before acking), else the session's own.
@@ -10,12 +11,19 @@ rebuilt from the same rows reaches the same version.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 from headstart.data.prompt import DataPrompt
 from headstart.data.rows import DataRow, validate_row
-from headstart.data.types import DataSettings, RowEntry
-from headstart.engine.errors import InvalidInput
+from headstart.data.states import DataState
+from headstart.data.types import DataSettings, PushAck, RowEntry, VersionEvent
+from headstart.engine.errors import InvalidInput, SessionClosed
+from headstart.engine.kv import truncate_layers
+from headstart.engine.scheduler_types import Priority
+from headstart.engine.steps import Row, RowResult
+
+log = logging.getLogger(__name__)
 
 
 def validate_rows(prompt: DataPrompt, settings: DataSettings, rows: Sequence,
@@ -84,3 +92,123 @@ def retained_start(entries: Sequence[RowEntry], bound: int) -> int:
         start -= 1
         tokens += len(entries[start].ids)
     return start
+
+
+class Ingestion:
+    """`DataSession`'s push and ingestion job (its state lives on the session).
+
+    A push validates, tokenizes and buffers on the caller's thread and
+    returns at once; the buffer is bounded and drops its *oldest
+    unprocessed* rows when full, counted in the ack and in `describe()`.
+    Every ingestion batch (STREAM) inserts its rows into the working copy,
+    extends the cache and sets the data version in one commit on the worker
+    thread, so a query's version names exactly the rows it saw.
+    """
+
+    def push(self, rows: list[dict], seqs: list[int] | None = None) -> PushAck:
+        """Validate and buffer `rows` (each `{"table": name, "values": {column: value}}`);
+        returns at once. All or nothing: one bad row rejects the push.
+
+        Args:
+            seqs: the rows' sequence numbers, the caller's (strictly increasing,
+                the first greater than every seq this session has seen); None:
+                the session numbers them after the last one.
+
+        Raises:
+            InvalidInput: a row names an unknown table or column, has a value
+                of the wrong type or is too long (the message names the row),
+                or `seqs` is out of order.
+            ResourceExhausted: the rows' cells do not fit the replica's KV
+                budget (`headstart.data.budget`); nothing was buffered.
+            SessionClosed: the session is closed.
+        """
+        if not isinstance(rows, (list, tuple)) or not rows:
+            raise InvalidInput("push needs a non-empty list of rows")
+        entries = validate_rows(self.prompt, self.settings, rows)
+        return self._charge.push(sum(len(ids) for _, ids in entries), lambda: self._accept(entries, seqs))
+
+    def _accept(self, entries, seqs) -> PushAck:
+        """Buffer validated rows under their seqs, dropping the oldest unprocessed past the bound."""
+        with self._lock:
+            if self.state is DataState.CLOSED:
+                raise SessionClosed(f"data session {self.id} is closed")
+            if seqs is None:
+                seqs = tuple(range(self._last_seq + 1, self._last_seq + 1 + len(entries)))
+            else:
+                seqs = check_seqs(seqs, len(entries), self._last_seq)
+            self._last_seq = seqs[-1]
+            self._buffer.extend(RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, entries))
+            dropped = []
+            while len(self._buffer) > self.settings.buffer_rows:
+                dropped.append(self._buffer.popleft().seq)  # the oldest unprocessed rows go, counted
+            self.counts["accepted"] += len(entries)
+            self.counts["dropped"] += len(dropped)
+            if self._ingest_job is None:
+                self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
+            return PushAck(seqs, len(dropped), tuple(dropped), self.counts["dropped"], len(self._buffer))
+
+    def _ingest_step(self) -> Row | bool:
+        with self._lock:
+            if self.state is DataState.CLOSED or not self._buffer:
+                self._ingest_job = None
+                return False
+            # a batch: at most batch_rows rows and one chunk of tokens (at least one row), so the
+            # forward a submit may wait behind stays bounded
+            batch, tokens = [], 0
+            while self._buffer and len(batch) < self.settings.batch_rows and (
+                    not batch or tokens + len(self._buffer[0].ids) <= self.runtime.limits.chunk_tokens):
+                tokens += len(self._buffer[0].ids)
+                batch.append(self._buffer.popleft())
+        refused = self.copy.rejects([entry.row for entry in batch])
+        if refused:  # valid rows the database refuses (a duplicate key): counted, named, never cached
+            with self._lock:
+                self.counts["refused"] += len(refused)
+                self.refusals.extend((batch[i].seq, message) for i, message in refused)
+            skip = {i for i, _ in refused}
+            batch = [entry for i, entry in enumerate(batch) if i not in skip]
+            if not batch:
+                return True
+        ids = [t for entry in batch for t in entry.ids]
+        job = self._ingest_job
+        return Row(self.model, self._live, ids, False, lambda: job is not None and job.preempt_requested,
+                   lambda result: self._ingest_commit(batch, result))
+
+    def _ingest_commit(self, batch: list[RowEntry], result: RowResult) -> bool:
+        """The batch's one commit: insert into the working copy, record the rows
+        in the cache, bump the version, apply retention (worker thread)."""
+        if result.error is not None:
+            # the cache may have grown in some layers: cut it back to the rows it
+            # holds; the batch's rows are lost, counted as failed (never silently)
+            truncate_layers(self._live.cache, self._live.num_tokens)
+            with self._lock:
+                self.counts["failed"] += len(batch)
+                self._ingest_job = None
+                if self._buffer and self.state is not DataState.CLOSED:  # the rows behind it still go in
+                    self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
+            raise result.error
+        if not result.ran:  # it yielded to a more urgent job: the rows are still the oldest unprocessed
+            with self._lock:
+                self._buffer.extendleft(reversed(batch))
+            return True
+        version = batch[-1].seq  # the data version: the newest row in the cache
+        self.copy.insert([entry.row for entry in batch], [entry.seq for entry in batch])
+        with self._lock:
+            self._segments.extend(batch)
+            self._version = version
+            self.counts["processed"] += len(batch)
+            self.counts["batches"] += 1
+            more = bool(self._buffer) and self.state is not DataState.CLOSED
+            if not more:
+                self._ingest_job = None
+        self._retain()
+        self._ready.refresh(self)
+        self._announce(VersionEvent(version, len(batch), self.counts["dropped"], len(self._segments)))
+        return more
+
+    def _announce(self, event: VersionEvent) -> None:
+        if self.on_version is None:
+            return
+        try:
+            self.on_version(event)
+        except Exception:  # a listener's failure must not undo or stop ingestion
+            log.exception("data session %s: on_version failed for version %d", self.id, event.version)

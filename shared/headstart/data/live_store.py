@@ -18,9 +18,9 @@ engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
     P:data:versions      stream  sid, tenant, version, rows_added, dropped_total; group `flash`
 
 Every check-then-write (a version moving forward, the flash bound, an answer
-never replaced by an older one) is one Lua script, so concurrent writers
-(two worker processes, a replica rebuilt beside its predecessor) cannot
-interleave between the check and the write.
+never replaced by an older one) is one Lua script (`live_scripts`), so
+concurrent writers cannot interleave between the check and the write. The
+versions stream's consumer side is `live_versions.VersionsConsumer`.
 
 Redis failures are raised as `LiveStoreUnavailable` (connection, timeout) or
 `LiveStoreError`, both `HeadstartError`s the edges map to a status.
@@ -28,35 +28,28 @@ Redis failures are raised as `LiveStoreUnavailable` (connection, timeout) or
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import time
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import redis
 
-from headstart.engine.errors import HeadstartError, ResourceExhausted
+from headstart.data import live_scripts as scripts
+from headstart.data.live_errors import (  # noqa: F401 (re-exported: the store's errors)
+    FlashLimitExceeded,
+    LiveStoreError,
+    LiveStoreUnavailable,
+    as_str,
+    guarded,
+)
+from headstart.data.live_versions import VERSIONS_GROUP, VersionEntry, VersionsConsumer  # noqa: F401
+from headstart.engine.errors import InvalidInput
 
-VERSIONS_GROUP = "flash"
+_EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped")
 _SESSION_KEYS = ("seq", "rows", "meta", "version", "events", "flash", "flash_norm", "flash_seq", "answers",
                  "answer_ver")
-
-
-class LiveStoreError(HeadstartError):
-    """Redis answered with an error (wrong type, a script error)."""
-
-
-class LiveStoreUnavailable(LiveStoreError):
-    """Redis cannot be reached (connection refused, timeout)."""
-
-    code = "UNAVAILABLE"
-
-
-class FlashLimitExceeded(ResourceExhausted):
-    """The session already has `max_flash` registered questions."""
 
 
 class LiveEvent(NamedTuple):
@@ -65,18 +58,6 @@ class LiveEvent(NamedTuple):
     id: str
     kind: str
     payload: dict
-
-
-@dataclass(frozen=True)
-class VersionEntry:
-    """One entry of the global versions stream, as the flash worker reads it."""
-
-    entry_id: str
-    session_id: str
-    tenant: str
-    version: int
-    rows_added: int
-    dropped_total: int
 
 
 def normalize_question(question: str) -> str:
@@ -89,73 +70,7 @@ def normalize_question(question: str) -> str:
     return re.sub(r"\s+", " ", question).strip()
 
 
-def _str(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def _guarded(method):
-    """Raise Redis failures of a public method as this module's typed errors."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise LiveStoreUnavailable(f"redis {method.__name__}: {exc}") from exc
-        except redis.RedisError as exc:
-            raise LiveStoreError(f"redis {method.__name__}: {exc}") from exc
-
-    return wrapper
-
-
-# KEYS: version, versions stream, events stream
-# ARGV: version, sid, tenant, rows_added, dropped_total, versions maxlen, events maxlen, event payload
-_PUBLISH_VERSION = """
-local v = tonumber(ARGV[1])
-if v <= tonumber(redis.call('GET', KEYS[1]) or '0') then return false end
-redis.call('SET', KEYS[1], ARGV[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'sid', ARGV[2], 'tenant', ARGV[3],
-           'version', ARGV[1], 'rows_added', ARGV[4], 'dropped_total', ARGV[5])
-return redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'kind', 'data_updated', 'payload', ARGV[8])
-"""
-
-# KEYS: flash, flash_norm, flash_seq   ARGV: question, max_flash  ->  {status, qid}
-_REGISTER_FLASH = """
-local existing = redis.call('HGET', KEYS[2], ARGV[1])
-if existing then return {0, existing} end
-if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[2]) then return {-1, ''} end
-local qid = 'q' .. redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[1], qid, ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], qid)
-return {1, qid}
-"""
-
-# KEYS: flash, flash_norm, answers, answer_ver   ARGV: qid  ->  1 when it was registered
-_DELETE_FLASH = """
-local question = redis.call('HGET', KEYS[1], ARGV[1])
-if not question then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-if redis.call('HGET', KEYS[2], question) == ARGV[1] then redis.call('HDEL', KEYS[2], question) end
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-return 1
-"""
-
-# KEYS: flash, answers, answer_ver, events   ARGV: qid, version, answer JSON, publish (0/1), events maxlen
-#   ->  0 when not stored, else 1 or the flash_ready event's id
-_STORE_ANSWER = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-if tonumber(ARGV[2]) <= tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '-1') then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-if ARGV[4] == '1' then
-  return redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'kind', 'flash_ready', 'payload', ARGV[3])
-end
-return 1
-"""
-
-
-class LiveStore:
+class LiveStore(VersionsConsumer):
     """Data sessions' live state in one Redis (layout: module docstring).
 
     Args:
@@ -202,10 +117,10 @@ class LiveStore:
         self.max_version_events = max_version_events
         self._max_block_ms = max(0, int(socket_timeout_s * 1000) - 1000)
         self.versions_key = f"{prefix}:data:versions"
-        self._publish_version = self.client.register_script(_PUBLISH_VERSION)
-        self._register_flash = self.client.register_script(_REGISTER_FLASH)
-        self._delete_flash = self.client.register_script(_DELETE_FLASH)
-        self._store_answer = self.client.register_script(_STORE_ANSWER)
+        self._publish_version = self.client.register_script(scripts.PUBLISH_VERSION)
+        self._register_flash = self.client.register_script(scripts.REGISTER_FLASH)
+        self._delete_flash = self.client.register_script(scripts.DELETE_FLASH)
+        self._store_answer = self.client.register_script(scripts.STORE_ANSWER)
         self._group_ready = False
 
     def key(self, sid: str, name: str) -> str:
@@ -217,13 +132,13 @@ class LiveStore:
         if self._owns_client:
             self.client.close()
 
-    @_guarded
+    @guarded
     def ping(self) -> bool:
         return bool(self.client.ping())
 
     # ---- rows log -------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def next_seqs(self, sid: str, n: int) -> list[int]:
         """`n` fresh, increasing sequence numbers for the session's next rows (one INCRBY)."""
         if n < 1:
@@ -231,7 +146,7 @@ class LiveStore:
         last = int(self.client.incrby(self.key(sid, "seq"), n))
         return list(range(last - n + 1, last + 1))
 
-    @_guarded
+    @guarded
     def append_rows(self, sid: str, rows: list[tuple[int, dict]]) -> None:
         """Persist rows (before the push is acked) and trim the log to `max_rows`.
 
@@ -247,7 +162,7 @@ class LiveStore:
         pipe.zremrangebyrank(key, 0, -(self.max_rows + 1))
         pipe.execute()
 
-    @_guarded
+    @guarded
     def rows(self, sid: str) -> list[tuple[int, dict]]:
         """The kept rows, oldest first: `[(seq, {"table": ..., "values": {...}})]`."""
         out = []
@@ -258,16 +173,16 @@ class LiveStore:
 
     # ---- session meta ---------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def put_meta(self, sid: str, meta: dict) -> None:
         self.client.set(self.key(sid, "meta"), json.dumps(meta, sort_keys=True))
 
-    @_guarded
+    @guarded
     def meta(self, sid: str) -> dict | None:
         raw = self.client.get(self.key(sid, "meta"))
         return None if raw is None else json.loads(raw)
 
-    @_guarded
+    @guarded
     def delete_session(self, sid: str) -> None:
         """Remove all of a session's keys (its entries in the versions stream stay: the
         worker finds no question for them and acks them)."""
@@ -275,7 +190,7 @@ class LiveStore:
 
     # ---- versions -------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def publish_version(self, sid: str, tenant: str, version: int, rows_added: int, dropped_total: int) -> str | None:
         """A new data version of a session: sets `current_version`, adds an entry to the
         versions stream (the flash worker's) and a `data_updated` event, atomically.
@@ -289,9 +204,9 @@ class LiveStore:
             keys=[self.key(sid, "version"), self.versions_key, self.key(sid, "events")],
             args=[int(version), sid, tenant, int(rows_added), int(dropped_total), self.max_version_events,
                   self.max_events, payload])
-        return None if event_id is None else _str(event_id)
+        return None if event_id is None else as_str(event_id)
 
-    @_guarded
+    @guarded
     def current_version(self, sid: str) -> int:
         """The session's newest published data version (0: none)."""
         raw = self.client.get(self.key(sid, "version"))
@@ -299,41 +214,46 @@ class LiveStore:
 
     # ---- events ---------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def add_event(self, sid: str, kind: str, payload: dict) -> str:
         """Append an event to the session's stream (trimmed to about `max_events`); its id."""
         if kind not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}; valid: {list(EVENT_KINDS)}")
-        return _str(self.client.xadd(self.key(sid, "events"), {"kind": kind, "payload": json.dumps(payload)},
+        return as_str(self.client.xadd(self.key(sid, "events"), {"kind": kind, "payload": json.dumps(payload)},
                                      maxlen=self.max_events, approximate=True))
 
-    @_guarded
+    @guarded
     def events_after(self, sid: str, last_id: str | None, block_ms: int = 0, count: int = 100) -> list[LiveEvent]:
         """Events after `last_id` (an SSE `Last-Event-ID`), oldest first, at most `count`.
 
         `last_id` None or "0" reads from the oldest kept event; use `latest_event_id`
         to start at "now" without a gap. `block_ms` > 0 waits that long for one
         (capped below the socket timeout); 0 returns at once.
+
+        Raises:
+            InvalidInput: `last_id` is not a stream id.
         """
         start = last_id or "0-0"
+        if not _EVENT_ID.fullmatch(start):  # a client's Last-Event-ID: refuse garbage before Redis does
+            raise InvalidInput(f"not an event id: {start[:40]!r} (ids look like 1732441000000-0)")
         block = min(block_ms, self._max_block_ms) if block_ms > 0 else None
         reply = self.client.xread({self.key(sid, "events"): start}, count=count, block=block)
         out = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                fields = {_str(k): _str(v) for k, v in fields.items()}
-                out.append(LiveEvent(_str(entry_id), fields["kind"], json.loads(fields["payload"])))
+                fields = {as_str(k): as_str(v) for k, v in fields.items()}
+                out.append(LiveEvent(as_str(entry_id), fields["kind"], json.loads(fields["payload"])))
         return out
 
-    @_guarded
+    @guarded
     def latest_event_id(self, sid: str) -> str:
         """Id of the session's newest event ("0-0": none), to subscribe from now on."""
         newest = self.client.xrevrange(self.key(sid, "events"), count=1)
-        return _str(newest[0][0]) if newest else "0-0"
+        return as_str(newest[0][0]) if newest else "0-0"
 
     # ---- flash registry -------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def register_flash(self, sid: str, question: str) -> str:
         """Register a question (normalized) and return its id; the same question again
         returns the same id.
@@ -350,22 +270,22 @@ class LiveStore:
             args=[text, self.max_flash])
         if int(status) < 0:
             raise FlashLimitExceeded(f"data session has {self.max_flash} flash questions already (the limit)")
-        return _str(qid)
+        return as_str(qid)
 
-    @_guarded
+    @guarded
     def flash_questions(self, sid: str) -> dict[str, str]:
         """qid -> question, in registration order."""
-        items = {_str(k): _str(v) for k, v in self.client.hgetall(self.key(sid, "flash")).items()}
+        items = {as_str(k): as_str(v) for k, v in self.client.hgetall(self.key(sid, "flash")).items()}
         return dict(sorted(items.items(), key=lambda kv: int(kv[0][1:])))
 
-    @_guarded
+    @guarded
     def list_flash(self, sid: str) -> list[dict]:
         """`[{"id", "question", "answer"}]` in registration order (`answer` None until one is stored)."""
         questions = self.flash_questions(sid)
         answers = self._answers(sid, list(questions))
         return [{"id": qid, "question": q, "answer": answers.get(qid)} for qid, q in questions.items()]
 
-    @_guarded
+    @guarded
     def delete_flash(self, sid: str, qid: str) -> bool:
         """Forget a question and its answer; False when it was not registered."""
         return bool(self._delete_flash(
@@ -374,7 +294,7 @@ class LiveStore:
 
     # ---- flash answers --------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def store_answer(self, sid: str, qid: str, answer: dict, *, publish: bool = False) -> bool:
         """Store `answer` (its "version" an int) if it is newer than the stored one and the
         question is still registered; idempotent, never goes back a version.
@@ -394,18 +314,18 @@ class LiveStore:
                   self.key(sid, "events")],
             args=[qid, version, json.dumps(body), int(publish), self.max_events]))
 
-    @_guarded
+    @guarded
     def answer(self, sid: str, qid: str) -> dict | None:
         """The stored answer of a question (any version), or None."""
         raw = self.client.hget(self.key(sid, "answers"), qid)
         return None if raw is None else json.loads(raw)
 
-    @_guarded
+    @guarded
     def answer_versions(self, sid: str) -> dict[str, int]:
         """qid -> version of its stored answer (questions without one are absent)."""
-        return {_str(k): int(v) for k, v in self.client.hgetall(self.key(sid, "answer_ver")).items()}
+        return {as_str(k): int(v) for k, v in self.client.hgetall(self.key(sid, "answer_ver")).items()}
 
-    @_guarded
+    @guarded
     def lookup(self, sid: str, question: str, version: int) -> dict | None:
         """The stored answer of a registered question at exactly `version`, else None.
 
@@ -415,7 +335,7 @@ class LiveStore:
         qid = self.client.hget(self.key(sid, "flash_norm"), normalize_question(question))
         if qid is None:
             return None
-        found = self.answer(sid, _str(qid))
+        found = self.answer(sid, as_str(qid))
         return found if found is not None and found.get("version") == version else None
 
     def _answers(self, sid: str, qids: list[str]) -> dict[str, dict]:
@@ -423,75 +343,3 @@ class LiveStore:
             return {}
         raws = self.client.hmget(self.key(sid, "answers"), qids)
         return {qid: json.loads(raw) for qid, raw in zip(qids, raws) if raw is not None}
-
-    # ---- the versions consumer (flash worker) ---------------------------------------
-
-    def _ensure_group(self) -> None:
-        if self._group_ready:
-            return
-        try:
-            # from id 0: versions published before the first worker started are answered too
-            self.client.xgroup_create(self.versions_key, VERSIONS_GROUP, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        self._group_ready = True
-
-    def _entries(self, entries) -> list[VersionEntry]:
-        out = []
-        for entry_id, fields in entries:
-            if not fields:  # trimmed from the stream while pending: nothing to answer
-                self.client.xack(self.versions_key, VERSIONS_GROUP, entry_id)
-                continue
-            f = {_str(k): _str(v) for k, v in fields.items()}
-            out.append(VersionEntry(_str(entry_id), f["sid"], f["tenant"], int(f["version"]), int(f["rows_added"]),
-                                    int(f["dropped_total"])))
-        return out
-
-    @_guarded
-    def read_versions(self, consumer: str, count: int = 16, block_ms: int = 1000) -> list[VersionEntry]:
-        """New version entries for `consumer` of the `flash` group (pending until `ack_version`)."""
-        self._ensure_group()
-        block = min(block_ms, self._max_block_ms) if block_ms > 0 else None
-        try:
-            reply = self.client.xreadgroup(VERSIONS_GROUP, consumer, {self.versions_key: ">"}, count=count,
-                                           block=block)
-        except redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            self._group_ready = False  # the stream was deleted (FLUSHDB): create the group again
-            return []
-        return [e for _stream, entries in reply or [] for e in self._entries(entries)]
-
-    @_guarded
-    def own_pending(self, consumer: str, count: int = 100) -> list[VersionEntry]:
-        """Entries delivered to `consumer` and never acked (a restart under the same name)."""
-        self._ensure_group()
-        reply = self.client.xreadgroup(VERSIONS_GROUP, consumer, {self.versions_key: "0"}, count=count)
-        return [e for _stream, entries in reply or [] for e in self._entries(entries)]
-
-    @_guarded
-    def claim_versions(self, consumer: str, min_idle_ms: int, count: int = 100) -> list[VersionEntry]:
-        """Take over entries other consumers left pending for `min_idle_ms` (XAUTOCLAIM)."""
-        self._ensure_group()
-        claimed: list[VersionEntry] = []
-        start = "0-0"
-        while len(claimed) < count:
-            reply = self.client.xautoclaim(self.versions_key, VERSIONS_GROUP, consumer, min_idle_ms,
-                                           start_id=start, count=count - len(claimed))
-            start, entries = _str(reply[0]), reply[1]
-            claimed.extend(self._entries(entries))
-            if start == "0-0":
-                break
-        return claimed
-
-    @_guarded
-    def ack_version(self, entry_id: str) -> None:
-        """Acknowledge an entry once its answers are stored (it leaves the pending list)."""
-        self.client.xack(self.versions_key, VERSIONS_GROUP, entry_id)
-
-    @_guarded
-    def num_pending_versions(self) -> int:
-        """Entries delivered to some consumer and not acked yet."""
-        self._ensure_group()
-        return int(self.client.xpending(self.versions_key, VERSIONS_GROUP)["pending"])

@@ -12,22 +12,23 @@
   rebuild swap in between cannot disturb it.
 
 Work runs as jobs on the runtime's forward worker, in the scheduler's
-classes: ingestion and rebuild steps at STREAM, queries at SUBMIT. A
-push validates, tokenizes and buffers on the caller's thread and returns at
-once; the buffer is bounded and drops its *oldest unprocessed* rows when
-full, counted in the ack and in `describe()`. Every ingestion batch inserts
-its rows into the working copy, extends the cache and bumps the data version
-in one commit on the worker thread, so a query's version names exactly the
-rows it saw.
+classes: ingestion, rebuild and ready-position steps at STREAM, queries at
+SUBMIT, flash evaluations at FLASH. The session is assembled from one file
+per job:
 
-Retention when the sliding region passes its bound: `shift` drops the oldest
-rows' entries and re-rotates the rest (no recompute, approximate), `rebuild`
-re-prefills frozen + retained rows in the background and swaps (exact).
+- `ingest.py` (`Ingestion`): push, the bounded buffer, ingestion batches,
+  sequence numbers; the data version is the seq of the newest row in the
+  cache, so a session rebuilt from the same rows (`rows=`) reaches it too.
+- `retention_jobs.py` (`RetentionJobs`): `shift` (re-rotate, approximate)
+  and `rebuild` (re-prefill in the background and swap, exact).
+- `answer.py`: one greedy answer on a snapshot (queries and flash answers).
+- `flash_eval.py`: `evaluate`, all registered questions on one version.
+- `ready.py`: ready-position logits and the speculative exit (off by default).
+- `budget.py`: the session's charge to the runtime's KV budget.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -35,28 +36,28 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from headstart.data.answer import Answer, Snapshot
+from headstart.data.budget import DataCharge
 from headstart.data.flash_eval import evaluate
-from headstart.data.ingest import check_seqs, rebuild_entries, retained_start, validate_rows
+from headstart.data.ingest import Ingestion, rebuild_entries, retained_start
 from headstart.data.prompt import DataPrompt
 from headstart.data.ready import ReadyLogits, ReadyPosition
-from headstart.data.retention import frozen_part, shift_out
+from headstart.data.retention import frozen_part
+from headstart.data.retention_jobs import RetentionJobs, raise_or
 from headstart.data.states import DataState, RetentionState, advance
-from headstart.data.types import DataSettings, FlashAnswer, PushAck, QueryResult, RowEntry, VersionEvent
+from headstart.data.types import DataSettings, FlashAnswer, QueryResult, RowEntry, VersionEvent
 from headstart.data.workcopy import WorkingCopy
 from headstart.engine.commit import start_commit
 from headstart.engine.errors import InvalidInput, SessionClosed, validate_text
-from headstart.engine.kv import KVState, truncate_layers
+from headstart.engine.kv import KVState
 from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import Row, RowResult
+from headstart.engine.steps import Row
 from headstart.eval.extract import extract_sql
 from headstart.prompt import common_prefix_len
 from headstart.schema.model import SchemaError
 from headstart.schema.resolve import resolve_database
 
-log = logging.getLogger(__name__)
 
-
-class DataSession:
+class DataSession(Ingestion, RetentionJobs):
     """A data session on `runtime` over the SQLite database `db` (a path or a
     Spider id with its file). Opening waits for the frozen region.
 
@@ -64,12 +65,17 @@ class DataSession:
         rows: `(seq, {"table": ..., "values": {...}})` pairs to rebuild from
             (a replica that lost the session): all go into the working copy,
             the retained tail into the cache, before the session is LIVE; the
-            data version is then the same as the lost session's.
+            data version is then the same as the lost session's (no
+            `VersionEvent` for it: that version was announced already). Rows
+            the lost session dropped from its buffer (`PushAck.dropped_seqs`)
+            should be left out, or the rebuilt cache holds rows it never had.
         on_version: called with a `VersionEvent` after each committed
             ingestion batch, on the worker thread: it must not block.
 
     Raises:
         InvalidInput: `db` does not resolve to a SQLite file, or a rebuild row is malformed.
+        ResourceExhausted: the session's cells do not fit the replica's KV
+            budget, even after evicting idle typing sessions (`headstart.data.budget`).
     """
 
     def __init__(self, runtime, db: str, settings: DataSettings | None = None,
@@ -96,19 +102,24 @@ class DataSession:
         self._ingest_job = self._rebuild_job = None
         self._rebuild_kv: KVState | None = None
         self._rebuild_cutoff = 0
-        self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0, rebuilds=0,
-                           queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
+        self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0,
+                           rebuilds=0, queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
                            flash_evaluations=0, flash_questions=0, ready_exits=0, ready_refreshes=0)
         self._ready = ReadyLogits()
         self._answers: set[Answer] = set()  # answers in flight (their tails count in the cell budget)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
+        self._charge = DataCharge(self)  # the cell budget (headstart.data.budget)
         try:
-            self._live = self._open(self._restore(rebuild_entries(self.prompt, self.settings, rows)))
+            row_ids = self._restore(rebuild_entries(self.prompt, self.settings, rows))
+            self._charge.admit(self.frozen_tokens + len(row_ids))  # before any forward: refused, it cost nothing
+            self._live = self._open(row_ids)
         except BaseException:
             self.state = advance(self.state, DataState.CLOSED)
+            self._charge.release()
             self.copy.close()
             raise
+        self._charge.opened()
         self.state = advance(self.state, DataState.LIVE)
         self._ready.refresh(self)
 
@@ -145,187 +156,10 @@ class DataSession:
             if kv.ids == target:
                 return False
             return start_commit(self.model, kv, target, self.runtime.limits.chunk_tokens, False, None,
-                                lambda _c, result: _raise_or(result, True)).row
+                                lambda _c, result: raise_or(result, True)).row
 
         self._enqueue(step, Priority.STREAM, "data-open").wait()
         return holder[0]
-
-    # -- push and ingestion --------------------------------------------------------
-
-    def push(self, rows: list[dict], seqs: list[int] | None = None) -> PushAck:
-        """Validate and buffer `rows` (each `{"table": name, "values": {column: value}}`);
-        returns at once. All or nothing: one bad row rejects the push.
-
-        Args:
-            seqs: the rows' sequence numbers, the caller's (strictly increasing,
-                the first greater than every seq this session has seen); None:
-                the session numbers them after the last one.
-
-        Raises:
-            InvalidInput: a row names an unknown table or column, has a value
-                of the wrong type or is too long (the message names the row),
-                or `seqs` is out of order.
-            SessionClosed: the session is closed.
-        """
-        if not isinstance(rows, (list, tuple)) or not rows:
-            raise InvalidInput("push needs a non-empty list of rows")
-        entries = validate_rows(self.prompt, self.settings, rows)
-        with self._lock:
-            if self.state is DataState.CLOSED:
-                raise SessionClosed(f"data session {self.id} is closed")
-            if seqs is None:
-                seqs = tuple(range(self._last_seq + 1, self._last_seq + 1 + len(entries)))
-            else:
-                seqs = check_seqs(seqs, len(entries), self._last_seq)
-            self._last_seq = seqs[-1]
-            self._buffer.extend(RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, entries))
-            dropped = []
-            while len(self._buffer) > self.settings.buffer_rows:
-                dropped.append(self._buffer.popleft().seq)  # the oldest unprocessed rows go, counted
-            self.counts["accepted"] += len(entries)
-            self.counts["dropped"] += len(dropped)
-            if self._ingest_job is None:
-                self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
-            return PushAck(seqs, len(dropped), tuple(dropped), self.counts["dropped"], len(self._buffer))
-
-    def _ingest_step(self) -> Row | bool:
-        with self._lock:
-            if self.state is DataState.CLOSED or not self._buffer:
-                self._ingest_job = None
-                return False
-            # a batch: at most batch_rows rows and one chunk of tokens (at least one row), so the
-            # forward a submit may wait behind stays bounded
-            batch, tokens = [], 0
-            while self._buffer and len(batch) < self.settings.batch_rows and (
-                    not batch or tokens + len(self._buffer[0].ids) <= self.runtime.limits.chunk_tokens):
-                tokens += len(self._buffer[0].ids)
-                batch.append(self._buffer.popleft())
-        refused = self.copy.rejects([entry.row for entry in batch])
-        if refused:  # valid rows the database refuses (a duplicate key): counted, named, never cached
-            with self._lock:
-                self.counts["refused"] += len(refused)
-                self.refusals.extend((batch[i].seq, message) for i, message in refused)
-            skip = {i for i, _ in refused}
-            batch = [entry for i, entry in enumerate(batch) if i not in skip]
-            if not batch:
-                return True
-        ids = [t for entry in batch for t in entry.ids]
-        job = self._ingest_job
-        return Row(self.model, self._live, ids, False, lambda: job is not None and job.preempt_requested,
-                   lambda result: self._ingest_commit(batch, result))
-
-    def _ingest_commit(self, batch: list[RowEntry], result: RowResult) -> bool:
-        """The batch's one commit: insert into the working copy, record the rows
-        in the cache, bump the version, apply retention (worker thread)."""
-        if result.error is not None:
-            # the cache may have grown in some layers: cut it back to the rows it
-            # holds; the batch's rows are lost, counted as failed (never silently)
-            truncate_layers(self._live.cache, self._live.num_tokens)
-            with self._lock:
-                self.counts["failed"] += len(batch)
-                self._ingest_job = None
-                if self._buffer and self.state is not DataState.CLOSED:  # the rows behind it still go in
-                    self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
-            raise result.error
-        if not result.ran:  # it yielded to a more urgent job: the rows are still the oldest unprocessed
-            with self._lock:
-                self._buffer.extendleft(reversed(batch))
-            return True
-        version = batch[-1].seq  # the data version: the newest row in the cache
-        self.copy.insert([entry.row for entry in batch], [entry.seq for entry in batch])
-        with self._lock:
-            self._segments.extend(batch)
-            self._version = version
-            self.counts["processed"] += len(batch)
-            self.counts["batches"] += 1
-            more = bool(self._buffer) and self.state is not DataState.CLOSED
-            if not more:
-                self._ingest_job = None
-        self._retain()
-        self._ready.refresh(self)
-        self._announce(VersionEvent(version, len(batch), self.counts["dropped"], len(self._segments)))
-        return more
-
-    def _announce(self, event: VersionEvent) -> None:
-        if self.on_version is None:
-            return
-        try:
-            self.on_version(event)
-        except Exception:  # a listener's failure must not undo or stop ingestion
-            log.exception("data session %s: on_version failed for version %d", self.id, event.version)
-
-    # -- retention --------------------------------------------------------------------
-
-    @property
-    def sliding_tokens(self) -> int:
-        return sum(len(entry.ids) for entry in self._segments)
-
-    def _over(self) -> tuple[int, int]:
-        """How many oldest rows (and their tokens) must leave to fit the bound."""
-        excess, rows, tokens = self.sliding_tokens - self.settings.retention_tokens, 0, 0
-        while tokens < excess:
-            tokens += len(self._segments[rows].ids)
-            rows += 1
-        return rows, tokens
-
-    def _retain(self) -> None:
-        rows, tokens = self._over()
-        if not rows:
-            return
-        if self.settings.retention == "shift":
-            started = time.perf_counter()
-            self._live = shift_out(self.model, self._live, self.frozen_tokens, tokens)
-            self.retention_seconds += time.perf_counter() - started
-            with self._lock:
-                del self._segments[:rows]
-                self.counts["retired"] += rows
-                self.counts["shifts"] += 1
-        elif self.retention_state is RetentionState.STEADY:
-            self.retention_state = advance(self.retention_state, RetentionState.REBUILDING)
-            self._rebuild_cutoff = self._segments[rows - 1].seq
-            self._rebuild_kv = None
-            self._rebuild_job = self._enqueue(self._rebuild_step, Priority.STREAM, "data-rebuild")
-
-    def _retained_target(self) -> list[int]:
-        kept = [t for e in self._segments if e.seq > self._rebuild_cutoff for t in e.ids]
-        return self.prompt.frozen_ids + kept
-
-    def _rebuild_step(self) -> Row | bool:
-        """One chunk of the rebuild; rows ingested meanwhile join its target; when
-        it holds the whole target the live cache is swapped (worker thread)."""
-        if self.state is DataState.CLOSED:
-            return False
-        if self._rebuild_kv is None:
-            self._rebuild_kv = frozen_part(self._live, self.frozen_tokens)
-        target = self._retained_target()
-        if self._rebuild_kv.ids == target:
-            self._swap()
-            return False
-        job, started = self._rebuild_job, time.perf_counter()
-
-        def then(commit, result: RowResult) -> bool:
-            # the row's forward ran between this step and its commit, on this thread
-            self.retention_seconds += time.perf_counter() - started
-            self.counts["rebuild_tokens"] += len(commit.step.chunk) if result.ran else 0
-            if result.error is not None:  # give up this rebuild (the live cache is intact); the next batch retries
-                self._rebuild_kv = None
-                self.retention_state = advance(self.retention_state, RetentionState.STEADY)
-                self.counts["rebuild_failures"] += 1
-            return _raise_or(result, True)
-
-        return start_commit(self.model, self._rebuild_kv, target, self.runtime.limits.chunk_tokens, False,
-                            lambda: job is not None and job.preempt_requested, then).row
-
-    def _swap(self) -> None:
-        with self._lock:
-            kept = [e for e in self._segments if e.seq > self._rebuild_cutoff]
-            self.counts["retired"] += len(self._segments) - len(kept)
-            self.counts["rebuilds"] += 1
-            self._segments, self._live, self._rebuild_kv = kept, self._rebuild_kv, None
-            self.retention_state = advance(self.retention_state, RetentionState.STEADY)
-        self._ready.invalidate()  # same version, another cache
-        self._retain()  # rows that arrived during the rebuild may be over the bound again
-        self._ready.refresh(self)
 
     # -- queries ----------------------------------------------------------------------
 
@@ -419,6 +253,9 @@ class DataSession:
             return self.prompt.frozen_ids + [t for e in self._segments for t in e.ids]
 
     def describe(self) -> dict:
+        """The session's state and counters; kv_bytes / kv_charged_bytes: its
+        cells now and as admission counts them (`headstart.data.budget`)."""
+        kv_bytes, charged = self._charge.kv_bytes(), self._charge.charged_bytes()
         with self._lock:
             return dict(id=self.id, db=self.db, tenant=self.tenant, state=self.state.value,
                         retention=self.settings.retention, retention_state=self.retention_state.value,
@@ -426,7 +263,7 @@ class DataSession:
                         sliding_tokens=self.sliding_tokens, retention_tokens=self.settings.retention_tokens,
                         rows_in_cache=len(self._segments), buffered=len(self._buffer),
                         cache_tokens=self._live.num_tokens, retention_ms=self.retention_seconds * 1000,
-                        kv_bytes=self._live.nbytes() + (self._rebuild_kv.nbytes() if self._rebuild_kv else 0),
+                        kv_bytes=kv_bytes, kv_charged_bytes=charged,
                         last_refusals=list(self.refusals),
                         **self.counts)
 
@@ -436,7 +273,8 @@ class DataSession:
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                jobs = [j for j in (self._ingest_job, self._rebuild_job, self._ready.job) if j is not None and not j.done.is_set()]
+                jobs = [j for j in (self._ingest_job, self._rebuild_job, self._ready.job)
+                        if j is not None and not j.done.is_set()]
                 idle = not self._buffer and not jobs and self.retention_state is RetentionState.STEADY
             if idle:
                 return
@@ -453,14 +291,9 @@ class DataSession:
                 return
             self.state = advance(self.state, DataState.CLOSED)
             self._buffer.clear()
+        self._charge.release()
         # on the worker: no ingestion commit can be writing the copy meanwhile
         self.runtime.worker.run_sync(self.copy.close, Priority.SUBMIT, f"data-close:{self.id}")
 
     def _enqueue(self, step, priority: Priority, name: str):
         return self.runtime.worker.enqueue(step, priority, f"{name}:{self.id}", tenant=self.tenant)
-
-
-def _raise_or(result: RowResult, value: bool) -> bool:
-    if result.error is not None:
-        raise result.error
-    return value

@@ -90,7 +90,8 @@ class FlashAnswer:
     """One question evaluated at data `version` (`DataSession.evaluate`): the
     answer's text and SQL, the SQL's result on the working copy at that
     version (`error`: why it did not run; rows then empty), the top-1 minus
-    top-2 logit of the answer's first token, and the question's wall time."""
+    top-2 logit of the answer's first token, and the question's wall time
+    (its model steps and its SQL); token_ids: the answer's tokens."""
 
     question: str
     version: int
@@ -101,6 +102,7 @@ class FlashAnswer:
     error: str | None
     logit_gap: float
     seconds: float
+    token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,21 @@ budget. Past it
 the table evicts idle sessions, least recently used first, and re-checks;
 when none is idle the open fails with RESOURCE_EXHAUSTED. A budget of 0
 means no byte bound (only `max_sessions`).
+
+Other holders of KV memory (data sessions, `headstart.data`) are charged
+through the `KVHolder` protocol: each reports the bytes it holds now and
+the bytes admission must count for it (what it holds plus what it has
+accepted and will hold: rows buffered for ingestion, a rebuild, a query's
+tail). They are admitted by the same rule (`SessionTable.admit_holder` and
+`charge`), and the usage counts them (`data_bytes`), so Describe and the
+replica's metrics see them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from headstart.engine.kv import KVState
 
@@ -32,16 +41,28 @@ class KVUsage:
     session_bytes: int  # private bytes of every session
     shared_bytes: int  # P0 caches (stored or read by a session), each once
     num_sessions: int
-    charged_bytes: int  # what admission counts: shared + each session's max(private, reserve)
+    charged_bytes: int  # what admission counts: shared + each session's max(private, reserve) + holders' charges
+    data_bytes: int = 0  # bytes held by other holders (data sessions)
+    num_data_sessions: int = 0
 
     @property
     def used_bytes(self) -> int:
-        return self.session_bytes + self.shared_bytes
+        return self.session_bytes + self.shared_bytes + self.data_bytes
 
     @property
     def free_bytes(self) -> int | None:
         """Bytes left under the budget (None when unbounded)."""
         return None if not self.budget_bytes else max(0, self.budget_bytes - self.used_bytes)
+
+
+class KVHolder(Protocol):
+    """A holder of KV memory outside the typing sessions (a data session)."""
+
+    def kv_bytes(self) -> int:
+        """Bytes of KV it holds now (private: nothing shared with a stored P0)."""
+
+    def charged_bytes(self) -> int:
+        """Bytes admission counts for it: at least `kv_bytes`, plus what it has accepted and will hold."""
 
 
 class KVMemory:
@@ -64,9 +85,11 @@ class KVMemory:
     def session_reserve_bytes(self) -> int:
         return self.session_reserve_tokens * self.bytes_per_token
 
-    def usage(self, session_states: Iterable[KVState], stored: Iterable[KVState] = ()) -> KVUsage:
-        """Bytes held by these sessions' caches and the stored P0 caches; a
-        prefix shared by several states (same storage) is counted once."""
+    def usage(self, session_states: Iterable[KVState], stored: Iterable[KVState] = (),
+              holders: Iterable[KVHolder] = ()) -> KVUsage:
+        """Bytes held by these sessions' caches, the stored P0 caches and the
+        other holders; a prefix shared by several states (same storage) is
+        counted once."""
         shared: dict[int, int] = {}
         for state in stored:
             key = _storage_key(state)
@@ -81,12 +104,21 @@ class KVMemory:
             prefix = state.shared_prefix()
             if prefix is not None:
                 shared.setdefault(prefix.untyped_storage().data_ptr(), state.shared_nbytes())
+        data, num_data = 0, 0
+        for holder in holders:
+            num_data += 1
+            data += holder.kv_bytes()
+            charged += holder.charged_bytes()
         shared_total = sum(shared.values())
-        return KVUsage(self.budget_bytes, private, shared_total, count, shared_total + charged)
+        return KVUsage(self.budget_bytes, private, shared_total, count, shared_total + charged, data, num_data)
 
     def can_admit(self, usage: KVUsage) -> bool:
         """Whether one more session fits (module doc)."""
-        return not self.budget_bytes or usage.charged_bytes + self.session_reserve_bytes <= self.budget_bytes
+        return self.can_fit(usage, self.session_reserve_bytes)
+
+    def can_fit(self, usage: KVUsage, need_bytes: int) -> bool:
+        """Whether `need_bytes` more can be charged under the budget."""
+        return not self.budget_bytes or usage.charged_bytes + need_bytes <= self.budget_bytes
 
 
 def _storage_key(state: KVState) -> int | None:
