@@ -8,9 +8,8 @@ the users need besides `--host` goes to them as environment variables
 request event in `samples.jsonl`, and our `loadtest.json`, `loadtest.md`
 (TTFT p50/p90/p99 per user class) and `loadtest.png`.
 
-A scenario with data users that time flash answers (`"flash_worker": True`
-in its SCENARIO) gets the flash worker (`python -m services.flash`) beside
-the local stack, on its Redis and engine; its log is `OUT/flash_worker.log`.
+The local stack (`headstart serve`'s) runs the flash worker, which the data
+users' flash answers need; against `--host` the deployment runs its own.
 """
 
 from __future__ import annotations
@@ -101,7 +100,7 @@ def loadtest_cli(
                             flash_push_interval_s=flash_push_interval)
     meta = {"scenario": path.stem, "users": n_users, "spawn_rate": rate, "run_time": run_time, "seed": seed,
             "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
-    stack = sampler = flash = None
+    stack = sampler = None
     try:
         if host is None:
             stack, sampler = _start_local(settings, model, replicas, tenants,
@@ -109,9 +108,6 @@ def loadtest_cli(
             host, settings.grpc_target = stack.http_url, stack.grpc_target
             meta.update(model=model, replicas=replicas, tenants=tenants,
                         max_sessions=max_sessions or defaults.get("max_sessions", 64))
-            if defaults.get("flash_worker"):
-                flash = _start_flash_worker(stack, settings.max_new_tokens, out / "flash_worker.log")
-                meta["flash_worker"] = flash is not None
         else:
             settings.grpc_target = grpc_target or f"{re.sub(r'^[a-z]+://', '', host).split('/')[0].split(':')[0]}:50051"
             meta.update(host=host, tenants=len(token))
@@ -119,8 +115,6 @@ def loadtest_cli(
             _warm_up(settings)
         rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
     finally:
-        if flash is not None:
-            _stop(flash)
         memory = sampler.stop() if sampler else None
         if stack is not None:
             stack.stop()
@@ -142,35 +136,6 @@ def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int
     stack = serve_command(model=model, port=0, grpc_port=0, replicas=replicas, tokens=specs,
                           max_sessions=max_sessions, block=False, say=typer.echo)
     return stack, MemorySampler(period_s=10.0 if seconds >= 600 else 2.0).start()
-
-
-def _start_flash_worker(stack, max_new_tokens: int, log: Path) -> subprocess.Popen | None:
-    """The flash worker on the local stack's Redis and engine (None, said, when this checkout has none)."""
-    import importlib.util
-
-    if importlib.util.find_spec("services.flash") is None:
-        typer.secho("warning: no flash worker in this checkout (services/flash): no flash_ready events",
-                    fg=typer.colors.YELLOW, err=True)
-        return None
-    gw = stack.gateway.settings
-    env = {**_child_env(), "HEADSTART_FLASH_REDIS_URL": stack.redis_url or "",
-           "HEADSTART_FLASH_ENGINE_TARGET": stack.engine_target, "HEADSTART_FLASH_ENGINE_APP": gw.engine_app,
-           "HEADSTART_FLASH_ENGINE_SECRET": gw.engine_secret or "",
-           "HEADSTART_FLASH_CONSUMER": f"loadtest-{os.getpid()}",
-           "HEADSTART_FLASH_MAX_NEW_TOKENS": str(max_new_tokens), "HEADSTART_FLASH_HEALTH_HOST": "127.0.0.1",
-           "HEADSTART_FLASH_HEALTH_PORT": "0"}
-    with log.open("w") as sink:  # a file, not a pipe: nobody reads a pipe while Locust runs
-        return subprocess.Popen([sys.executable, "-m", "services.flash"], env=env, stdout=sink,
-                                stderr=subprocess.STDOUT)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def _warm_up(settings: LoadSettings) -> None:

@@ -3,19 +3,14 @@
 rows and watch them arrive by SSE; register a flash question and watch its
 SQL and rows appear, then update after a new push.
 
-The flash part runs the real flash worker (`python -m services.flash`) beside
-the stack (the `serve_stack` fixture does not start one). Needs Debian's
-`chromium`; skipped without it.
+The flash part runs the real flash worker (`python -m services.flash`, as
+`headstart serve` does) beside the stack: the `serve_stack` fixture has none.
+Needs Debian's `chromium`; skipped without it.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,7 +18,6 @@ import pytest
 from tests.cdp import Browser, find_chromium
 
 CHROMIUM = find_chromium()
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's `chromium` package "
@@ -43,31 +37,15 @@ def browser():
 
 
 @pytest.fixture
-def flash_worker(serve_engine, tmp_path):
-    """The flash worker process on the stack's engine and Redis; stopped after the test."""
-    if importlib.util.find_spec("services.flash") is None:
-        pytest.skip("the flash worker (services/flash, issue 12) is not in this checkout")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)]),
-           "HEADSTART_FLASH_REDIS_URL": serve_engine.redis_url,
-           "HEADSTART_FLASH_ENGINE_TARGET": serve_engine.grpc_target,
-           "HEADSTART_FLASH_ENGINE_APP": serve_engine.app_name,
-           "HEADSTART_FLASH_ENGINE_SECRET": serve_engine.secret,
-           "HEADSTART_FLASH_CONSUMER": f"browser-test-{uuid.uuid4().hex[:8]}",
-           "HEADSTART_FLASH_MAX_NEW_TOKENS": "16",
-           "HEADSTART_FLASH_HEALTH_HOST": "127.0.0.1", "HEADSTART_FLASH_HEALTH_PORT": "0"}
-    log = tmp_path / "flash.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "services.flash"], cwd=ROOT, env=env, stdout=sink,
-                                stderr=subprocess.STDOUT)
-    try:
-        yield log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+def flash_worker(serve_engine):
+    """The flash worker process (as `headstart serve` runs it) on the stack's engine and Redis."""
+    from services.flash.local import start_local_worker
+
+    worker = start_local_worker(serve_engine.redis_url, serve_engine.grpc_target, serve_engine.app_name,
+                                serve_engine.secret, consumer=f"browser-test-{uuid.uuid4().hex[:8]}",
+                                max_new_tokens=16)
+    yield worker
+    worker.stop()
 
 
 def open_panel(browser: Browser, stack) -> None:

@@ -1,11 +1,11 @@
 """mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST),
 data producers (REST, gRPC) pushing rows into data sessions and a flash subscriber timing
-its pushes to the flash answers of their data version (the command starts the
-flash worker beside a local stack: `flash_worker`)."""
+its pushes to the flash answers of their data version (the local stack runs
+the flash worker)."""
 
 from loadtest import users
 
-SCENARIO = {"users": 8, "spawn_rate": 2, "run_time": "90s", "max_sessions": 64, "flash_worker": True}
+SCENARIO = {"users": 8, "spawn_rate": 2, "run_time": "90s", "max_sessions": 64}
 
 
 class MixedWsTypist(users.WsTypist):
