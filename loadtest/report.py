@@ -1,4 +1,5 @@
-"""Our report of a load test: TTFT p50/p90/p99 per user class (JSON + markdown) and a plot.
+"""Our report of a load test: TTFT p50/p90/p99 per user class (JSON + markdown) and a plot;
+for data users, the push round trip and a push's ack to its data_updated / flash_ready.
 
 Built from the exact per-event samples the users wrote (Locust's own CSV
 rounds its percentiles) plus Locust's failure counts; memory samples, when the
@@ -18,12 +19,19 @@ NOT_COUNTING_COMPUTED = {"rest_complete"}  # its JSON answer has no computed_tok
 HEADER = ["user class", "sessions opened", "rejected", "rejection p50 ms", "rejection p99 ms", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms",
           "keystroke RTT p50 ms", "keystroke RTT p99 ms", "last token p50 ms", "computed at submit",
           "failures", "timeouts"]
+DATA_HEADER = ["data user class", "sessions opened", "pushes", "rows pushed", "rejected", "push p50 ms", "push p99 ms",
+               "ack→data_updated p50 ms", "ack→data_updated p99 ms", "ack→flash_ready p50 ms",
+               "ack→flash_ready p99 ms", "flash answers", "failures", "timeouts"]
 
 
 def load_samples(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _ms(ok: dict[str, list[dict]], name: str) -> list[float]:
+    return [s["ms"] for s in ok.get(name, [])]
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -39,7 +47,7 @@ def summarize(samples: list[dict]) -> dict[str, dict]:
     for user, names in sorted(by_user.items()):
         ok = {name: [s for s in rows if not s["error"]] for name, rows in names.items()}
         errors = [s for rows in names.values() for s in rows if s["error"]]
-        ttft, rtt = [s["ms"] for s in ok.get("ttft", [])], [s["ms"] for s in ok.get("keystroke_rtt", [])]
+        ttft, rtt = _ms(ok, "ttft"), _ms(ok, "keystroke_rtt")
         last, rejected = [s["ms"] for s in ok.get("last_token", [])], [s["ms"] for s in ok.get("rejected", [])]
         computed = [s["length"] for s in ok.get("ttft", [])] if user not in NOT_COUNTING_COMPUTED else []
         out[user] = {
@@ -52,6 +60,16 @@ def summarize(samples: list[dict]) -> dict[str, dict]:
             "num_failures": len(errors), "num_timeouts": sum(1 for s in errors if s["error"] == "TimeoutError"),
             "failures_by_kind": dict(sorted(_count(f"{s['name']}:{s['error']}" for s in errors).items())),
         }
+        if "push" in names:  # a data user (loadtest/users.py DataUser)
+            push, updated, flash = _ms(ok, "push"), _ms(ok, "data_updated"), _ms(ok, "flash_ready")
+            out[user].update({
+                "is_data_user": True, "num_pushes": len(push),
+                "num_rows_pushed": sum(s["length"] for s in ok.get("push", [])),
+                "push_p50_ms": _pct(push, 50), "push_p99_ms": _pct(push, 99),
+                "data_updated_p50_ms": _pct(updated, 50), "data_updated_p99_ms": _pct(updated, 99),
+                "num_flash_answers": len(flash), "flash_ready_p50_ms": _pct(flash, 50),
+                "flash_ready_p99_ms": _pct(flash, 99),
+            })
     return out
 
 
@@ -73,14 +91,27 @@ def locust_totals(prefix: Path) -> dict:
     return {}
 
 
-def table_rows(summary: dict[str, dict]) -> list[list]:
-    def v(x):
-        return "-" if x is None else x
+def _v(x):
+    return "-" if x is None else x
 
+
+def table_rows(summary: dict[str, dict]) -> list[list]:
+    """The typing and completion users' rows (data users have a table of their own)."""
+    v = _v
     return [[user, s["num_opened"], s["num_rejected"], v(s["rejection_p50_ms"]), v(s["rejection_p99_ms"]), v(s["ttft_p50_ms"]),
              v(s["ttft_p90_ms"]), v(s["ttft_p99_ms"]), v(s["keystroke_rtt_p50_ms"]), v(s["keystroke_rtt_p99_ms"]),
              v(s["last_token_p50_ms"]), v(s["computed_at_submit_mean"]), s["num_failures"], s["num_timeouts"]]
-            for user, s in summary.items()]
+            for user, s in summary.items() if not s.get("is_data_user")]
+
+
+def data_table_rows(summary: dict[str, dict]) -> list[list]:
+    """The data users' rows: push round trip, a push's ack to its data_updated and flash_ready."""
+    v = _v
+    return [[user, s["num_opened"], s["num_pushes"], s["num_rows_pushed"], s["num_rejected"], v(s["push_p50_ms"]),
+             v(s["push_p99_ms"]), v(s["data_updated_p50_ms"]), v(s["data_updated_p99_ms"]),
+             v(s["flash_ready_p50_ms"]), v(s["flash_ready_p99_ms"]), s["num_flash_answers"], s["num_failures"],
+             s["num_timeouts"]]
+            for user, s in summary.items() if s.get("is_data_user")]
 
 
 def memory_table(trend: dict) -> str:
@@ -99,6 +130,9 @@ def write_report(out_dir: Path, meta: dict, memory: list[dict] | None = None, tr
     totals = locust_totals(out_dir / "locust")
     md = f"# load test `{meta.get('scenario')}`\n\n" + ", ".join(f"{k}={v}" for k, v in meta.items()) + "\n\n"
     md += markdown_table(HEADER, table_rows(summary))
+    data_rows = data_table_rows(summary)
+    if data_rows:
+        md += "\n" + markdown_table(DATA_HEADER, data_rows)
     md += f"\nLocust: {totals.get('num_requests', '?')} request events, {totals.get('num_failures', '?')} failures\n"
     if trend is not None:
         md += "\n" + memory_table(trend)

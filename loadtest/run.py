@@ -7,6 +7,9 @@ the users need besides `--host` goes to them as environment variables
 (`locust_stats.csv`, `locust_failures.csv`, ...) and `locust.html`, every
 request event in `samples.jsonl`, and our `loadtest.json`, `loadtest.md`
 (TTFT p50/p90/p99 per user class) and `loadtest.png`.
+
+The local stack (`headstart serve`'s) runs the flash worker, which the data
+users' flash answers need; against `--host` the deployment runs its own.
 """
 
 from __future__ import annotations
@@ -73,6 +76,10 @@ def loadtest_cli(
     seed: int = typer.Option(0),
     timeout: float = typer.Option(120.0, help="a request with no answer after this many seconds fails (timeout)"),
     warmup: bool = typer.Option(True, help="before the clock starts, open one session per database (builds its P0)"),
+    data_db: str = typer.Option("world_1", help="database of the data users' sessions (a SQLite one)"),
+    data_rows_per_push: int = typer.Option(5, help="rows in one push of a data user"),
+    data_push_interval: float = typer.Option(1.0, help="seconds between a data producer's pushes"),
+    flash_push_interval: float = typer.Option(5.0, help="seconds between a flash subscriber's pushes"),
 ):
     """Run a Locust load-test scenario headless and write its CSVs, HTML report, TTFT table and plot."""
     try:
@@ -88,7 +95,9 @@ def loadtest_cli(
     out.mkdir(parents=True, exist_ok=True)
     (out / "samples.jsonl").unlink(missing_ok=True)
     settings = LoadSettings(tokens=list(token), dbs=list(db), max_new_tokens=max_new_tokens, wpm=wpm, seed=seed,
-                            timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()))
+                            timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()), data_db=data_db,
+                            data_rows_per_push=data_rows_per_push, data_push_interval_s=data_push_interval,
+                            flash_push_interval_s=flash_push_interval)
     meta = {"scenario": path.stem, "users": n_users, "spawn_rate": rate, "run_time": run_time, "seed": seed,
             "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
     stack = sampler = None
@@ -145,11 +154,15 @@ def _warm_up(settings: LoadSettings) -> None:
             typer.echo(f"warm-up: {db} ready in {time.perf_counter() - started:.1f} s")
 
 
+def _child_env() -> dict[str, str]:
+    """This environment with the checkout's root on PYTHONPATH (`loadtest`, `services` import from it)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+
 def _run_locust(path: Path, host: str, settings: LoadSettings, users: int, rate: float, run_time: str,
                 seconds: int, out: Path) -> int:
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, **settings.to_env(), "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")]))}
+    env = {**_child_env(), **settings.to_env()}
     cmd = [sys.executable, "-m", "locust", "-f", str(path), "--headless", "--users", str(users),
            "--spawn-rate", str(rate), "--run-time", run_time, "--host", host, "--csv", str(out / "locust"),
            "--html", str(out / "locust.html"), "--stop-timeout", "20", "--only-summary", "--loglevel", "WARNING"]

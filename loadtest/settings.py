@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, field, fields
 
 PREFIX = "HEADSTART_LOADTEST_"
 DEFAULT_DBS = ("world_1", "concert_singer", "pets_1", "car_1")
+# One row of world_1's `city` per push slot; "{n}" counts up from FIRST_ROW_NUMBER (loadtest/rows.py).
+DEFAULT_DATA_ROW = ('{"table": "city", "values": {"ID": "{n}", "Name": "Loadtown {n}", "CountryCode": "NLD", '
+                    '"District": "Load", "Population": "{n}"}}')
 
 
 @dataclass
@@ -28,6 +31,13 @@ class LoadSettings:
         seed: seeds the question order and every user's typist.
         timeout_s: deadline of one request; past it the request fails as a timeout.
         samples_path: JSON lines of every request event (one per line), for our report.
+        data_db: database of the data users' sessions (a SQLite one: Spider ids are).
+        data_row: JSON template of one pushed row (`loadtest.rows.RowTemplate`).
+        data_rows_per_push: rows in one push.
+        data_push_interval_s: a data producer pushes once per this many seconds.
+        flash_push_interval_s: a flash subscriber pushes once per this many seconds
+            (slower: each push is a new version whose questions the flash worker re-answers).
+        flash_question: the question a flash subscriber registers.
     """
 
     grpc_target: str = "127.0.0.1:50051"
@@ -40,6 +50,12 @@ class LoadSettings:
     seed: int = 0
     timeout_s: float = 120.0
     samples_path: str = ""
+    data_db: str = "world_1"
+    data_row: str = DEFAULT_DATA_ROW
+    data_rows_per_push: int = 5
+    data_push_interval_s: float = 1.0
+    flash_push_interval_s: float = 5.0
+    flash_question: str = "How many cities are there?"
 
     def to_env(self) -> dict[str, str]:
         out = {}
@@ -56,11 +72,12 @@ class LoadSettings:
             raw = env.get(PREFIX + f.name.upper())
             if raw is None:
                 continue
-            if f.name in ("tokens", "dbs"):
+            # NOTE: the annotations are strings here (`from __future__ import annotations`)
+            if f.type == "list[str]":
                 values[f.name] = [v for v in raw.split(",") if v]
-            elif f.name in ("max_new_tokens", "seed"):
+            elif f.type == "int":
                 values[f.name] = int(raw)
-            elif f.name in ("wpm", "typo_rate", "pause_s", "timeout_s"):
+            elif f.type == "float":
                 values[f.name] = float(raw)
             else:
                 values[f.name] = raw

@@ -1,4 +1,5 @@
-"""Locust user classes: typists over WebSocket and gRPC, completion callers over gRPC and REST.
+"""Locust user classes: typists over WebSocket and gRPC, completion callers over
+gRPC and REST, data producers and flash subscribers over REST + SSE.
 
 Every figure a user watches is a Locust request event whose `request_type` is
 the user class's `label` and whose `name` is the figure:
@@ -12,6 +13,16 @@ the user class's `label` and whose `name` is the figure:
 - `ttft`: submit sent → the first answer token (REST: the engine's TTFT, the
   response is not streamed); `response_length` = tokens computed at submit.
 - `last_token`: submit sent → the result.
+
+Data users (`DataProducer`, `FlashSubscriber`: their own data session each):
+
+- `open`: POST /v1/data → the session is open.
+- `push`: POST /v1/data/{sid}/rows → its ack; `response_length` = rows pushed.
+- `register`, `subscribe` (flash subscriber): the question registered; the SSE stream
+  answered (a failure: it broke, and is resumed from its last event id).
+- `data_updated`: a push's ack → the SSE `data_updated` of a version holding its rows.
+- `flash_ready`: a push's ack → the SSE `flash_ready` of an answer at a version holding
+  its rows (the flash worker re-answered the registered question on that data).
 
 A request past `LoadSettings.timeout_s` fails with TimeoutError. Users spread
 over the tenants (tokens) and databases in turn; keystrokes come from the
@@ -30,7 +41,7 @@ import gevent
 import gevent.event
 import grpc.experimental.gevent as grpc_gevent
 import requests
-from locust import User, between, events, task
+from locust import User, between, constant_pacing, events, task
 
 # NOTE: gRPC's C core blocks its calling thread; without this a blocking read
 # in one greenlet would stall every user of the process.
@@ -38,6 +49,7 @@ grpc_gevent.init_gevent()
 
 from headstart.client import ApiError, HeadstartClient  # noqa: E402 (after init_gevent)
 from headstart.typist import Typist  # noqa: E402
+from loadtest.data import PushClock, RowTemplate, SseParser  # noqa: E402
 from loadtest.settings import LoadSettings  # noqa: E402
 
 SETTINGS = LoadSettings.from_env()
@@ -331,3 +343,211 @@ class RestCompleter(HeadstartUser):
         # NOTE: REST's answer does not say how much was computed at submit: length 0, shown as "-"
         self.fire("last_token", started)
         self.fire("ttft", started, ms=data["ttft_ms"])
+
+
+class DataUser(HeadstartUser):
+    """A data session of its own on `SETTINGS.data_db` over REST, rows from `SETTINGS.data_row`."""
+
+    abstract = True
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.http = requests.Session()
+        if self.token:
+            self.http.headers["Authorization"] = f"Bearer {self.token}"
+        self.url = self.host.rstrip("/")
+        self.rows = RowTemplate(SETTINGS.data_row, seed=f"{SETTINGS.seed}:{self.number}")
+        self.sid: str | None = None
+
+    def on_stop(self) -> None:
+        if self.sid:
+            try:
+                self.http.delete(f"{self.url}/v1/data/{self.sid}", timeout=SETTINGS.timeout_s)
+            except requests.RequestException:
+                pass  # the run is ending: an unclosed session is the gateway's to expire
+        self.http.close()
+
+    def call(self, name: str, method: str, path: str, body: dict | None = None) -> tuple[dict | None, float]:
+        """One REST call; fires `name` on failure (a 429 fires `rejected`), returns (JSON, end time) or (None, _)."""
+        started = time.perf_counter()
+        try:
+            response = self.http.request(method, self.url + path, json=body, timeout=SETTINGS.timeout_s)
+        except requests.Timeout as exc:
+            self.fire(name, started, exception=TimeoutError(str(exc)))
+            return None, 0.0
+        except requests.RequestException as exc:
+            self.fire(name, started, exception=exc)
+            return None, 0.0
+        ended = time.perf_counter()
+        if response.status_code == 429:
+            self.fire("rejected", started)
+            return None, ended
+        if response.status_code != 200:
+            self.fire(name, started, exception=ApiError(str(response.status_code), response.text[:200]))
+            return None, ended
+        return response.json(), ended
+
+    def open(self) -> bool:
+        started = time.perf_counter()
+        opened, _ = self.call("open", "POST", "/v1/data", {"db": SETTINGS.data_db})
+        if opened is None:
+            return False
+        self.fire("open", started)
+        self.sid = opened["session_id"]
+        return True
+
+    def push(self) -> tuple[int, float] | None:
+        """Push `data_rows_per_push` rows; (the newest row's seq, ack time), or None when it failed."""
+        rows = self.rows.rows(SETTINGS.data_rows_per_push)
+        started = time.perf_counter()
+        ack, ended = self.call("push", "POST", f"/v1/data/{self.sid}/rows", {"rows": rows})
+        if ack is None:
+            return None
+        self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
+        return max(ack["seqs"]), ended
+
+
+class DataProducer(DataUser):
+    """Pushes rows at a steady rate (a push every `data_push_interval_s`, whatever its round trip)."""
+
+    abstract = True
+    label = "data_producer"
+    wait_time = constant_pacing(SETTINGS.data_push_interval_s)
+
+    @task
+    def push_rows(self) -> None:
+        if self.sid is None and not self.open():
+            return
+        self.push()
+
+
+class FlashSubscriber(DataUser):
+    """Registers a flash question, subscribes to its session's SSE events and pushes rows
+    now and then; times each push's ack to the `data_updated` and the `flash_ready` of its version."""
+
+    abstract = True
+    label = "flash_subscriber"
+    wait_time = constant_pacing(SETTINGS.flash_push_interval_s)
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.clocks = {"data_updated": PushClock(), "flash_ready": PushClock()}
+        self.subscribed = gevent.event.Event()
+        self.reader = None
+        self.response = None
+
+    def on_stop(self) -> None:
+        if self.reader is not None:
+            self.reader.kill()
+        if self.response is not None:
+            self.response.close()
+        super().on_stop()
+
+    def start_session(self) -> bool:
+        if not self.open():
+            return False
+        started = time.perf_counter()
+        registered, _ = self.call("register", "POST", f"/v1/data/{self.sid}/flash",
+                                  {"question": SETTINGS.flash_question})
+        if registered is None:
+            return False
+        self.fire("register", started)
+        self.reader = gevent.spawn(self._read_events, self.sid)
+        if not self.subscribed.wait(SETTINGS.timeout_s):  # events from "now": subscribe before the first push
+            self.fire("subscribe", started, exception=TimeoutError("the event stream did not open"))
+            return False
+        return True
+
+    @task
+    def push_and_time(self) -> None:
+        if self.reader is None and not self.start_session():
+            return
+        pushed = self.push()
+        if pushed is not None:
+            for clock in self.clocks.values():
+                clock.acked(*pushed)
+        deadline = time.perf_counter() - SETTINGS.timeout_s
+        for name, clock in self.clocks.items():
+            for acked in clock.expired(deadline):
+                self.fire(name, acked, exception=TimeoutError(f"no {name} in {SETTINGS.timeout_s:g} s"))
+
+    def _read_events(self, sid: str) -> None:
+        """The session's SSE stream for the user's life; a broken stream resumes from its last id."""
+        parser = SseParser()
+        while True:
+            # resume after the last event seen (none yet: from the session's first), so no
+            # event is lost while (re)connecting
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": parser.last_id or "0"}
+            started = time.perf_counter()
+            try:
+                # NOTE: the read timeout only bounds a silent stream: the gateway sends a
+                # keep-alive comment about every 15 s.
+                self.response = self.http.get(f"{self.url}/v1/data/{sid}/events", headers=headers, stream=True,
+                                              timeout=(SETTINGS.timeout_s, 60.0))
+                if self.response.status_code != 200:
+                    raise ApiError(str(self.response.status_code), self.response.text[:200])
+                if not self.subscribed.is_set():
+                    self.fire("subscribe", started)
+                    self.subscribed.set()
+                for line in self.response.iter_lines(chunk_size=None, decode_unicode=True):
+                    event = parser.feed(line)
+                    if event is not None:
+                        self._on_event(event.kind, event.payload)
+            except (requests.RequestException, ApiError) as exc:
+                self.fire("subscribe", started, exception=exc)
+            gevent.sleep(1.0)
+
+    def _on_event(self, kind: str, payload: dict) -> None:
+        clock = self.clocks.get(kind)
+        if clock is None:
+            return  # rows_dropped: counted by the gateway's metrics and the push acks
+        now = time.perf_counter()
+        for acked in clock.reached(int(payload.get("version", 0))):
+            self.fire(kind, acked, length=int(payload.get("version", 0)), ms=(now - acked) * 1000.0)
+
+
+class GrpcDataProducer(DataProducer):
+    """`DataProducer` over the public gRPC API: OpenData, then a PushRows client stream per push."""
+
+    abstract = True
+    label = "grpc_data_producer"
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.client = HeadstartClient(SETTINGS.grpc_target, self.token, timeout_s=SETTINGS.timeout_s)
+
+    def on_stop(self) -> None:
+        if self.sid:
+            try:
+                self.client.close_data(self.sid)
+            except ApiError:
+                pass  # the run is ending: an unclosed session is the gateway's to expire
+            self.sid = None
+        self.client.close()
+        super().on_stop()
+
+    def open(self) -> bool:
+        started = time.perf_counter()
+        try:
+            self.sid = self.client.open_data(SETTINGS.data_db).session_id
+        except ApiError as exc:
+            self.refused(exc.code, started, exc.message)
+            return False
+        self.fire("open", started)
+        return True
+
+    def push(self) -> tuple[int, float] | None:
+        rows = self.rows.rows(SETTINGS.data_rows_per_push)
+        started = time.perf_counter()
+        try:
+            ack = self.client.push_rows(self.sid, rows)
+        except ApiError as exc:
+            if exc.code in REJECTION_CODES:
+                self.fire("rejected", started)
+            else:
+                self.fire("push", started, exception=TimeoutError(exc.message) if exc.code == "DEADLINE_EXCEEDED"
+                          else exc)
+            return None
+        ended = time.perf_counter()
+        self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
+        return max(ack.seqs), ended

@@ -1,4 +1,7 @@
-"""mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST)."""
+"""mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST),
+data producers (REST, gRPC) pushing rows into data sessions and a flash subscriber timing
+its pushes to the flash answers of their data version (the local stack runs
+the flash worker)."""
 
 from loadtest import users
 
@@ -19,3 +22,15 @@ class MixedGrpcCompleter(users.GrpcCompleter):
 
 class MixedRestCompleter(users.RestCompleter):
     weight = 1
+
+
+class MixedDataProducer(users.DataProducer):
+    fixed_count = 1  # one of the N users, whatever N: a push a second is the load meant
+
+
+class MixedGrpcDataProducer(users.GrpcDataProducer):
+    fixed_count = 1
+
+
+class MixedFlashSubscriber(users.FlashSubscriber):
+    fixed_count = 1

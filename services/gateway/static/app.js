@@ -33,7 +33,7 @@ async function loadDatabases() {
     opt.dataset.canExecute = d.can_execute;
     $("db").add(opt);
   }
-  connect();
+  if (params.get("view") !== "data") connect();  // the data panel alone: no typing session
 }
 
 function connect() {
