@@ -100,6 +100,15 @@ def test_choose_kernels_stops_at_its_budget_after_min_rounds():
     assert choice.rounds == 2
 
 
+def test_choose_kernels_falls_back_when_not_one_round_fits_its_deadline():
+    """A machine too loaded to finish one round in time: the caller's static rule, marked unmeasured."""
+    timer = FakeTimer(ONEDNN_WINS)
+    choice = choose_kernels({"off": lambda: None, "onednn": lambda: None}, [(w, _noop) for w in WORKLOADS],
+                            timer, deadline_s=0.0, fallback="onednn")
+    assert (choice.kernels, choice.measured, choice.rounds) == ("onednn", False, 0)
+    assert "loaded" in choice.reason and timer.calls == []
+
+
 @pytest.fixture
 def tiny32(monkeypatch):
     """random:tiny with `auto` timing it (its hidden size 32 is below the real threshold)."""

@@ -34,6 +34,11 @@ WEIGHTS = {"prefill_64": 1.0, "decode_1": 15.5, "decode_4": 15.5}
 MAX_ROUNDS = 3
 MIN_ROUNDS = 2  # the first round pays first-call costs (oneDNN creates a primitive per shape)
 BUDGET_S = 3.0  # no round is started that would end past this (packing the weights not counted)
+# NOTE: on a loaded machine a round can take a minute (2 threads sharing 2
+# cores with other work) and its timings say more about the load than about
+# the kernels: past this the timing stops, and with no full round done the
+# caller's fallback (a static rule) is used instead of a guess
+DEADLINE_S = 12.0
 
 # timer(kernels, workload, fn) -> seconds fn took; fn is run by the timer
 Timer = Callable[[str, str, Callable[[], object]], float]
@@ -86,7 +91,8 @@ class FastPathChoice:
 def choose_kernels(candidates: dict[str, Callable[[], None]], workloads: Sequence[tuple[str, Workload]],
                    timer: Timer = wall_clock, weights: dict[str, float] | None = None,
                    max_rounds: int = MAX_ROUNDS, min_rounds: int = MIN_ROUNDS,
-                   budget_s: float = BUDGET_S) -> FastPathChoice:
+                   budget_s: float = BUDGET_S, deadline_s: float = DEADLINE_S,
+                   fallback: str | None = None) -> FastPathChoice:
     """Time every workload under every candidate kernel set; return the lowest weighted total.
 
     Args:
@@ -97,6 +103,10 @@ def choose_kernels(candidates: dict[str, Callable[[], None]], workloads: Sequenc
         weights: per workload name (`WEIGHTS`); a workload without one counts 1.
         max_rounds, min_rounds, budget_s: at least `min_rounds` rounds, then
             more while the next round would end within `budget_s`.
+        deadline_s, fallback: timing stops once `deadline_s` have passed
+            (a loaded machine); the choice is then made from the full rounds
+            done, or is `fallback` (default: the first candidate), not
+            measured, when not one round was done.
     """
     if not candidates:
         raise ValueError("choose_kernels needs at least one candidate")
@@ -108,15 +118,33 @@ def choose_kernels(candidates: dict[str, Callable[[], None]], workloads: Sequenc
         elapsed = time.perf_counter() - start
         if rounds >= min_rounds and elapsed + elapsed / rounds > budget_s:
             break
-        order = names if rounds % 2 == 0 else names[::-1]  # alternate who runs first
-        for name in order:
-            candidates[name]()
-            for workload, prepare in workloads:
-                seconds = timer(name, workload, prepare())
-                ms = seconds * 1000.0
+        done = _round(candidates, workloads, timer, rounds % 2, start + deadline_s)
+        if done is None:
+            break
+        for name, times in done.items():
+            for workload, ms in times.items():
                 best[name][workload] = min(ms, best[name].get(workload, ms))
         rounds += 1
+    if rounds == 0:
+        return FastPathChoice(kernels=fallback or names[0], requested="auto",
+                              reason=f"timing stopped after {deadline_s:.0f} s before one round was done "
+                                     "(a loaded machine): the static rule", seconds=time.perf_counter() - start)
     scores = {name: sum(weights.get(w, 1.0) * ms for w, ms in best[name].items()) for name in names}
     chosen = min(names, key=lambda n: scores[n])  # min keeps the first of equals
     return FastPathChoice(kernels=chosen, requested="auto", measured=True, timings_ms=best, scores_ms=scores,
                           rounds=rounds, seconds=time.perf_counter() - start)
+
+
+def _round(candidates, workloads, timer: Timer, reverse: int, deadline: float) -> dict[str, dict[str, float]] | None:
+    """One round: every candidate runs every workload; ms per candidate and
+    workload. None once `deadline` has passed: a round cut short is dropped
+    whole (its candidates would not have had the same chances)."""
+    names = list(candidates)
+    times: dict[str, dict[str, float]] = {name: {} for name in names}
+    for name in names[::-1] if reverse else names:  # alternate who runs first
+        candidates[name]()
+        for workload, prepare in workloads:
+            if time.perf_counter() > deadline:
+                return None
+            times[name][workload] = timer(name, workload, prepare()) * 1000.0
+    return times
