@@ -8,7 +8,11 @@ extension ran before the fast path; `eager`: the runner's layers with the
 model's own modules; `onednn`; `inductor`), each dtype, and a batch of `rows`
 decode rows sharing one forward (continuous batching). Reported per case:
 setup time (packing or compiling the kernels), min and median ms per step of
-`steps` steps, and the weight bytes read per second at the min.
+`steps` steps, and the weight bytes read per second at the min. Also per
+kernel set: one cold prefill of the whole prompt (`prefill_ms`, a cold
+TTFT's forward), so kernels fast at decoding but slow at prefill show. The
+`auto` case is what `HEADSTART_FAST_PATH=auto` picks on this machine
+(`fast_path_auto`, timed at setup; `installed` names the pick).
 
 Every case also decodes greedily from the same prompt and checks its tokens
 against the `off` case's of the same dtype (`same_tokens`): a kernel that
@@ -25,10 +29,16 @@ import torch
 
 from bench.common import markdown_table, write_json
 from headstart.engine.kv import KVState, extend, prefill
-from headstart.engine.model_runner import RowExtension, enable_fast_path, extend_rows, fast_path_name
+from headstart.engine.model_runner import (
+    RowExtension,
+    enable_fast_path,
+    extend_rows,
+    fast_path_choice,
+    fast_path_name,
+)
 from headstart.models.loader import load_model
 
-CASES = ("off", "eager", "onednn", "inductor")
+CASES = ("off", "eager", "onednn", "inductor", "auto")
 
 
 def _weights_bytes(model) -> int:
@@ -55,18 +65,32 @@ def _decode(model, states: list[KVState], tokens: list[int], steps: int) -> tupl
     return times, out
 
 
-def _case(model, case: str, base: KVState, rows: int, steps: int, warm_rows: tuple[int, ...]) -> dict:
+def _timed_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _case(model, case: str, base: KVState, rows: int, steps: int, warm_rows: tuple[int, ...],
+          prefill_ids: list[int] | None = None) -> dict:
     start = time.perf_counter()
     installed = enable_fast_path(model, case, warm_rows)
-    if installed != case:
+    if installed != case and case != "auto":
         return {"skipped": f"{case} is not available for this model/dtype (resolved to {installed})"}
     setup_s = time.perf_counter() - start
+    prefill_ms = None
+    if prefill_ids is not None:  # a cold prefill of the whole prompt: min of two, after a short warm one
+        prefill(model, prefill_ids[:64])
+        prefill_ms = min(_timed_ms(lambda: prefill(model, prefill_ids)) for _ in range(2))
     states = [base.copy() for _ in range(rows)]
     first = int(base.last_logits.argmax())
     _decode(model, [s.copy() for s in states], [first] * rows, 2)  # warm (first-call allocations)
     times, tokens = _decode(model, states, [first] * rows, steps)
-    return {"setup_s": setup_s, "min_ms": min(times), "p50_ms": statistics.median(times),
-            "tokens": tokens[0], "installed": fast_path_name(model)}
+    result = {"setup_s": setup_s, "min_ms": min(times), "p50_ms": statistics.median(times),
+              "tokens": tokens[0], "installed": fast_path_name(model), "prefill_ms": prefill_ms}
+    if case == "auto":
+        result["auto"] = fast_path_choice(model).to_dict()
+    return result
 
 
 def run_decode_step_bench(model: str, dtypes: list[str], cases: list[str], rows: list[int], steps: int,
@@ -88,7 +112,7 @@ def run_decode_step_bench(model: str, dtypes: list[str], cases: list[str], rows:
         reference = None
         for case in cases:
             for n in rows:
-                r = _case(m, case, base, n, steps, tuple(sorted(set(rows))))
+                r = _case(m, case, base, n, steps, tuple(sorted(set(rows))), ids if n == rows[0] else None)
                 row = {"dtype": dtype, "case": case, "rows": n, **r}
                 if "skipped" not in r:
                     if case == "off" and n == rows[0]:
@@ -97,7 +121,9 @@ def run_decode_step_bench(model: str, dtypes: list[str], cases: list[str], rows:
                     row["gib_per_s"] = gib / (r["min_ms"] / 1000.0)
                 results.append(row)
                 print(f"  {dtype:9s} {case:9s} rows {n:2d} " + (r["skipped"] if "skipped" in r else
-                      f"setup {r['setup_s']:6.1f} s  min {r['min_ms']:7.1f} ms  p50 {r['p50_ms']:7.1f} ms  "
+                      f"[{r['installed']}] setup {r['setup_s']:6.1f} s  min {r['min_ms']:7.1f} ms  "
+                      f"p50 {r['p50_ms']:7.1f} ms  "
+                      + (f"prefill {r['prefill_ms']:7.1f} ms  " if r["prefill_ms"] is not None else "") +
                       f"{row['gib_per_s']:5.1f} GiB/s  same tokens {row['same_tokens']}"), flush=True)
         enable_fast_path(m, "off")
         del loaded, m, base
@@ -121,9 +147,12 @@ def _load_average() -> list[float] | None:
 def _write(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "decode_step.json", report)
-    header = ["dtype", "kernels", "rows", "setup s", "min ms/step", "p50 ms/step", "GiB/s at min", "same tokens as off"]
-    rows = [[r["dtype"], r["case"], r["rows"], r["setup_s"], r["min_ms"], r["p50_ms"], r["gib_per_s"],
-             r["same_tokens"]] for r in report["results"] if "skipped" not in r]
+    header = ["dtype", "kernels", "rows", "setup s", "min ms/step", "p50 ms/step", "GiB/s at min",
+              "cold prefill ms", "same tokens as off"]
+    rows = [[r["dtype"], r["case"] if r["installed"] == r["case"] else f"{r['case']} ({r['installed']})", r["rows"],
+             r["setup_s"], r["min_ms"], r["p50_ms"], r["gib_per_s"],
+             "-" if r.get("prefill_ms") is None else r["prefill_ms"], r["same_tokens"]]
+            for r in report["results"] if "skipped" not in r]
     c, load = report["config"], report["load_average"]
     table = (f"One decode step, {c['model']}, prompt {c['prompt_tokens']} tokens, {c['threads']} threads, "
              f"{c['steps']} steps per case; load average {load}\n\n" + markdown_table(header, rows))

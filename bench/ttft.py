@@ -69,7 +69,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     peer = start_peer(model, llamacpp, threads, server=llamacpp_server, parallel=1)
     runtime = build_runtime(model=model, dtype=dtype, device=device, threads=threads,
                             p0_cache_on_disk=False, table_cache=table_cache, fast_path=fast_path)
-    print(f"fast path: {runtime.fast_path}", flush=True)
+    print(f"fast path: {runtime.fast_path_choice.summary()}", flush=True)
     peer_decode = None
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts
@@ -125,7 +125,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                                            max_new_tokens=max_new_tokens, table_cache=table_cache,
-                                           llamacpp=llamacpp, fast_path=runtime.fast_path), peer_decode)
+                                           llamacpp=llamacpp, fast_path=runtime.fast_path,
+                                           fast_path_choice=runtime.fast_path_choice.to_dict()), peer_decode)
     _write(report, out)
     return report
 
@@ -204,10 +205,24 @@ def _write(report: dict, out: Path) -> None:
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
              f"seed {c['seed']}\n\n" + markdown_table(header, rows) +
              f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms; "
-             f"outputs identical to cold in every mode: {report['outputs_identical']}\n" + peer_line)
+             f"outputs identical to cold in every mode: {report['outputs_identical']}\n" + peer_line
+             + _choice_line(c.get("fast_path_choice")))
     (out / "ttft.md").write_text(table)
     print("\n" + table)
     _plot(report, out / "ttft.png")
+
+
+def _choice_line(choice: dict | None) -> str:
+    """The kernels and, when `auto` measured them, each candidate's timings on this machine."""
+    if not choice:
+        return ""
+    if not choice["measured"]:
+        return f"kernels: {choice['kernels']} (requested {choice['requested']}, not timed)\n"
+    timings = "; ".join(f"{name} " + ", ".join(f"{w} {ms:.1f}" for w, ms in t.items())
+                        + f" = {choice['scores_ms'][name]:.0f} ms per answer"
+                        for name, t in choice["timings_ms"].items())
+    return (f"kernels: {choice['kernels']} (auto: min ms per workload over {choice['rounds']} rounds, "
+            f"{choice['seconds']:.1f} s at start: {timings})\n")
 
 
 def _plot(report: dict, path: Path) -> None:

@@ -71,6 +71,10 @@ def test_bench_ttft_plumbing(tmp_path):
                 "wasted_tokens_mean"} <= set(stats)
     assert report["decode_step_ms"] > 0 and len(report["rows"]) == 8
     assert report["config"]["dbs"] == ["world_1", "car_1"]
+    assert report["config"]["fast_path_choice"] == {  # why these kernels: auto on a tiny model is not timed
+        "kernels": "off", "requested": "auto", "measured": False, "rounds": 0, "seconds": 0.0,
+        "timings_ms": {}, "scores_ms": {}, "reason": report["config"]["fast_path_choice"]["reason"]}
+    assert "kernels: off (requested auto, not timed)" in (out / "ttft.md").read_text()
     assert (out / "ttft.md").read_text().count("\n|") >= 5 and (out / "ttft.png").stat().st_size > 1000
 
 
@@ -79,13 +83,16 @@ def test_bench_decode_step_plumbing(tmp_path):
     kernel picking the model's own forward's tokens (timings not asserted)."""
     out = tmp_path / "decode"
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--dtype", "float32", "--kernels",
-                "off,eager,onednn", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
+                "off,eager,onednn,auto", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
                 "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "decode_step.json").read_text())
     cases = [(r["case"], r["rows"]) for r in report["results"]]
-    assert cases == [(c, n) for c in ("off", "eager", "onednn") for n in (1, 3)]
+    assert cases == [(c, n) for c in ("off", "eager", "onednn", "auto") for n in (1, 3)]
     assert all(r["same_tokens"] and r["min_ms"] > 0 for r in report["results"])
+    # a cold prefill per kernel set; auto on random:tiny is `off`, untimed
+    assert [r["prefill_ms"] is not None for r in report["results"]] == [True, False] * 4
+    assert {(r["installed"], r["auto"]["measured"]) for r in report["results"] if r["case"] == "auto"} == {("off", False)}
     assert (out / "decode_step.md").read_text().count("\n|") >= 7 and (out / "decode_step.png").stat().st_size > 1000
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--kernels", "fastest", "--out", str(out)], tmp_path)
     assert proc.returncode == 2 and "valid: off, eager, onednn, inductor" in proc.stderr

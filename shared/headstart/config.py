@@ -67,7 +67,8 @@ class EngineSettings(BaseSettings):
     fast_path: Literal["off", "auto", "eager", "onednn", "inductor"] = Field(
         "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
         "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | inductor (torch.compile, "
-        "minutes at start, cached on disk) | auto (onednn for a real-sized model on a CPU in bfloat16, else off)"
+        "minutes at start, cached on disk) | auto (off and onednn timed at start on this machine, ~3 s, the faster kept; "
+        "too loaded to time in 12 s: float32 off, bfloat16 onednn; float64, tiny models and GPUs: off)"
     )
     batch_invariant: bool = Field(
         False, description="a batched row's logits bit-identical to its lone forward's (linear layers run per row: "

@@ -27,7 +27,8 @@ rows that want logits.
 Kernels: the weight-bound parts of each layer (norms, projections, MLP) and
 the LM head run through the model's *ops* (`fast_ops`: the model's own
 modules, oneDNN packed matmuls, or compiled blocks), installed once by
-`enable_fast_path` (HEADSTART_FAST_PATH). With a fast path on, a lone
+`enable_fast_path` (HEADSTART_FAST_PATH; `auto` times `off` and `onednn`
+on this machine at start, `fast_path_auto`). With a fast path on, a lone
 extension (`kv.extend`) is a batch of one row here, so the cold baseline,
 prefix requests and sessions all run the same kernels.
 
@@ -39,17 +40,30 @@ The float64 exactness tests run sessions sharing batched forwards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+import time
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
 
 from headstart.engine.fast_ops import FAST_PATHS, EagerOps, OneDNNOps, onednn_supports
-from headstart.engine.kv import KVState, kept_logits
+from headstart.engine.fast_path_auto import (
+    DECODE_ROWS,
+    PREFILL_TOKENS,
+    FastPathChoice,
+    Timer,
+    Workload,
+    choose_kernels,
+    wall_clock,
+)
+from headstart.engine.kv import KVState, extend, kept_logits
 from headstart.engine.shared_prefix import layer_segments
 
+log = logging.getLogger(__name__)
+
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
-# `auto` turns the fast path on from this hidden size (0.5B: 896; random:tiny: 32)
+# `auto` times the fast paths from this hidden size (0.5B: 896; random:tiny: 32)
 AUTO_MIN_HIDDEN = 256
 
 
@@ -214,62 +228,141 @@ def _append(state: KVState, new_kv: list[dict], b: int) -> None:
         state.cache.update(k.contiguous(), v.contiguous(), layer)
 
 
-def resolve_fast_path(model, mode: str) -> str:
-    """The kernels `mode` means for this model. `auto` picks oneDNN packed
-    matmuls for a real-sized Llama-family model on a CPU in bfloat16 (no
-    compile, nothing for a test to wait for) and the model's own forward
-    otherwise. Measured (0.5B, 2 threads, min of 38 interleaved decode steps,
-    load average 5-10): float32 off 81.8 / eager 84.4 / onednn 97.5 ms, so
-    float32 stays on MKL; bfloat16 off 80.2 / onednn 75.2 ms.
+def auto_candidates(model) -> tuple[str, ...]:
+    """The kernel sets `auto` times on this model: `off` and `onednn` for a
+    real-sized (hidden >= AUTO_MIN_HIDDEN) Llama-family model on a CPU in
+    float32 or bfloat16; none (so `off`, untimed) for float64, tiny models,
+    other devices and layers the runner cannot run. `inductor` is never a
+    candidate: it compiles for minutes."""
+    big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
+    if not (big and supports_packed_rows(model) and onednn_supports(model)):
+        return ()
+    return ("off", "onednn")
+
+
+def resolve_fast_path(model, mode: str, timer: Timer | None = None) -> str:
+    """The kernels `mode` means for this model (`resolve_choice(...).kernels`).
+    Unknown mode -> ValueError."""
+    return resolve_choice(model, mode, timer).kernels
+
+
+def resolve_choice(model, mode: str, timer: Timer | None = None) -> FastPathChoice:
+    """The kernels `mode` means for this model, and why. `auto` times the
+    `auto_candidates` on a scratch cache (`fast_path_auto.choose_kernels`;
+    `timer` replaces the wall clock in tests), once per model: the choice is
+    kept on the model and reused. Any other mode is taken as given, untimed
+    (`off` where the runner or oneDNN cannot run this model).
     Unknown mode -> ValueError."""
     if mode not in FAST_PATHS:
         raise ValueError(f"unknown fast path {mode!r}; valid: {', '.join(FAST_PATHS)}")
     if mode == "auto":
-        big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
-        bf16 = next(model.parameters()).dtype == torch.bfloat16
-        mode = "onednn" if big and bf16 and onednn_supports(model) else "off"
-    if mode != "off" and not supports_packed_rows(model):
-        return "off"  # the runner cannot run this model's layers: the model's own forward
+        return _auto_choice(model, timer)
+    if mode != "off" and not supports_packed_rows(model):  # the model's own forward
+        return FastPathChoice("off", mode, reason="the runner cannot run this model's layers")
     if mode == "onednn" and not onednn_supports(model):
-        return "off"
-    return mode
+        return FastPathChoice("off", mode, reason="oneDNN has no kernels for this dtype or device")
+    return FastPathChoice(mode, mode)
 
 
-def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batch_invariant: bool = False) -> str:
-    """Install the kernels `mode` resolves to (`resolve_fast_path`) on `model`,
+def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batch_invariant: bool = False,
+                     timer: Timer | None = None) -> str:
+    """Install the kernels `mode` resolves to (`resolve_choice`) on `model`,
     once, at engine start. From then on every extension of this model, lone
     (`kv.extend`) or batched, runs `extend_rows` with those ops, so every
     mode of the engine uses the same kernels. `warm_rows` are the token
     counts compiled ahead (inductor: 1 compiles the one-token graphs, any
     count above 1 the dynamic 2..64 ones; each graph holds its own packed
     copy of the weights). Returns the resolved name ("off": the model's
-    own forward for lone extensions, as before).
+    own forward for lone extensions, as before); `fast_path_choice(model)`
+    tells why (the timings, for `auto`).
 
     `batch_invariant` (HEADSTART_BATCH_INVARIANT): a batched row's results
     are bit-identical to its lone forward's (`_by_row`); it needs the
     runner for lone extensions too, so `off` becomes `eager` then."""
-    resolved = resolve_fast_path(model, mode)
+    model._headstart_batch_invariant = batch_invariant
+    choice = resolve_choice(model, mode, timer)
+    resolved = choice.kernels
     if batch_invariant and resolved == "off" and supports_packed_rows(model):
         resolved = "eager"
-    model._headstart_batch_invariant = batch_invariant
+    model._headstart_fast_path_choice = choice
+    measured_ops = model.__dict__.pop("_headstart_measured_ops", None)  # auto's packed weights, reused
     current = getattr(model, "_headstart_ops", None)
     if current is not None and current.name == resolved:
         return resolved
     if resolved == "off":
-        model._headstart_ops = None
-        model._headstart_fast_extend = None
+        _install(model, None)
         return resolved
     if resolved == "eager":
         ops = EagerOps(model)
     elif resolved == "onednn":
-        ops = OneDNNOps(model)
+        ops = measured_ops if measured_ops is not None else OneDNNOps(model)
     else:
         from headstart.engine.compiled_ops import InductorOps
 
         ops = InductorOps(model, warm_rows)
-    model._headstart_ops = ops
-    model._headstart_fast_extend = _lone_extend
+    _install(model, ops)
     return resolved
+
+
+def fast_path_choice(model) -> FastPathChoice:
+    """What `enable_fast_path` last chose for `model`, with `auto`'s timings."""
+    choice = getattr(model, "_headstart_fast_path_choice", None)
+    return choice if choice is not None else FastPathChoice(fast_path_name(model), "off")
+
+
+def _install(model, ops) -> None:
+    model._headstart_ops = ops
+    model._headstart_fast_extend = None if ops is None else _lone_extend
+
+
+def _auto_choice(model, timer: Timer | None) -> FastPathChoice:
+    """`auto` for this model: measured once (module doc of fast_path_auto), then reused."""
+    cached = getattr(model, "_headstart_auto_choice", None)
+    if cached is not None:
+        return cached
+    candidates = auto_candidates(model)
+    if not candidates:
+        return FastPathChoice("off", "auto", reason="not timed: float64, a tiny model, or no oneDNN kernels")
+    start = time.perf_counter()
+    before = getattr(model, "_headstart_ops", None)
+    packed = before if before is not None and before.name == "onednn" else OneDNNOps(model)
+    installs = {"off": lambda: _install(model, None), "onednn": lambda: _install(model, packed)}
+    # on a machine too loaded to time them: the rule measured on a quiet one
+    # (docs/benchmarks.md: float32 on MKL, bfloat16 on oneDNN)
+    fallback = "onednn" if next(model.parameters()).dtype == torch.bfloat16 else "off"
+    try:
+        choice = choose_kernels({name: installs[name] for name in candidates}, _auto_workloads(model),
+                                timer or wall_clock, fallback=fallback)
+    finally:
+        _install(model, before)
+    choice = replace(choice, seconds=time.perf_counter() - start)
+    if choice.kernels == "onednn":
+        model._headstart_measured_ops = packed
+    model._headstart_auto_choice = choice
+    log.info("fast path: %s", choice.summary())
+    return choice
+
+
+def _auto_workloads(model) -> list[tuple[str, Workload]]:
+    """auto's workloads on a scratch cache: a cold prefill chunk, then one
+    decode step of that cache alone and of four copies in one forward."""
+    ids = [(1000 + 37 * i) % model.config.vocab_size for i in range(PREFILL_TOKENS)]
+    scratch: list[KVState] = []
+
+    def prefill_chunk():
+        scratch[:] = [KVState()]
+        return lambda: extend(model, scratch[0], ids)
+
+    def decode(rows: int):
+        def prepare():
+            states = [scratch[0].copy() for _ in range(rows)]
+            if rows == 1:
+                return lambda: extend(model, states[0], [ids[0]])
+            return lambda: extend_rows(model, [RowExtension(s, [ids[0]]) for s in states])
+        return prepare
+
+    return [(f"prefill_{PREFILL_TOKENS}", prefill_chunk), ("decode_1", decode(1)),
+            (f"decode_{DECODE_ROWS}", decode(DECODE_ROWS))]
 
 
 def fast_path_name(model) -> str:

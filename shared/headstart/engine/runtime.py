@@ -23,7 +23,7 @@ from headstart.engine.errors import HeadstartError, InvalidInput, PromptTooLong
 from headstart.engine.generation import GenerationRequest, SamplingParams, SubmitResult
 from headstart.engine.kv import KVState
 from headstart.engine.kv_memory import KVMemory
-from headstart.engine.model_runner import enable_fast_path
+from headstart.engine.model_runner import enable_fast_path, fast_path_choice
 from headstart.engine.p0_store import P0Store
 from headstart.engine.policy import PaperPolicy, make_policy
 from headstart.engine.prefix_source import P0Source, PrefixHit, PrefixSource
@@ -67,6 +67,8 @@ class EngineRuntime:
         )
         self.fast_path = enable_fast_path(self.loaded.model, settings.fast_path,  # every forward's kernels
                                           batch_invariant=settings.batch_invariant)
+        # why those kernels: with `auto`, each candidate's timings on this machine
+        self.fast_path_choice = fast_path_choice(self.loaded.model)
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
                                     max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
                                     decode_defer_ms=settings.decode_defer_ms,

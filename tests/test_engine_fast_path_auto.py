@@ -1,0 +1,207 @@
+"""`HEADSTART_FAST_PATH=auto`: the kernels are chosen by timing them on the
+machine at start (`fast_path_auto.choose_kernels`, `model_runner._auto_choice`).
+
+Timings are never asserted: a fake timer runs each workload for real and
+returns the time a table says, so the decision is known in advance. What is
+checked: the weighted decision, that a forced choice and a float64 or tiny
+model are never timed, that the decision is measured once per model and then
+applied to every forward (lone, batched, cold prefill), and that sessions
+still generate a cold prefill's tokens with the chosen kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headstart.config import EngineSettings
+from headstart.engine import model_runner
+from headstart.engine.fast_path_auto import WEIGHTS, choose_kernels
+from headstart.engine.generation import SamplingParams
+from headstart.engine.kv import extend, prefill
+from headstart.engine.model_runner import (
+    RowExtension,
+    enable_fast_path,
+    extend_rows,
+    fast_path_choice,
+    fast_path_name,
+    resolve_choice,
+)
+from headstart.engine.runtime import EngineRuntime
+from headstart.models.loader import load_model
+
+PROMPT = list(range(1000, 1041))
+WORKLOADS = ("prefill_64", "decode_1", "decode_4")
+
+
+class FakeTimer:
+    """Runs every timed call (so the workloads really run) and returns
+    `ms[kernels][workload]` (seconds), recording each call."""
+
+    def __init__(self, ms: dict[str, dict[str, float]]):
+        self.ms, self.calls = ms, []
+
+    def __call__(self, kernels: str, workload: str, fn) -> float:
+        fn()
+        self.calls.append((kernels, workload))
+        return self.ms[kernels][workload] / 1000.0
+
+
+def never(kernels, workload, fn):
+    raise AssertionError(f"timed {kernels} {workload}: this choice must not be measured")
+
+
+ONEDNN_WINS = {"off": {"prefill_64": 300, "decode_1": 110, "decode_4": 115},
+               "onednn": {"prefill_64": 280, "decode_1": 56, "decode_4": 79}}
+OFF_WINS = {"off": {"prefill_64": 300, "decode_1": 80, "decode_4": 82},
+            "onednn": {"prefill_64": 310, "decode_1": 97, "decode_4": 99}}
+
+
+def _noop():
+    return lambda: None
+
+
+@pytest.mark.parametrize(("ms", "expected"), [
+    (ONEDNN_WINS, "onednn"),
+    (OFF_WINS, "off"),
+    # onednn decodes 1 ms faster per step but prefills 100 ms slower: off wins the answer
+    ({"off": {"prefill_64": 300, "decode_1": 80, "decode_4": 80},
+      "onednn": {"prefill_64": 400, "decode_1": 79, "decode_4": 79}}, "off"),
+    # a tie goes to the first candidate (off: nothing packed, nothing to keep)
+    ({"off": dict.fromkeys(WORKLOADS, 50), "onednn": dict.fromkeys(WORKLOADS, 50)}, "off"),
+])
+def test_choose_kernels_picks_the_lowest_weighted_total(ms, expected):
+    installed = []
+    timer = FakeTimer(ms)
+    choice = choose_kernels({name: (lambda n=name: installed.append(n)) for name in ms},
+                            [(w, _noop) for w in WORKLOADS], timer, max_rounds=3, min_rounds=3)
+    assert choice.kernels == expected and choice.measured and choice.rounds == 3
+    assert choice.timings_ms == ms
+    assert choice.scores_ms == {k: sum(WEIGHTS[w] * v for w, v in t.items()) for k, t in ms.items()}
+    # interleaved: every round runs every candidate, the first alternating
+    assert installed == ["off", "onednn", "onednn", "off", "off", "onednn"]
+    assert len(timer.calls) == 3 * 2 * len(WORKLOADS)
+
+
+def test_choose_kernels_keeps_each_workloads_min_over_rounds():
+    """A round disturbed by load counts only where it is the least disturbed."""
+    seen = iter([500, 80, 90, 60, 100, 70])  # (prefill, decode) per round, three rounds
+
+    def timer(kernels, workload, fn):
+        return next(seen) / 1000.0
+
+    choice = choose_kernels({"off": lambda: None}, [("prefill_64", _noop), ("decode_1", _noop)], timer,
+                            max_rounds=3, min_rounds=3)
+    assert choice.timings_ms == {"off": {"prefill_64": 90, "decode_1": 60}}
+
+
+def test_choose_kernels_stops_at_its_budget_after_min_rounds():
+    choice = choose_kernels({"off": lambda: None}, [("decode_1", _noop)], FakeTimer({"off": {"decode_1": 1}}),
+                            max_rounds=5, min_rounds=2, budget_s=0.0)
+    assert choice.rounds == 2
+
+
+def test_choose_kernels_falls_back_when_not_one_round_fits_its_deadline():
+    """A machine too loaded to finish one round in time: the caller's static rule, marked unmeasured."""
+    timer = FakeTimer(ONEDNN_WINS)
+    choice = choose_kernels({"off": lambda: None, "onednn": lambda: None}, [(w, _noop) for w in WORKLOADS],
+                            timer, deadline_s=0.0, fallback="onednn")
+    assert (choice.kernels, choice.measured, choice.rounds) == ("onednn", False, 0)
+    assert "loaded" in choice.reason and timer.calls == []
+
+
+@pytest.fixture
+def tiny32(monkeypatch):
+    """random:tiny with `auto` timing it (its hidden size 32 is below the real threshold)."""
+    monkeypatch.setattr(model_runner, "AUTO_MIN_HIDDEN", 16)
+    return load_model("random:tiny", "float32").model
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_auto_does_not_time_a_tiny_or_float64_model(dtype, monkeypatch):
+    model = load_model("random:tiny", dtype).model
+    if dtype == "float64":  # big enough, but oneDNN has no float64 kernels
+        monkeypatch.setattr(model_runner, "AUTO_MIN_HIDDEN", 16)
+    assert enable_fast_path(model, "auto", timer=never) == "off"
+    choice = fast_path_choice(model)
+    assert (choice.kernels, choice.requested, choice.measured) == ("off", "auto", False)
+    assert model._headstart_ops is None
+
+
+@pytest.mark.parametrize("mode", ["off", "eager", "onednn"])
+def test_a_forced_choice_is_not_measured(tiny32, mode):
+    """HEADSTART_FAST_PATH other than auto: taken as given, the timer never runs."""
+    assert enable_fast_path(tiny32, mode, timer=never) == mode
+    choice = fast_path_choice(tiny32)
+    assert (choice.kernels, choice.requested, choice.measured) == (mode, mode, False)
+
+
+@pytest.mark.parametrize(("ms", "expected"), [(ONEDNN_WINS, "onednn"), (OFF_WINS, "off")])
+def test_auto_installs_what_it_measured_once(tiny32, ms, expected):
+    timer = FakeTimer(ms)
+    assert enable_fast_path(tiny32, "auto", timer=timer) == expected
+    assert fast_path_name(tiny32) == expected
+    choice = fast_path_choice(tiny32)
+    assert choice.measured and choice.kernels == expected and choice.requested == "auto"
+    assert {k for k, _ in timer.calls} == {"off", "onednn"}
+    assert {w for _, w in timer.calls} == set(WORKLOADS)
+    assert not hasattr(tiny32, "_headstart_measured_ops"), "the packed weights are either installed or dropped"
+    # measured once per model: a second runtime on the same model reuses it
+    assert enable_fast_path(tiny32, "auto", timer=never) == expected
+    assert resolve_choice(tiny32, "auto", timer=never) is choice
+
+
+def test_autos_choice_serves_every_forward(tiny32):
+    """With onednn chosen, a cold prefill, a lone extension and a batched
+    forward all run its ops (the LM head is counted per call)."""
+    assert enable_fast_path(tiny32, "auto", timer=FakeTimer(ONEDNN_WINS)) == "onednn"
+    ops = tiny32._headstart_ops
+    heads = []
+    original = ops.head
+    ops.head = lambda rows: heads.append(rows.shape[0]) or original(rows)
+    try:
+        cold = prefill(tiny32, PROMPT)
+        lone = prefill(tiny32, PROMPT[:20])
+        assert extend(tiny32, lone, PROMPT[20:])
+        states = [prefill(tiny32, PROMPT[:n]) for n in (7, 19)]
+        assert all(extend_rows(tiny32, [RowExtension(s, PROMPT[n:n + 2]) for s, n in zip(states, (7, 19))]))
+    finally:
+        del ops.head
+    assert heads == [1, 1, 1, 1, 1, 2]
+    torch.testing.assert_close(lone.last_logits, cold.last_logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ms", [ONEDNN_WINS, OFF_WINS], ids=["onednn", "off"])
+def test_sessions_match_cold_with_autos_choice(tiny32, ms, tmp_path):
+    """The runtime's `auto` applies the measured choice to every mode: an
+    anticipatory session and a prefix request generate a cold prefill's tokens."""
+    loaded = load_model("random:tiny", "float32")
+    expected = enable_fast_path(loaded.model, "auto", timer=FakeTimer(ms))
+    runtime = EngineRuntime(EngineSettings(model="random:tiny", dtype="float32", fast_path="auto",
+                                           p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0), loaded=loaded)
+    try:
+        assert runtime.fast_path == expected and runtime.fast_path_choice.measured
+        question = "How many countries are there in Europe?"
+        session = runtime.open_session("world_1", "headstart")
+        for seq, end in enumerate(range(4, len(question) + 1, 4), 1):
+            session.update(seq, question[:end])
+        session.update(seq + 1, question)
+        session.wait_idle(60)
+        params = SamplingParams(max_new_tokens=6)
+        anticipated = session.submit(seq + 2, question, params).result().token_ids
+        runtime.close_session(session.session_id)
+        cold = runtime.complete("world_1", question, "cold", 6).token_ids
+        assert anticipated == cold
+        assert runtime.complete("world_1", question, "prefix", 6).token_ids == cold
+        assert fast_path_name(loaded.model) == expected
+    finally:
+        runtime.shutdown()
+        enable_fast_path(loaded.model, "off")
+
+
+def test_auto_leaves_no_scratch_state(tiny32):
+    """Measuring leaves the model as it was before (a later P0 is prefilled
+    with the installed kernels only)."""
+    enable_fast_path(tiny32, "eager")
+    before = tiny32._headstart_ops
+    choice = resolve_choice(tiny32, "auto", timer=FakeTimer(OFF_WINS))
+    assert choice.kernels == "off" and tiny32._headstart_ops is before
