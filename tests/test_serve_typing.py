@@ -212,7 +212,15 @@ def test_kv_bytes_in_describe_and_metrics(serve_stack, serve_engine):
         for event in stub.Session(requests(), metadata=serve_engine.metadata(sid), timeout=60):
             if event.WhichOneof("kind") == "progress" and event.progress.cached_tokens == event.progress.prompt_tokens:
                 break
-        held = stub.Describe(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
+        # Describe reads the caches live: taken while the replica's worker is in
+        # a forward (another test's data session ingesting, answer-ahead), a
+        # layer can show its new keys before its values. Read until a reading
+        # falls between forwards; a wrong count never does.
+        for _ in range(100):
+            held = stub.Describe(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
+            if held.kv_used_bytes % bytes_per_token == 0 and held.kv_shared_bytes % bytes_per_token == 0:
+                break
+            time.sleep(0.05)
         stub.CloseSession(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
         closed = stub.Describe(engine_pb2.EngineSessionRef(session_id=sid), metadata=serve_engine.metadata(sid))
     assert held.holds_session and held.cached_tokens > 0
