@@ -40,9 +40,11 @@ def questions(db: str, count: int) -> list[str]:
 
 
 async def run_cycle(core: ReplicaCore, cycle: int, dbs: tuple[str, ...], per_db: int, max_new: int,
-                    concurrency: int) -> int:
-    """Ask every db `per_db` questions (a different slice each cycle); returns how many were asked."""
-    asks = [(db, q) for db in dbs for q in questions(db, per_db * (cycle + 1))[per_db * cycle:]]
+                    concurrency: int, repeat: bool = False) -> int:
+    """Ask every db `per_db` questions (a different slice each cycle, or the
+    same ones with `repeat`); returns how many were asked."""
+    first = 0 if repeat else per_db * cycle
+    asks = [(db, q) for db in dbs for q in questions(db, first + per_db)[first:]]
     for first in range(0, len(asks), concurrency):
         await asyncio.gather(*(serve_complete(core, db, q, max_new) for db, q in asks[first:first + concurrency]))
     await settle(core)
@@ -50,18 +52,21 @@ async def run_cycle(core: ReplicaCore, cycle: int, dbs: tuple[str, ...], per_db:
 
 
 def run_experiment(core: ReplicaCore, cycles: int, dbs: tuple[str, ...] = DBS, per_db: int = 3, max_new: int = 4,
-                   concurrency: int = 2, trim: bool = False, say=lambda row: None) -> list[dict]:
+                   concurrency: int = 2, trim: bool = False, repeat: bool = False,
+                   say=lambda row: None) -> list[dict]:
     """Snapshots before the first cycle and after each: [{cycle, asked, probe, rss_after_trim}].
 
     trim: after each snapshot, hand freed heap back to the OS (glibc's
     malloc_trim) and read RSS again: RSS that grows while `rss_after_trim`
-    does not is memory the allocator keeps, not memory the replica holds."""
+    does not is memory the allocator keeps, not memory the replica holds.
+    repeat: the same questions every cycle (the same shapes: per-shape kernel
+    caches stop growing) instead of new ones."""
     rows = [{"cycle": 0, "asked": 0, "sessions": 0, "evicted": 0, "probe": snapshot().as_dict(),
              "rss_after_trim": _malloc_trim() if trim else 0.0}]
     loop = asyncio.new_event_loop()
     try:
         for cycle in range(1, cycles + 1):
-            asked = loop.run_until_complete(run_cycle(core, cycle, dbs, per_db, max_new, concurrency))
+            asked = loop.run_until_complete(run_cycle(core, cycle, dbs, per_db, max_new, concurrency, repeat))
             rows.append({"cycle": cycle, "asked": asked, "sessions": len(core.runtime.sessions),
                          "evicted": core.runtime.sessions.evicted, "probe": snapshot().as_dict()})
             rows[-1]["rss_after_trim"] = _malloc_trim() if trim else 0.0
@@ -78,20 +83,23 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="random:tiny")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--fast-path", default="auto", help="the engine's kernels (HEADSTART_FAST_PATH)")
     ap.add_argument("--cycles", type=int, default=8)
     ap.add_argument("--per-db", type=int, default=3)
     ap.add_argument("--max-new", type=int, default=16)
     ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--repeat", action="store_true", help="the same questions every cycle (new ones by default)")
     ap.add_argument("--trim", action="store_true", help="malloc_trim after each cycle's snapshot (RSS after it too)")
     ap.add_argument("--out", type=Path, default=Path("bench-out/replica-memory-complete"))
     args = ap.parse_args(argv)
     tracemalloc.start()
     settings = EngineSettings(model=args.model, dtype=args.dtype, threads=2, debounce_ms=0.0,
-                              p0_cache_on_disk=False)
+                              p0_cache_on_disk=False, fast_path=args.fast_path)
     core = ReplicaCore(settings, max_attached=settings.max_sessions)
+    print("kernels:", core.runtime.fast_path, flush=True)
     try:
         rows = run_experiment(core, args.cycles, per_db=args.per_db, max_new=args.max_new,
-                              concurrency=args.concurrency, trim=args.trim,
+                              concurrency=args.concurrency, trim=args.trim, repeat=args.repeat,
                               say=lambda r: print(r["cycle"], r["asked"], f"tensors {r['probe']['num_tensors']}",
                                                   f"{r['probe']['tensor_bytes'] / 2**20:.1f} MiB",
                                                   f"gc {r['probe']['gc_objects']}",
