@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from headstart.processes import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,13 +29,7 @@ class LocalFlashWorker:
         return self.process.poll() is None
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s)
 
 
 def start_local_worker(redis_url: str, engine_target: str, engine_app: str, secret: str,

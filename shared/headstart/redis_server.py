@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from headstart.processes import stop_process
+
 BINARIES = ("redis-server", "valkey-server")
 ENV_BINARY = "HEADSTART_REDIS_SERVER"
 HOST = "127.0.0.1"
@@ -134,13 +136,7 @@ class LocalRedis:
         """Terminate the server (kill after `timeout_s`); no-op when not running."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s)
         self.process = None
 
     def _log_tail(self, n: int = 2000) -> str:
