@@ -260,8 +260,7 @@ class DataService:
             raise ApiError("INVALID_ARGUMENT", "execute must be true or false")
         params = self.gw.params(max_new_tokens)
         async with self.queries.slot(tenant):
-            version = await self._io(self.store.current_version, eid)
-            stored = await self._io(self.store.lookup, eid, question, version) if version else None
+            stored = await self._io(self.store.lookup_current, eid, question)
             if stored is not None:
                 self.gw.metrics.data_queries.labels("flash").inc()
                 return flash_answer(stored)

@@ -338,6 +338,20 @@ class LiveStore(VersionsConsumer):
         found = self.answer(sid, as_str(qid))
         return found if found is not None and found.get("version") == version else None
 
+    @guarded
+    def lookup_current(self, sid: str, question: str) -> dict | None:
+        """`lookup` at the session's current version, reading the version and the
+        question's id in one round trip (a query's path: most questions are not
+        registered, and then that is the only one)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(self.key(sid, "version"))
+        pipe.hget(self.key(sid, "flash_norm"), normalize_question(question))
+        raw_version, qid = pipe.execute()
+        if raw_version is None or int(raw_version) == 0 or qid is None:
+            return None  # no data version yet, or not a registered question
+        found = self.answer(sid, as_str(qid))
+        return found if found is not None and found.get("version") == int(raw_version) else None
+
     def _answers(self, sid: str, qids: list[str]) -> dict[str, dict]:
         if not qids:
             return {}
