@@ -38,7 +38,7 @@ from headstart.engine.model_runner import (
 )
 from headstart.models.loader import load_model
 
-CASES = ("off", "eager", "onednn", "inductor", "auto")
+CASES = ("off", "eager", "onednn", "native", "inductor", "auto")
 
 
 def _weights_bytes(model) -> int:

@@ -66,7 +66,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     if fast_path not in FAST_PATHS:
         raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(FAST_PATHS)}")
     # first: `--llamacpp on` without a llama.cpp server fails at once
-    peer = start_peer(model, llamacpp, threads, server=llamacpp_server, parallel=1)
+    gguf_type = GGUF_OF_DTYPE.get(dtype, "f32")
+    peer = start_peer(model, llamacpp, threads, gguf_type=gguf_type, server=llamacpp_server, parallel=1)
     runtime = build_runtime(model=model, dtype=dtype, device=device, threads=threads,
                             p0_cache_on_disk=False, table_cache=table_cache, fast_path=fast_path)
     print(f"fast path: {runtime.fast_path_choice.summary()}", flush=True)
@@ -76,6 +77,10 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
             runtime.base_state(runtime.prompt_for(db))
         runtime.complete(dbs[0], "warm up", "prefix", 2)
         decode_ms = measure_decode_step(runtime, dbs[0])
+        # with llama.cpp beside us: one of our decode-step samples per question,
+        # right after llama.cpp's answer (whose per-token time it reports), so
+        # the two engines' steps are measured side by side, alternating
+        decode_rounds: list[float] = []
         if peer:
             from bench.ttft_llamacpp import LlamaCppTtft
 
@@ -115,13 +120,19 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                              "typing_s": trace.submit_t, "keystrokes": len(trace.events)})
                 print(f"  q{i} {q['db_id']:8s} llamacpp  ttft {row['ttft_ms']:8.1f} ms  same prompt tokens "
                       f"{row['same_prompt_tokens']}  same text as cold {row['identical_to_cold']}", flush=True)
+                decode_rounds.append(measure_decode_step(runtime, dbs[0], steps=8))
+                print(f"  q{i} decode step: ours {decode_rounds[-1]:.1f} ms, llama.cpp "
+                      f"{(peer_mode.server_decode_ms or [float('nan')])[-1]:.1f} ms", flush=True)
+        if decode_rounds:
+            decode_ms = statistics.median(decode_rounds)
     finally:
         runtime.shutdown()
         if peer:
             peer.stop()
     if peer:
-        peer_decode = dict(peer_decode, server=peer.describe(), threads=peer.threads,
-                           server_decode_step_ms=peer_mode.server_decode_step_ms())
+        peer_decode = dict(peer_decode, server=peer.describe(), threads=peer.threads, gguf_type=gguf_type,
+                           server_decode_step_ms=peer_mode.server_decode_step_ms(),
+                           rounds={"ours_ms": decode_rounds, "llamacpp_ms": list(peer_mode.server_decode_ms)})
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                                            max_new_tokens=max_new_tokens, table_cache=table_cache,
@@ -129,6 +140,9 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                                            fast_path_choice=runtime.fast_path_choice.to_dict()), peer_decode)
     _write(report, out)
     return report
+
+
+GGUF_OF_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
 def _mean(values) -> float:
@@ -193,7 +207,8 @@ def _write(report: dict, out: Path) -> None:
             for m, s in report["modes"].items()]
     header[11] = header[11].format(n=report["config"]["max_new_tokens"])
     peer_line = ("llamacpp mode: not run (no llama.cpp server available, or --llamacpp off)\n" if peer is None else
-                 f"llamacpp ran on {peer['server']} ({peer['threads']} threads, GGUF f32); "
+                 f"llamacpp ran on {peer['server']} ({peer['threads']} threads, GGUF "
+                 f"{(peer.get('gguf_decode') or {}).get('gguf_type', 'f32')}); "
                  + (f"one llama.cpp decode step on the same weights ({peer['decode_step_source']}): "
                     f"{peer['decode_step_ms']:.1f} ms, ours / llama.cpp = {peer['ours_vs_llamacpp_decode']:.2f}; "
                     if peer["decode_step_ms"] else "")
@@ -204,7 +219,9 @@ def _write(report: dict, out: Path) -> None:
              f"{c.get('fast_path', 'off')}), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
              f"seed {c['seed']}\n\n" + markdown_table(header, rows) +
-             f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms; "
+             f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms"
+             + (" (median of one sample per question, each right after llama.cpp's answer)"
+                if peer and (peer.get("gguf_decode") or {}).get("rounds", {}).get("ours_ms") else "") + "; "
              f"outputs identical to cold in every mode: {report['outputs_identical']}\n" + peer_line
              + _choice_line(c.get("fast_path_choice")))
     (out / "ttft.md").write_text(table)

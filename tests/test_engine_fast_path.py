@@ -50,11 +50,11 @@ def test_resolve_fast_path(dtype, mode, expected):
 
 
 def test_unknown_fast_path_is_a_typed_error(tiny32):
-    with pytest.raises(ValueError, match="valid: off, auto, eager, onednn, inductor"):
+    with pytest.raises(ValueError, match="valid: off, auto, eager, onednn, native, inductor"):
         enable_fast_path(tiny32, "fastest")
 
 
-@pytest.mark.parametrize("mode", ["eager", "onednn"])
+@pytest.mark.parametrize("mode", ["eager", "onednn", "native"])
 def test_fast_path_computes_the_models_forward(tiny32, mode):
     """A prefill and a chunked extension through the fast path give the
     logits of the model's own forward (up to float32 reassociation), and
@@ -120,7 +120,7 @@ def test_batched_decode_rows_match_lone_rows_on_the_fast_path(tiny32):
     assert batched == lone
 
 
-@pytest.fixture(scope="module", params=[("float64", "eager"), ("float32", "onednn")])
+@pytest.fixture(scope="module", params=[("float64", "eager"), ("float32", "onednn"), ("float32", "native")])
 def fast_runtime(request, tmp_path_factory):
     dtype, mode = request.param
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype=dtype, fast_path=mode,

@@ -26,6 +26,7 @@ from headstart.engine.model_runner import (
     fast_path_name,
     resolve_choice,
 )
+from headstart.engine.native_ops import native_supports
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 
@@ -51,9 +52,14 @@ def never(kernels, workload, fn):
 
 
 ONEDNN_WINS = {"off": {"prefill_64": 300, "decode_1": 110, "decode_4": 115},
-               "onednn": {"prefill_64": 280, "decode_1": 56, "decode_4": 79}}
+               "onednn": {"prefill_64": 280, "decode_1": 56, "decode_4": 79},
+               "native": {"prefill_64": 280, "decode_1": 60, "decode_4": 85}}
 OFF_WINS = {"off": {"prefill_64": 300, "decode_1": 80, "decode_4": 82},
-            "onednn": {"prefill_64": 310, "decode_1": 97, "decode_4": 99}}
+            "onednn": {"prefill_64": 310, "decode_1": 97, "decode_4": 99},
+            "native": {"prefill_64": 310, "decode_1": 90, "decode_4": 99}}
+NATIVE_WINS = {"off": {"prefill_64": 300, "decode_1": 110, "decode_4": 115},
+               "onednn": {"prefill_64": 160, "decode_1": 56, "decode_4": 79},
+               "native": {"prefill_64": 160, "decode_1": 36, "decode_4": 50}}
 
 
 def _noop():
@@ -70,6 +76,7 @@ def _noop():
     ({"off": dict.fromkeys(WORKLOADS, 50), "onednn": dict.fromkeys(WORKLOADS, 50)}, "off"),
 ])
 def test_choose_kernels_picks_the_lowest_weighted_total(ms, expected):
+    ms = {k: ms[k] for k in ("off", "onednn")}  # two candidates: the interleaving below is theirs
     installed = []
     timer = FakeTimer(ms)
     choice = choose_kernels({name: (lambda n=name: installed.append(n)) for name in ms},
@@ -127,22 +134,26 @@ def test_auto_does_not_time_a_tiny_or_float64_model(dtype, monkeypatch):
     assert model._headstart_ops is None
 
 
-@pytest.mark.parametrize("mode", ["off", "eager", "onednn"])
+@pytest.mark.parametrize("mode", ["off", "eager", "onednn", "native"])
 def test_a_forced_choice_is_not_measured(tiny32, mode):
     """HEADSTART_FAST_PATH other than auto: taken as given, the timer never runs."""
+    if mode == "native" and native_supports(tiny32) is not None:
+        pytest.skip(f"native cannot run here: {native_supports(tiny32)}")
     assert enable_fast_path(tiny32, mode, timer=never) == mode
     choice = fast_path_choice(tiny32)
     assert (choice.kernels, choice.requested, choice.measured) == (mode, mode, False)
 
 
-@pytest.mark.parametrize(("ms", "expected"), [(ONEDNN_WINS, "onednn"), (OFF_WINS, "off")])
+@pytest.mark.parametrize(("ms", "expected"), [(ONEDNN_WINS, "onednn"), (OFF_WINS, "off"), (NATIVE_WINS, "native")])
 def test_auto_installs_what_it_measured_once(tiny32, ms, expected):
+    if expected not in model_runner.auto_candidates(tiny32):
+        pytest.skip(f"{expected} cannot run here: {native_supports(tiny32)}")
     timer = FakeTimer(ms)
     assert enable_fast_path(tiny32, "auto", timer=timer) == expected
     assert fast_path_name(tiny32) == expected
     choice = fast_path_choice(tiny32)
     assert choice.measured and choice.kernels == expected and choice.requested == "auto"
-    assert {k for k, _ in timer.calls} == {"off", "onednn"}
+    assert {k for k, _ in timer.calls} == set(model_runner.auto_candidates(tiny32))
     assert {w for _, w in timer.calls} == set(WORKLOADS)
     assert not hasattr(tiny32, "_headstart_measured_ops"), "the packed weights are either installed or dropped"
     # measured once per model: a second runtime on the same model reuses it
@@ -170,7 +181,7 @@ def test_autos_choice_serves_every_forward(tiny32):
     torch.testing.assert_close(lone.last_logits, cold.last_logits, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("ms", [ONEDNN_WINS, OFF_WINS], ids=["onednn", "off"])
+@pytest.mark.parametrize("ms", [ONEDNN_WINS, OFF_WINS, NATIVE_WINS], ids=["onednn", "off", "native"])
 def test_sessions_match_cold_with_autos_choice(tiny32, ms, tmp_path):
     """The runtime's `auto` applies the measured choice to every mode: an
     anticipatory session and a prefix request generate a cold prefill's tokens."""

@@ -23,7 +23,7 @@ app.add_typer(deploy_app, name="deploy")
 MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
 TABLE_CACHE_MODES = ("off", "pfk", "independent")
 TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
-FAST_PATH_CASES = ("off", "eager", "onednn", "inductor", "auto")
+FAST_PATH_CASES = ("off", "eager", "onednn", "native", "inductor", "auto")
 TABLE_STORE_HELP = "table block store: memory:// or redis://host:port/db"
 
 

@@ -64,11 +64,13 @@ class EngineSettings(BaseSettings):
         "inter-token gap near a decode-only forward's)"
     )
     # Measured per kernel choice by `headstart bench decode-step`.
-    fast_path: Literal["off", "auto", "eager", "onednn", "inductor"] = Field(
+    fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor"] = Field(
         "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
-        "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | inductor (torch.compile, "
-        "minutes at start, cached on disk) | auto (off and onednn timed at start on this machine, ~3 s, the faster kept; "
-        "too loaded to time in 12 s: float32 off, bfloat16 onednn; float64, tiny models and GPUs: off)"
+        "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | native (headstart's own "
+        "AVX-512 kernels for forwards of <= 8 tokens, built with g++ at first start; oneDNN above; weights in huge "
+        "pages) | inductor (torch.compile, minutes at start, cached on disk) | auto (off, onednn and native timed at "
+        "start on this machine, a few s, the fastest kept; too loaded to time in 12 s: float32 off, bfloat16 onednn; "
+        "float64, tiny models and GPUs: off)"
     )
     batch_invariant: bool = Field(
         False, description="a batched row's logits bit-identical to its lone forward's (linear layers run per row: "

@@ -27,7 +27,7 @@ rows that want logits.
 Kernels: the weight-bound parts of each layer (norms, projections, MLP) and
 the LM head run through the model's *ops* (`fast_ops`: the model's own
 modules, oneDNN packed matmuls, or compiled blocks), installed once by
-`enable_fast_path` (HEADSTART_FAST_PATH; `auto` times `off` and `onednn`
+`enable_fast_path` (HEADSTART_FAST_PATH; `auto` times `off`, `onednn` and `native`
 on this machine at start, `fast_path_auto`). With a fast path on, a lone
 extension (`kv.extend`) is a batch of one row here, so the cold baseline,
 prefix requests and sessions all run the same kernels.
@@ -58,6 +58,7 @@ from headstart.engine.fast_path_auto import (
     wall_clock,
 )
 from headstart.engine.kv import KVState, extend, kept_logits
+from headstart.engine.native_ops import NativeOps, native_supports
 from headstart.engine.shared_prefix import layer_segments
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ def extend_rows(model, calls: list) -> list[bool]:
         k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
         v = v.view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b)
+        out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b, ops)
                          for b, start, n in zip(live.rows, live.starts, live.counts)], dim=0)  # [T, heads*dim]
         hidden = _by_row(lambda o, h: ops.post(index, o, h), live, invariant, out[None], hidden)
     hidden = _by_row(decoder.norm, live, invariant, hidden)[0]  # [T, hidden]
@@ -144,24 +145,29 @@ def extend_rows(model, calls: list) -> list[bool]:
     return [b in kept for b in range(len(calls))]
 
 
-def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int, live: _Rows, b: int):
+def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int, live: _Rows, b: int, ops=None):
     """Row b's attention output [n, heads*head_dim]: its queries against its
-    own cached keys (read in place) and its new keys (causal)."""
+    own cached keys (read in place) and its new keys (causal). One new token
+    on ops that have `attend_one` (native): one kernel call for the whole
+    attention instead of a dozen small ops."""
     if len(live.new_kv) <= layer:
         live.new_kv.append({})
     k_new, v_new = k[:, :, start:start + n], v[:, :, start:start + n]  # [1, kv_heads, n, dim]
     live.new_kv[layer][b] = (k_new, v_new)
     heads, kv_heads, dim = q.shape[1], k.shape[1], q.shape[-1]
+    # the cached pieces, read in place: P0 (shared) and the row's own tail
+    pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
+    pieces = pieces + [(k_new, v_new)]
+    if n == 1 and getattr(ops, "attend_one", None) is not None:
+        return ops.attend_one(q[0, :, start], pieces, attn.scaling).to(q.dtype).view(1, heads * dim)
     group = heads // kv_heads
     # heads are kv-head-major: head h reads kv head h // group, so the group's
     # queries stack along the query axis and no key is repeated
     qg = q[0, :, start:start + n].reshape(kv_heads, group * n, dim)
-    # the cached pieces, read in place: P0 (shared) and the row's own tail
-    pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
-    pieces = pieces + [(k_new, v_new)]
     scores = [torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling for keys, _ in pieces]
-    causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
-    scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
+    if n > 1:  # one new token sees every key: no mask (a decode step's common case)
+        causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
+        scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
     joined = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]  # [kv_heads, group*n, L + n]
     # softmax in float32 at least, as the model's eager attention does
     weights = torch.softmax(joined, dim=-1, dtype=torch.promote_types(joined.dtype, torch.float32)).to(q.dtype)
@@ -229,15 +235,16 @@ def _append(state: KVState, new_kv: list[dict], b: int) -> None:
 
 
 def auto_candidates(model) -> tuple[str, ...]:
-    """The kernel sets `auto` times on this model: `off` and `onednn` for a
-    real-sized (hidden >= AUTO_MIN_HIDDEN) Llama-family model on a CPU in
-    float32 or bfloat16; none (so `off`, untimed) for float64, tiny models,
+    """The kernel sets `auto` times on this model: `off`, `onednn` and
+    `native` (where its kernel builds here) for a real-sized
+    (hidden >= AUTO_MIN_HIDDEN) Llama-family model on a CPU in float32 or
+    bfloat16; none (so `off`, untimed) for float64, tiny models,
     other devices and layers the runner cannot run. `inductor` is never a
     candidate: it compiles for minutes."""
     big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
     if not (big and supports_packed_rows(model) and onednn_supports(model)):
         return ()
-    return ("off", "onednn")
+    return ("off", "onednn", "native") if native_supports(model) is None else ("off", "onednn")
 
 
 def resolve_fast_path(model, mode: str, timer: Timer | None = None) -> str:
@@ -261,6 +268,10 @@ def resolve_choice(model, mode: str, timer: Timer | None = None) -> FastPathChoi
         return FastPathChoice("off", mode, reason="the runner cannot run this model's layers")
     if mode == "onednn" and not onednn_supports(model):
         return FastPathChoice("off", mode, reason="oneDNN has no kernels for this dtype or device")
+    if mode == "native" and (why := native_supports(model)) is not None:
+        fallback = "onednn" if onednn_supports(model) else "off"
+        log.warning("fast path native unavailable (%s): %s instead", why, fallback)
+        return FastPathChoice(fallback, mode, reason=why)
     return FastPathChoice(mode, mode)
 
 
@@ -285,7 +296,7 @@ def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batc
     if batch_invariant and resolved == "off" and supports_packed_rows(model):
         resolved = "eager"
     model._headstart_fast_path_choice = choice
-    measured_ops = model.__dict__.pop("_headstart_measured_ops", None)  # auto's packed weights, reused
+    measured_ops = model.__dict__.pop("_headstart_measured_ops", {})  # auto's packed weights, reused
     current = getattr(model, "_headstart_ops", None)
     if current is not None and current.name == resolved:
         return resolved
@@ -295,7 +306,9 @@ def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batc
     if resolved == "eager":
         ops = EagerOps(model)
     elif resolved == "onednn":
-        ops = measured_ops if measured_ops is not None else OneDNNOps(model)
+        ops = measured_ops.get("onednn") or OneDNNOps(model)
+    elif resolved == "native":
+        ops = measured_ops.get("native") or NativeOps(model)
     else:
         from headstart.engine.compiled_ops import InductorOps
 
@@ -326,7 +339,11 @@ def _auto_choice(model, timer: Timer | None) -> FastPathChoice:
     start = time.perf_counter()
     before = getattr(model, "_headstart_ops", None)
     packed = before if before is not None and before.name == "onednn" else OneDNNOps(model)
-    installs = {"off": lambda: _install(model, None), "onednn": lambda: _install(model, packed)}
+    timed = {"onednn": packed}
+    if "native" in candidates:  # shares the packed weights: one more copy at most, not two
+        timed["native"] = before if before is not None and before.name == "native" else NativeOps(model, packed=packed)
+    installs = {"off": lambda: _install(model, None)}
+    installs.update({name: (lambda ops=ops: _install(model, ops)) for name, ops in timed.items()})
     # on a machine too loaded to time them: the rule measured on a quiet one
     # (docs/benchmarks.md: float32 on MKL, bfloat16 on oneDNN)
     fallback = "onednn" if next(model.parameters()).dtype == torch.bfloat16 else "off"
@@ -336,8 +353,8 @@ def _auto_choice(model, timer: Timer | None) -> FastPathChoice:
     finally:
         _install(model, before)
     choice = replace(choice, seconds=time.perf_counter() - start)
-    if choice.kernels == "onednn":
-        model._headstart_measured_ops = packed
+    if choice.kernels in timed:
+        model._headstart_measured_ops = {choice.kernels: timed[choice.kernels]}
     model._headstart_auto_choice = choice
     log.info("fast path: %s", choice.summary())
     return choice

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from headstart.peer.hf_export import export_hf_dir, export_name, peer_dir
 
-GGUF_TYPES = ("f32", "f16")
+GGUF_TYPES = ("f32", "f16", "bf16")
 _CONVERTER_PARTS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
 
 

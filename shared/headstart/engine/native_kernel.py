@@ -1,0 +1,213 @@
+"""Builds and loads headstart's native kernels (kernels/native.cpp): a small-M
+linear layer and one new token's attention over its cache.
+
+The kernel is C++ with AVX-512 intrinsics, compiled on the machine it runs
+on (`-O3 -march=native`, about a second with g++) the first time a model
+asks for it, and cached under `<run dir>/kernels/<hash>/` (the hash covers
+the source, the flags and the CPU's flags, so a changed source or another
+CPU builds anew). A build goes to a temporary name and is renamed into
+place, so replicas starting together never load a half-written library.
+
+No torch headers and no Python C-API: the library exports plain C functions
+called through ctypes with the tensors' data pointers (a call costs a few
+microseconds; a decode step makes ~100). Its OpenMP resolves to the libgomp
+torch has already loaded (the same soname), so it runs on torch's threads.
+
+`load()` returns a `NativeKernel` or raises `NativeKernelUnavailable` with
+the reason (no AVX-512, no C++ compiler, a failed build): callers fall back
+to the oneDNN kernels and say why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels") / "native.cpp"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+ABI_VERSION = 2
+# the CPU features the source needs (its #error says the same)
+REQUIRED_CPU_FLAGS = ("avx512f", "fma")
+
+_lock = threading.Lock()
+_loaded: NativeKernel | None = None
+_failure: str | None = None
+
+
+class NativeKernelUnavailable(RuntimeError):
+    """The native kernel cannot run here; the message says why."""
+
+
+class NativeKernel:
+    """The loaded library: `linear(x, weight, bias)` for float32 or bfloat16 weights."""
+
+    def __init__(self, library: ctypes.CDLL, path: Path):
+        self.path = path
+        args = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        self._f32 = library.hs_linear_f32
+        self._bf16 = library.hs_linear_bf16
+        for fn in (self._f32, self._bf16):
+            fn.argtypes, fn.restype = args, None
+        self._attend = library.hs_attend_one
+        self._attend.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_int]
+                                 + [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_int])
+        self._attend.restype = None
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x float32 [M, K] (contiguous), weight [N, K] contiguous float32 or
+        bfloat16, bias float32 [N] or None -> float32 [M, N].
+
+        Any M runs, but the kernel is built for small M (it reads the weights
+        once per block of 4 input rows); callers use it up to a few tokens."""
+        m, k = x.shape
+        n = weight.shape[0]
+        if x.dtype != torch.float32 or not x.is_contiguous() or weight.shape[1] != k or not weight.is_contiguous():
+            raise ValueError(f"native linear: x float32 contiguous [M, {weight.shape[1]}] and a contiguous weight "
+                             f"expected; got x {x.dtype} {tuple(x.shape)}, weight {tuple(weight.shape)}")
+        if bias is not None and (bias.dtype != torch.float32 or bias.numel() != n or not bias.is_contiguous()):
+            raise ValueError("native linear: the bias must be a contiguous float32 [N]")
+        if weight.dtype == torch.float32:
+            fn = self._f32
+        elif weight.dtype == torch.bfloat16:
+            fn = self._bf16
+        else:
+            raise ValueError(f"native linear: float32 or bfloat16 weights, not {weight.dtype}")
+        out = torch.empty(m, n, dtype=torch.float32)
+        fn(weight.data_ptr(), x.data_ptr(), None if bias is None else bias.data_ptr(), out.data_ptr(),
+           m, n, k, torch.get_num_threads())
+        return out
+
+
+    def attend_one(self, q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], scale: float) -> torch.Tensor:
+        """One new token's attention: q float32 [heads, dim] (RoPE applied),
+        `pieces` the cache's (keys, values) in order, each [1, kv_heads, L, dim]
+        (views are fine when a token's `dim` values are contiguous), all of one
+        dtype, float32 or bfloat16 -> float32 [heads, dim]. Softmax in float32."""
+        heads, dim = q.shape
+        if q.dtype != torch.float32 or not q.is_contiguous() or not pieces:
+            raise ValueError("native attention: q float32 contiguous [heads, dim] and at least one cache piece")
+        dtype, kv_heads = pieces[0][0].dtype, pieces[0][0].shape[1]
+        if dtype not in (torch.float32, torch.bfloat16) or heads % kv_heads:
+            raise ValueError(f"native attention: float32 or bfloat16 cache with heads divisible by kv heads, "
+                             f"got {dtype}, {heads} heads, {kv_heads} kv heads")
+        kept, ptrs = [], {"k": [], "v": [], "len": [], "ks": [], "vs": []}
+        for keys, values in pieces:
+            if keys.dtype != dtype or values.dtype != dtype or keys.shape[1] != kv_heads or keys.shape[-1] != dim:
+                raise ValueError("native attention: every piece must have the first piece's dtype and shape")
+            keys, values = _token_rows(keys), _token_rows(values)
+            kept += [keys, values]
+            ptrs["k"].append(keys.data_ptr())
+            ptrs["v"].append(values.data_ptr())
+            ptrs["len"].append(keys.shape[-2])
+            ptrs["ks"].append(keys.stride(1))
+            ptrs["vs"].append(values.stride(1))
+        n = len(pieces)
+        arrays = [(ctypes.c_void_p * n)(*ptrs["k"]), (ctypes.c_void_p * n)(*ptrs["v"]),
+                  (ctypes.c_int64 * n)(*ptrs["len"]), (ctypes.c_int64 * n)(*ptrs["ks"]),
+                  (ctypes.c_int64 * n)(*ptrs["vs"])]
+        out = torch.empty(heads, dim, dtype=torch.float32)
+        self._attend(q.data_ptr(), heads, kv_heads, dim, scale, n, *arrays, int(dtype == torch.bfloat16),
+                     out.data_ptr(), torch.get_num_threads())
+        return out
+
+
+def _token_rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` [1, kv_heads, L, dim] with each token's values contiguous (a copy only if not)."""
+    if t.stride(-1) == 1 and (t.shape[-2] <= 1 or t.stride(-2) == t.shape[-1]):
+        return t
+    return t.contiguous()
+
+
+def load() -> NativeKernel:
+    """The kernel, built on first use and cached (module doc); raises
+    `NativeKernelUnavailable` with the reason when it cannot run here."""
+    global _loaded, _failure
+    with _lock:
+        if _loaded is not None:
+            return _loaded
+        if _failure is not None:
+            raise NativeKernelUnavailable(_failure)
+        try:
+            _loaded = _build_and_load()
+            return _loaded
+        except NativeKernelUnavailable as exc:
+            _failure = str(exc)
+            raise
+
+
+def unavailable_reason() -> str | None:
+    """None when the kernel loads here, else why not (builds it if needed)."""
+    try:
+        load()
+    except NativeKernelUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
+def _build_and_load() -> NativeKernel:
+    if torch.device("cpu").type != "cpu" or os.uname().machine not in ("x86_64", "AMD64"):
+        raise NativeKernelUnavailable("the native kernel is x86-64 only")
+    flags = _cpu_flags()
+    missing = [f for f in REQUIRED_CPU_FLAGS if f not in flags]
+    if missing:
+        raise NativeKernelUnavailable(f"this CPU lacks {', '.join(missing)}")
+    compiler = _compiler()
+    if compiler is None:
+        raise NativeKernelUnavailable("no C++ compiler (g++, c++ or clang++; or set CXX)")
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()
+                            + " ".join(sorted(flags)).encode()).hexdigest()[:16]
+    from headstart.paths import run_dir
+
+    target = run_dir() / "kernels" / digest / "native.so"
+    if not target.exists():
+        _compile(compiler, target)
+    try:
+        library = ctypes.CDLL(str(target))
+    except OSError as exc:
+        raise NativeKernelUnavailable(f"could not load {target}: {exc}") from exc
+    if library.hs_abi_version() != ABI_VERSION:
+        raise NativeKernelUnavailable(f"{target} has ABI {library.hs_abi_version()}, expected {ABI_VERSION}")
+    log.info("native linear kernel loaded from %s", target)
+    return NativeKernel(library, target)
+
+
+def _compile(compiler: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    command = [compiler, *FLAGS, str(SOURCE), "-o", str(partial)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NativeKernelUnavailable(f"building the native kernel failed: {exc}") from exc
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise NativeKernelUnavailable(f"building the native kernel failed ({' '.join(command)}): "
+                                      f"{done.stderr.strip()[-2000:]}")
+    os.replace(partial, target)  # atomic: a concurrent loader sees the whole file or none
+    log.info("built the native linear kernel: %s", target)

@@ -1,0 +1,145 @@
+"""The `native` fast path: headstart's own kernel for forwards of a few tokens.
+
+A decode step (and a typing forward of a few tokens) is bound by reading the
+weights once. `native` runs every linear layer of such a forward through
+`native_kernel` (kernels/native.cpp: each output row a dot product
+streamed from memory, as llama.cpp's matrix-vector product is), and larger
+forwards (prefill chunks, which are compute-bound) through oneDNN's packed
+matmuls, as `onednn` does. The switch is on the forward's token count
+(`NATIVE_MAX_TOKENS`, all rows of a batched forward together).
+
+Weights: q/k/v are fused into one matrix and gate/up into another (one call
+reads a layer's weights), and the model's own projection weights are made
+views of the fused ones, so the plain weights are held once (the oneDNN
+packed copy is the second, as with `onednn`). The plain weights, the LM
+head's included (tied to the embedding in Qwen2.5 0.5B-3B, and kept tied),
+are copied into transparent huge pages (`huge_pages`: fewer TLB misses while
+streaming them).
+
+Exactness: the kernel sums every output element in one fixed order whatever
+the token count, so up to `NATIVE_MAX_TOKENS` tokens a row's logits in a
+batched forward equal its lone forward's bit for bit (tested), which the
+matmul libraries do not promise. A forward above the threshold runs
+oneDNN, whose blocking depends on M: as with `onednn`, equal up to float
+reassociation. bfloat16 weights are widened to float32 in the kernel and
+the sum kept in float32, rounded to bfloat16 once, as torch's bf16 linear.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headstart.engine.fast_ops import EagerOps, OneDNNOps, PackedLinear
+from headstart.engine.huge_pages import huge_page_copies
+from headstart.engine.native_kernel import NativeKernel, load
+
+# Forwards of at most this many tokens (all rows together) run the native
+# kernel. It reads the weights once per 4 tokens, so its cost grows with the
+# tokens while oneDNN's packed GEMM stays near one read of the weights up to
+# a few dozen: `bench decode-step --kernels native,onednn --rows 1,2,4,8`
+# (docs/benchmarks.md, "Per-token speed") puts the crossing near here.
+NATIVE_MAX_TOKENS = 8
+
+
+class NativeLinear:
+    """One linear layer (several fused along the output axis): the native
+    kernel up to `max_tokens` tokens, oneDNN's packed matmul above."""
+
+    def __init__(self, kernel: NativeKernel, weight: torch.Tensor, packed: PackedLinear, max_tokens: int):
+        """`weight`: the plain [N, K] matrix the kernel reads; `packed`: the
+        same matrix packed for oneDNN, with the bias."""
+        self.kernel, self.weight, self.packed, self.max_tokens = kernel, weight, packed, max_tokens
+        self.bias_f32 = None if packed.bias is None else packed.bias.float().contiguous()
+        self.out_features, self.in_features = weight.shape
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] > self.max_tokens:
+            return self.packed(x)
+        out = self.kernel.linear(flat.float().contiguous(), self.weight, self.bias_f32)
+        return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+
+
+class NativeOps(EagerOps):
+    """The linear layers through `NativeLinear` (module doc)."""
+
+    name = "native"
+
+    def __init__(self, model, max_tokens: int = NATIVE_MAX_TOKENS, packed: OneDNNOps | None = None):
+        """`packed`: a `OneDNNOps` of this model whose packed weights to share
+        (auto times both), else they are packed here."""
+        super().__init__(model)
+        kernel = self._kernel = load()
+        packed = packed if packed is not None else OneDNNOps(model)
+        self._qkv, self._o, self._gate_up, self._down = [], [], [], []
+        # per layer: (modules fused into one matrix, the packed matrix, where it goes)
+        groups = []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            groups.append(((attn.q_proj, attn.k_proj, attn.v_proj), self._qkv))
+            groups.append(((attn.o_proj,), self._o))
+            groups.append(((mlp.gate_proj, mlp.up_proj), self._gate_up))
+            groups.append(((mlp.down_proj,), self._down))
+        groups.append(((model.lm_head,), None))
+        packs = [p for i in range(len(self.layers))
+                 for p in (packed._qkv[i], packed._o[i], packed._gate_up[i], packed._down[i])] + [packed._head]
+        fused = huge_page_copies([_fused(modules) for modules, _ in groups])
+        for (modules, target), weight, pack in zip(groups, fused, packs):
+            _share(model, modules, weight)
+            linear = NativeLinear(kernel, weight, pack, max_tokens)
+            if target is None:
+                self._head = linear
+            else:
+                target.append(linear)
+        self._splits = [[p.out_features for p in (l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj)]
+                        for l in self.layers]
+
+    def qkv(self, index: int, hidden: torch.Tensor):
+        x = self.layers[index].input_layernorm(hidden)
+        return self._qkv[index](x).split(self._splits[index], dim=-1)
+
+    def post(self, index: int, out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        layer = self.layers[index]
+        hidden = residual + self._o[index](out)
+        gate, up = self._gate_up[index](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+        return hidden + self._down[index](layer.mlp.act_fn(gate) * up)
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        return self._head(rows)
+
+    def attend_one(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
+        """One new token's attention (`model_runner._row_attention`): q [heads, dim]
+        against the cache pieces, in the kernel, float32 out."""
+        return self._kernel.attend_one(q.float().contiguous(), pieces, scale)
+
+
+def _fused(modules) -> torch.Tensor:
+    weights = [m.weight.detach() for m in modules]
+    return weights[0] if len(weights) == 1 else torch.cat(weights, dim=0)
+
+
+def _share(model, modules, fused: torch.Tensor) -> None:
+    """Point each module's weight at its rows of the fused matrix (same
+    values), so the model's own forward and ours read one copy; a weight tied
+    to the embedding (the LM head of Qwen2.5 0.5B-3B) stays tied."""
+    embed = model.model.embed_tokens
+    at = 0
+    for module in modules:
+        rows = module.weight.shape[0]
+        tied = module.weight is embed.weight
+        module.weight = torch.nn.Parameter(fused[at:at + rows], requires_grad=False)
+        if tied:
+            embed.weight = module.weight
+        at += rows
+
+
+def native_supports(model) -> str | None:
+    """None when `native` can run this model, else why not."""
+    from headstart.engine.native_kernel import unavailable_reason
+
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype not in (torch.float32, torch.bfloat16):
+        return "the native kernel runs float32 and bfloat16 on a CPU"
+    if not torch.backends.mkldnn.is_available():
+        return "no oneDNN for the forwards above the native kernel's token count"
+    return unavailable_reason()

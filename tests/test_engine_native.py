@@ -1,0 +1,223 @@
+"""The `native` fast path: headstart's own small-M linear kernel.
+
+What is checked: the kernel computes x @ w.T (+ bias) for float32 and
+bfloat16 weights against a float64 reference, every shape edge included
+(K not a multiple of the 16-lane vector, N not a multiple of the 4-row
+block, M across the 4-row input tiles); a token's result does not depend on
+the other tokens in the call (bit for bit); bad input is a typed error; a
+model on `native` computes its own forward, shares its weights with the
+fused matrices (no second plain copy), decodes batched rows bit-identical
+to lone ones, and anticipatory sessions generate a cold prefill's tokens;
+a machine that cannot build the kernel falls back to oneDNN and says why.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headstart.engine import native_kernel
+from headstart.engine.kv import extend, prefill
+from headstart.engine.model_runner import RowExtension, enable_fast_path, extend_rows, fast_path_choice, resolve_choice
+from headstart.engine.native_ops import NATIVE_MAX_TOKENS, native_supports
+from headstart.models.loader import load_model
+
+REASON = native_kernel.unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"native kernel unavailable here: {REASON}")
+
+PROMPT = list(range(1000, 1041))
+
+
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (7, 33), (64, 896), (13, 100), (130, 47)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_kernel_computes_the_linear_layer(weight_dtype, n, k, bias):
+    kernel = native_kernel.load()
+    gen = torch.Generator().manual_seed(n * 1000 + k)
+    weight = torch.randn(n, k, generator=gen).to(weight_dtype)
+    b = torch.randn(n, generator=gen) if bias else None
+    for m in (1, 3, 4, 5, 9):
+        x = torch.randn(m, k, generator=gen)
+        reference = x.double() @ weight.double().T + (b.double() if bias else 0)
+        out = kernel.linear(x, weight, b)
+        assert out.dtype == torch.float32 and out.shape == (m, n)
+        torch.testing.assert_close(out.double(), reference, rtol=1e-5, atol=1e-5 * k ** 0.5)
+
+
+def test_a_tokens_result_does_not_depend_on_the_others():
+    """Row i of a call with M rows equals a call with row i alone, bit for bit,
+    for every M and position in the 4-row tiles (one fixed summation order)."""
+    kernel = native_kernel.load()
+    gen = torch.Generator().manual_seed(7)
+    weight, bias = torch.randn(37, 211, generator=gen), torch.randn(37, generator=gen)
+    x = torch.randn(11, 211, generator=gen)
+    alone = [kernel.linear(x[i:i + 1].contiguous(), weight, bias) for i in range(11)]
+    for m in (2, 4, 5, 8, 11):
+        together = kernel.linear(x[:m].contiguous(), weight, bias)
+        for i in range(m):
+            assert torch.equal(together[i:i + 1], alone[i]), (m, i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_of_one_token_over_cache_pieces(dtype):
+    """`attend_one` over a shared prefix read as a strided view (a crop of P0),
+    a private tail and the new token equals softmax(q k^T * scale) v computed
+    in float64 over the joined cache, grouped-query heads included."""
+    kernel = native_kernel.load()
+    gen = torch.Generator().manual_seed(3)
+    heads, kv_heads, dim = 14, 2, 64
+    full_prefix = torch.randn(1, kv_heads, 40, dim, generator=gen).to(dtype)
+    prefix_v = torch.randn(1, kv_heads, 40, dim, generator=gen).to(dtype)
+    pieces = [(full_prefix[:, :, :33], prefix_v[:, :, :33]),  # views: kv heads 40 tokens apart
+              (torch.randn(1, kv_heads, 5, dim, generator=gen).to(dtype),
+               torch.randn(1, kv_heads, 5, dim, generator=gen).to(dtype)),
+              (torch.randn(1, kv_heads, 1, dim, generator=gen).to(dtype),
+               torch.randn(1, kv_heads, 1, dim, generator=gen).to(dtype))]
+    q = torch.randn(heads, dim, generator=gen)
+    scale = dim ** -0.5
+    out = kernel.attend_one(q, pieces, scale)
+    keys = torch.cat([k for k, _ in pieces], dim=2)[0].double()  # [kv_heads, L, dim]
+    values = torch.cat([v for _, v in pieces], dim=2)[0].double()
+    group = heads // kv_heads
+    expected = torch.stack([torch.softmax(keys[h // group] @ q[h].double() * scale, dim=0) @ values[h // group]
+                            for h in range(heads)])
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="native attention"):
+        kernel.attend_one(q.double(), pieces, scale)
+    with pytest.raises(ValueError, match="native attention"):
+        kernel.attend_one(q, [(pieces[0][0], pieces[0][1].float() if dtype == torch.bfloat16 else pieces[0][1].bfloat16())],
+                          scale)
+
+
+def test_bad_input_is_a_typed_error():
+    kernel = native_kernel.load()
+    weight = torch.randn(8, 16)
+    with pytest.raises(ValueError, match="float32 contiguous"):
+        kernel.linear(torch.randn(2, 16, dtype=torch.float64), weight)
+    with pytest.raises(ValueError, match="float32 contiguous"):
+        kernel.linear(torch.randn(2, 15), weight)
+    with pytest.raises(ValueError, match="float32 contiguous"):
+        kernel.linear(torch.randn(16, 2).T, weight)
+    with pytest.raises(ValueError, match="bias"):
+        kernel.linear(torch.randn(2, 16), weight, torch.randn(7))
+    with pytest.raises(ValueError, match="float32 or bfloat16 weights"):
+        kernel.linear(torch.randn(2, 16), weight.double())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_native_computes_the_models_forward_and_shares_its_weights(dtype):
+    model = load_model("random:tiny", dtype).model
+    reference = prefill(model, PROMPT)
+    for token in (7, 8, 9):
+        extend(model, reference, [token])
+    assert enable_fast_path(model, "native") == "native"
+    try:
+        ops = model._headstart_ops
+        state = prefill(model, PROMPT)  # 41 tokens: oneDNN; then one-token steps: the kernel
+        for token in (7, 8, 9):
+            extend(model, state, [token])
+        tolerance = 1e-4 if dtype == "float32" else 0.15
+        torch.testing.assert_close(state.last_logits.float(), reference.last_logits.float(),
+                                   rtol=tolerance, atol=tolerance)
+        # the model's projections are views of the fused matrices: one plain copy
+        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+        fused = ops._qkv[0].weight
+        assert attn.q_proj.weight.data_ptr() == fused.data_ptr()
+        assert attn.k_proj.weight.data_ptr() == fused[attn.q_proj.out_features:].data_ptr()
+        assert mlp.up_proj.weight.data_ptr() == ops._gate_up[0].weight[mlp.gate_proj.out_features:].data_ptr()
+    finally:
+        enable_fast_path(model, "off")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_batched_rows_are_bit_identical_to_lone_rows(dtype):
+    """Without the batch-invariant setting: forwards of up to NATIVE_MAX_TOKENS
+    tokens run the kernel, whose sums do not depend on the other rows, so a
+    row's logits in a batch equal its lone forward's bit for bit (oneDNN's
+    and MKL's do not promise this)."""
+    model = load_model("random:tiny", dtype).model
+    enable_fast_path(model, "native")
+    try:
+        prompts = [PROMPT[:n] for n in (7, 19, 41)]
+        extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate((1, 3, 2))]
+        assert sum(len(e) for e in extra) <= NATIVE_MAX_TOKENS
+        lone = []
+        for p, e in zip(prompts, extra):
+            state = prefill(model, p)
+            extend(model, state, e)
+            lone.append(state.last_logits)
+        states = [prefill(model, p) for p in prompts]
+        assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
+        for a, s in zip(lone, states):
+            assert torch.equal(a, s.last_logits)
+        # and greedy decoding of 3 rows in one forward picks each row's lone tokens
+        rows = [prefill(model, p) for p in prompts]
+        alone = [prefill(model, p) for p in prompts]
+        for _ in range(6):
+            tokens = [int(s.last_logits.argmax()) for s in rows]
+            assert all(extend_rows(model, [RowExtension(s, [t]) for s, t in zip(rows, tokens)]))
+            for s, t in zip(alone, tokens):
+                extend(model, s, [t])
+            for a, b in zip(alone, rows):
+                assert torch.equal(a.last_logits, b.last_logits)
+    finally:
+        enable_fast_path(model, "off")
+
+
+def test_sessions_match_cold_on_native(tmp_path):
+    """The product's promise on this path: an anticipatory session and a prefix
+    request generate a cold prefill's tokens, every forward on `native`."""
+    from headstart.engine.generation import SamplingParams
+    from headstart.engine.runtime import EngineRuntime
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", fast_path="native",
+                                          p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0)
+    try:
+        assert runtime.fast_path == "native"
+        question = "Which countries in Europe have more than ten million people?"
+        session = runtime.open_session("world_1", "headstart")
+        for seq, end in enumerate(range(3, len(question) + 1, 3), 1):
+            session.update(seq, question[:end])
+        session.update(seq + 1, question)
+        session.wait_idle(60)
+        anticipated = session.submit(seq + 2, question, SamplingParams(max_new_tokens=8)).result().token_ids
+        runtime.close_session(session.session_id)
+        cold = runtime.complete("world_1", question, "cold", 8).token_ids
+        assert anticipated == cold
+        assert runtime.complete("world_1", question, "prefix", 8).token_ids == cold
+    finally:
+        runtime.shutdown()
+        enable_fast_path(runtime.model, "off")
+
+
+def test_float64_cannot_run_native():
+    model = load_model("random:tiny", "float64").model
+    assert native_supports(model) is not None
+    choice = resolve_choice(model, "native")
+    assert choice.kernels == "off" and "float32 and bfloat16" in choice.reason
+
+
+def test_a_kernel_that_cannot_build_falls_back_to_onednn(monkeypatch, tmp_path):
+    """No compiler (or a failed build): `native` resolves to oneDNN with the
+    reason kept on the choice; the build error names the command."""
+    monkeypatch.setenv("HEADSTART_HOME", str(tmp_path))
+    monkeypatch.setenv("CXX", "/bin/false")
+    with pytest.raises(native_kernel.NativeKernelUnavailable, match="building the native kernel failed"):
+        native_kernel._build_and_load()
+    assert not list(tmp_path.glob("kernels/*/*.so*")), "a failed build leaves no library behind"
+    monkeypatch.setattr(native_kernel, "_loaded", None)
+    monkeypatch.setattr(native_kernel, "_failure", "no C++ compiler (test)")
+    model = load_model("random:tiny", "float32").model
+    assert enable_fast_path(model, "native") == "onednn"
+    assert fast_path_choice(model).reason == "no C++ compiler (test)"
+    enable_fast_path(model, "off")
+
+
+def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
+    monkeypatch.setenv("HEADSTART_HOME", str(tmp_path))
+    first = native_kernel._build_and_load()
+    built = list(tmp_path.glob("kernels/*/native.so"))
+    assert built == [first.path]
+    mtime = first.path.stat().st_mtime_ns
+    second = native_kernel._build_and_load()  # found, not rebuilt
+    assert second.path == first.path and first.path.stat().st_mtime_ns == mtime
