@@ -21,6 +21,7 @@ from headstart.engine.kv import extend, prefill
 from headstart.engine.model_runner import RowExtension, enable_fast_path, extend_rows, fast_path_choice, resolve_choice
 from headstart.engine.native_ops import NATIVE_MAX_TOKENS, native_supports
 from headstart.models.loader import load_model
+from tests.test_engine_fast_path import batched_vs_lone
 
 REASON = native_kernel.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"native kernel unavailable here: {REASON}")
@@ -138,19 +139,12 @@ def test_batched_rows_are_bit_identical_to_lone_rows(dtype):
     model = load_model("random:tiny", dtype).model
     enable_fast_path(model, "native")
     try:
-        prompts = [PROMPT[:n] for n in (7, 19, 41)]
-        extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate((1, 3, 2))]
-        assert sum(len(e) for e in extra) <= NATIVE_MAX_TOKENS
-        lone = []
-        for p, e in zip(prompts, extra):
-            state = prefill(model, p)
-            extend(model, state, e)
-            lone.append(state.last_logits)
-        states = [prefill(model, p) for p in prompts]
-        assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
-        for a, s in zip(lone, states):
-            assert torch.equal(a, s.last_logits)
+        lone, batched = batched_vs_lone(model)  # 1 + 3 + 2 new tokens: one kernel forward
+        assert 6 <= NATIVE_MAX_TOKENS
+        for a, b in zip(lone, batched):
+            assert torch.equal(a, b)
         # and greedy decoding of 3 rows in one forward picks each row's lone tokens
+        prompts = [PROMPT[:n] for n in (7, 19, 41)]
         rows = [prefill(model, p) for p in prompts]
         alone = [prefill(model, p) for p in prompts]
         for _ in range(6):

@@ -227,7 +227,7 @@ def bench_decode_step(
 def bench_batch_invariance(
     model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
     dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
-    kernels: list[str] = typer.Option(["eager", "onednn"], help="fast paths (eager, onednn, inductor)"),
+    kernels: list[str] = typer.Option(["eager", "onednn"], help="fast paths (eager, onednn, native, inductor)"),
     rows: int = typer.Option(4, help="rows of the batched forward (caches of different lengths)"),
     new_tokens: int = typer.Option(3, help="most new tokens per row"),
     repeats: int = typer.Option(5, help="batched forwards timed per case (min reported)"),

@@ -60,15 +60,16 @@ class NativeLinear:
         return out.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
 
-class NativeOps(EagerOps):
-    """The linear layers through `NativeLinear` (module doc)."""
+class NativeOps(OneDNNOps):
+    """The linear layers through `NativeLinear` (module doc); the layer's
+    steps around them are `OneDNNOps`' (the same fused matrices)."""
 
     name = "native"
 
     def __init__(self, model, max_tokens: int = NATIVE_MAX_TOKENS, packed: OneDNNOps | None = None):
         """`packed`: a `OneDNNOps` of this model whose packed weights to share
         (auto times both), else they are packed here."""
-        super().__init__(model)
+        EagerOps.__init__(self, model)  # not OneDNNOps': the packed weights come from `packed`
         kernel = self._kernel = load()
         packed = packed if packed is not None else OneDNNOps(model)
         self._qkv, self._o, self._gate_up, self._down = [], [], [], []
@@ -93,19 +94,6 @@ class NativeOps(EagerOps):
                 target.append(linear)
         self._splits = [[p.out_features for p in (l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj)]
                         for l in self.layers]
-
-    def qkv(self, index: int, hidden: torch.Tensor):
-        x = self.layers[index].input_layernorm(hidden)
-        return self._qkv[index](x).split(self._splits[index], dim=-1)
-
-    def post(self, index: int, out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        layer = self.layers[index]
-        hidden = residual + self._o[index](out)
-        gate, up = self._gate_up[index](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
-        return hidden + self._down[index](layer.mlp.act_fn(gate) * up)
-
-    def head(self, rows: torch.Tensor) -> torch.Tensor:
-        return self._head(rows)
 
     def attend_one(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
         """One new token's attention (`model_runner._row_attention`): q [heads, dim]
