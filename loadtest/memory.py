@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -142,9 +143,9 @@ def memory_trend(samples: list[dict], tolerance: float = 0.05, floor_mib: float 
 
     Flat: the change is within `tolerance` of the earlier level or `floor_mib`,
     whichever is larger. Replicas are summed (a restarted replica changes pids).
-    Where the replica was probed (8 probes or more), `replica_heap` is the same
-    verdict on glibc's bytes in use inside it: a leak grows it, fragmentation
-    grows only RSS.
+    Where the replica was probed (8 probes or more of one process: with several
+    replicas the most probed), `replica_heap` is the same verdict on glibc's
+    bytes in use inside it: a leak grows it, fragmentation grows only RSS.
     """
     if len(samples) < 8:
         return {"num_samples": len(samples), "verdict": "too few samples"}
@@ -153,6 +154,9 @@ def memory_trend(samples: list[dict], tolerance: float = 0.05, floor_mib: float 
         "replicas": [sum(s["replicas_mib"].values()) for s in samples],
     }
     probes = [s["replica_probe"] for s in samples if (s.get("replica_probe") or {}).get("heap_in_use_mib") is not None]
+    # NOTE: with several replicas the handle reaches one or another: one process's series only
+    pid = Counter(p.get("pid") for p in probes).most_common(1)[0][0] if probes else None
+    probes = [p for p in probes if p.get("pid") == pid]
     if len(probes) >= 8:
         series["replica_heap"] = [p["heap_in_use_mib"] for p in probes]
     out: dict = {"num_samples": len(samples), "duration_s": samples[-1]["t_s"]}

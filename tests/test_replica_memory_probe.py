@@ -70,6 +70,11 @@ def test_trend_judges_the_replica_heap_apart_from_its_rss():
     leaking = [_row(i, 900.0 + 10 * i, 600.0 + 10 * i) for i in range(40)]
     assert not memory_trend(leaking)["replica_heap"]["flat"]
     assert "replica_heap" not in memory_trend([_row(i, 900.0) for i in range(40)])  # never probed
+    # a second, smaller replica answers half the late probes: its heap is not the first one's shrinking
+    two = [_row(i, 900.0, 50.0 if i >= 30 and i % 2 else 600.0) for i in range(40)]
+    for i, row in enumerate(two):
+        row["replica_probe"]["pid"] = 3 if i >= 30 and i % 2 else 2
+    assert memory_trend(two)["replica_heap"]["flat"] and memory_trend(two)["replica_heap"]["end_mib"] == 600.0
     assert "replica heap in use" in memory_table(trend) and "GROWING" in memory_table(trend)
 
 
