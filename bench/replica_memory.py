@@ -155,13 +155,9 @@ def growth(rows: list[dict], start: int) -> dict[str, int]:
 
 def _malloc_trim() -> float:
     """RSS after glibc's malloc_trim(0): what the allocator kept of freed memory (0.0: not glibc)."""
-    import ctypes
+    from services.engine.memory_probe import malloc_trim
 
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        return 0.0
-    return rss_mib()
+    return malloc_trim() or 0.0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -114,11 +114,17 @@ def data_table_rows(summary: dict[str, dict]) -> list[list]:
             for user, s in summary.items() if s.get("is_data_user")]
 
 
+# trend key -> row label; replica_heap: glibc's bytes in use inside the replica
+# (its probe), which a leak grows and allocator fragmentation does not
+MEMORY_ROWS = {"gateway": "gateway", "replicas": "replicas", "replica_heap": "replica heap in use"}
+
+
 def memory_table(trend: dict) -> str:
     if "gateway" not in trend:
         return f"memory: {trend.get('verdict', 'not sampled')}\n"
-    rows = [[name, t["start_mib"], t["warm_mib"], t["end_mib"], t["max_mib"], t["change_mib"],
-             "flat" if t["flat"] else "GROWING"] for name, t in ((k, trend[k]) for k in ("gateway", "replicas"))]
+    rows = [[label, t["start_mib"], t["warm_mib"], t["end_mib"], t["max_mib"], t["change_mib"],
+             "flat" if t["flat"] else "GROWING"] for label, t in ((MEMORY_ROWS[k], trend[k]) for k in MEMORY_ROWS
+                                                                   if k in trend)]
     return markdown_table(["process", "start MiB", "warm MiB (2nd quarter)", "end MiB (last quarter)", "max MiB",
                            "change MiB", "verdict"], rows)
 
@@ -167,6 +173,10 @@ def _plot(path: Path, samples: list[dict], memory: list[dict], meta: dict) -> No
         t = [m["t_s"] / 60 for m in memory]
         ax.plot(t, [m["gateway_mib"] or 0 for m in memory], label="gateway (+ Ray driver)")
         ax.plot(t, [sum(m["replicas_mib"].values()) for m in memory], label="engine replica(s)")
+        heap = [(m["t_s"] / 60, m["replica_probe"]["heap_in_use_mib"]) for m in memory
+                if (m.get("replica_probe") or {}).get("heap_in_use_mib") is not None]
+        if heap:
+            ax.plot(*zip(*heap), marker=".", label="replica heap in use (glibc)")
         ax.set(xlabel="minutes", ylabel="RSS (MiB)", title="memory")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -135,7 +135,19 @@ def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int
     settings.tokens = [s.split("=", 1)[1] for s in specs]
     stack = serve_command(model=model, port=0, grpc_port=0, replicas=replicas, tokens=specs,
                           max_sessions=max_sessions, block=False, say=typer.echo)
-    return stack, MemorySampler(period_s=10.0 if seconds >= 600 else 2.0).start()
+    long_run = seconds >= 600
+    return stack, MemorySampler(period_s=10.0 if long_run else 2.0, probe=_replica_probe(),
+                                probe_period_s=60.0 if long_run else 10.0).start()
+
+
+def _replica_probe():
+    """A call of a replica's `memory_probe` through a Serve handle (this process is the Ray driver)."""
+    from ray import serve
+
+    from services.engine.deployment import APP_NAME
+
+    handle = serve.get_app_handle(APP_NAME)
+    return lambda: handle.memory_probe.remote(detail=True).result(timeout_s=60)
 
 
 def _warm_up(settings: LoadSettings) -> None:

@@ -171,6 +171,8 @@ def test_short_steady_run_has_no_failures(tmp_path):
         s = report["users"][user]
         assert s["num_failures"] == 0 and s["num_answers"] > 0 and s["ttft_p50_ms"] > 0
     assert report["memory"] and report["memory"][0]["replicas_mib"], "the replica's memory was sampled"
+    probes = [m["replica_probe"] for m in report["memory"] if "replica_probe" in m]
+    assert probes and probes[0]["heap_in_use_mib"] > 0 and probes[0]["gc_objects"] > 0, probes[:2]
     assert "TTFT p50 ms" in (out / "loadtest.md").read_text()
     assert (out / "loadtest.png").stat().st_size > 0 and (out / "locust.html").stat().st_size > 0
 

@@ -99,6 +99,11 @@ class ReplicaCore:
             else:
                 self._attached.pop(session_id, None)
 
+    def idle(self) -> bool:
+        """No forward work queued or running (a moment to give memory back)."""
+        worker = self.runtime.worker
+        return worker.num_queued == 0 and not getattr(worker, "_running", ())
+
     def close(self, session_id: str) -> None:
         self.runtime.close_session(session_id)
 

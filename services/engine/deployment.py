@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 from ray import serve
@@ -25,6 +26,7 @@ from services.engine.data_events import VersionPublisher
 from services.engine.data_service import DataService
 from services.engine.generate import generation_events
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
+from services.engine.heap_trim import HeapTrimmer
 from services.engine.kv_metrics import ReplicaKVGauge, kv_values
 from services.engine.loader import SchemaLoader
 from services.engine.stream import SessionStream, sampling_params
@@ -54,6 +56,7 @@ class EngineDeployment:
         self.guard = EngineGuard(configured_secret(secret), build_catalogue(engine_settings, catalogue))
         self.loader = SchemaLoader(self.core.runtime.prompt_for)
         self.kv_gauge = ReplicaKVGauge()
+        self.heap_trimmer = HeapTrimmer(engine_settings.malloc_trim_s)
         publisher = VersionPublisher.from_url(engine_settings.redis_url) if engine_settings.redis_url else None
         self.data = DataService(self.core, self.replica, self.guard, self._prepare, publisher)
 
@@ -131,28 +134,56 @@ class EngineDeployment:
     async def Watch(self, request):  # noqa: N802 (grpc.health.v1)
         yield await self.Check(request)
 
-    def memory_probe(self) -> dict:
-        """What this replica holds, counted (services/engine/memory_probe.py), plus its sessions.
+    def memory_probe(self, detail: bool = False, trim: bool = False, trace: bool = False) -> dict:
+        """What this replica holds, counted (services/engine/memory_probe.py), plus its sessions
+        and glibc's account of its heap (bytes in use, free bytes kept).
 
-        A diagnostic for leak experiments (bench/replica_memory_serve.py). Reached
-        only through a Serve handle inside the Ray cluster: Serve's gRPC proxy
-        routes only the Engine and Health RPCs, and no RPC has this name."""
-        from services.engine.memory_probe import snapshot
+        A diagnostic for leak experiments (bench/replica_memory_serve.py) and
+        the load tests' memory sampler. Reached only through a Serve handle
+        inside the Ray cluster: Serve's gRPC proxy routes only the Engine and
+        Health RPCs, and no RPC has this name.
 
-        return snapshot().as_dict() | {"num_sessions": len(self.core.runtime.sessions),
-                                       "evicted": self.core.runtime.sessions.evicted}
+        Args:
+            detail: also live objects by type name, threads by name, CPython's
+                allocated blocks, the replica's tables' sizes and the
+                Prometheus samples of this process.
+            trim: also RSS after glibc's `malloc_trim(0)`, which gives free heap
+                pages back (it changes what later readings see).
+            trace: start tracemalloc at the first such call; later ones add the
+                source lines whose Python allocations grew most since the last.
+        """
+        from services.engine import memory_probe as probe
+
+        out = probe.snapshot().as_dict() | {"num_sessions": len(self.core.runtime.sessions),
+                                             "evicted": self.core.runtime.sessions.evicted,
+                                             "malloc": probe.malloc_stats(), "pid": os.getpid(),
+                                             "heap_trims": self.heap_trimmer.num_trims}
+        if detail:
+            out |= {"type_counts": probe.type_counts(), "thread_names": probe.thread_names(),
+                    "allocated_blocks": probe.allocated_blocks(), "tables": replica_tables(self.core),
+                    "prometheus_samples": probe.prometheus_samples()}
+        if trim:
+            out["rss_trimmed_mib"] = probe.malloc_trim()
+        if trace:
+            self._traced, out["traced_growth"] = probe.traced_growth(getattr(self, "_traced", None))
+        return out
 
     def check_health(self) -> None:
         """Serve's replica health check: the forward worker thread must be alive.
 
         Serve calls it every `health_check_period_s` (5 s): the replica's KV
-        gauge is refreshed here, so its metric is never older than that."""
+        gauge is refreshed here, so its metric is never older than that, and
+        an idle replica gives freed heap pages back (services/engine/heap_trim.py)."""
         if not self.core.runtime.worker._thread.is_alive():
             raise RuntimeError("forward worker thread died")
         try:
             self.kv_gauge.record(self.core.kv_usage())
         except Exception:  # NOTE: a metric must never fail the health check (Serve would restart the replica)
             log.exception("KV gauge not recorded")
+        try:
+            self.heap_trimmer.maybe_trim(self.core.idle())
+        except Exception:  # NOTE: nor may giving memory back
+            log.exception("malloc_trim failed")
 
     def _info(self, session_id: str) -> engine_pb2.EngineSessionInfo:
         info = self.core.info(session_id)
@@ -169,6 +200,17 @@ class EngineDeployment:
             self.core.shutdown()
         except Exception:
             pass
+
+
+def replica_tables(core: ReplicaCore) -> dict[str, int]:
+    """Sizes of the per-session and per-request structures of a replica (leak diagnostics)."""
+    runtime, worker = core.runtime, core.runtime.worker
+    scheduler = worker.scheduler
+    return {"sessions": len(runtime.sessions), "kv_holders": len(runtime.sessions._holders),
+            "attached": len(core._attached), "data_sessions": len(core.data_sessions),
+            "prompt_builders": len(runtime._prompts), "p0_states": len(runtime.p0_store.states()),
+            "queued_jobs": worker.num_queued, "running_jobs": len(worker._running),
+            "tenants_served": len(scheduler._served)}
 
 
 def kv_fields(usage) -> dict[str, int]:

@@ -10,7 +10,10 @@ are what is asserted; RSS is reported beside them.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+import sys
 import threading
 import tracemalloc
 import warnings
@@ -81,3 +84,93 @@ def _count(objects: list, names: set[str], tensor_type: type) -> MemorySnapshot:
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return MemorySnapshot(dict(sorted(counts.items())), sum(storages.values()), num_tensors, len(objects),
                           gc.get_freeze_count(), traced, threading.active_count(), rss_mib())
+
+
+def malloc_trim() -> float | None:
+    """Ask glibc to give freed heap pages back (`malloc_trim(0)`); this
+    process's RSS in MiB after it (None where there is no glibc).
+
+    RSS that falls back under trim was free memory the allocator kept
+    (fragmentation, arenas); RSS that stays is memory something holds."""
+    from services.engine.heap_trim import libc_malloc_trim
+
+    trim = libc_malloc_trim()
+    if trim is None:
+        return None
+    trim(0)
+    return rss_mib()
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def malloc_stats() -> dict[str, float] | None:
+    """glibc's own account of its heap (`mallinfo2`), in MiB, without changing it:
+    `in_use` (allocated and not freed: heap chunks plus mmapped blocks) and
+    `free_held` (freed, kept by the allocator in its arenas). RSS growing with
+    `in_use` flat is the allocator (fragmentation), not a leak. None without glibc >= 2.33."""
+    name = ctypes.util.find_library("c")
+    try:
+        func = getattr(ctypes.CDLL(name), "mallinfo2") if name else None
+    except (OSError, AttributeError):
+        return None
+    if func is None:
+        return None
+    func.restype = _MallInfo2
+    info = func()
+    mib = 2.0 ** 20
+    return {"in_use_mib": round((info.uordblks + info.hblkhd) / mib, 1), "free_held_mib": round(info.fordblks / mib, 1),
+            "arena_mib": round(info.arena / mib, 1), "mmapped_mib": round(info.hblkhd / mib, 1)}
+
+
+def type_counts() -> dict[str, int]:
+    """Live objects the collector tracks, by type name (after a full collection).
+
+    Diffing two of these between workload cycles names what grows; objects
+    the collector does not track (str, bytes, int) show in `allocated_blocks`."""
+    gc.collect()
+    return dict(Counter(type(obj).__name__ for obj in gc.get_objects()))
+
+
+def allocated_blocks() -> int:
+    """Memory blocks CPython's allocator has handed out and not got back
+    (every Python object, tracked by the collector or not)."""
+    return sys.getallocatedblocks()
+
+
+def thread_names() -> dict[str, int]:
+    """Live threads by name, digits dropped (`ThreadPoolExecutor-0_3` -> `ThreadPoolExecutor-_`)."""
+    return dict(Counter("".join(c for c in t.name if not c.isdigit()) for t in threading.enumerate()))
+
+
+def top_growth(before: dict[str, int], after: dict[str, int], top: int = 15) -> list[tuple[str, int]]:
+    """The `top` names whose counts grew most from `before` to `after`."""
+    grown = ((name, after.get(name, 0) - before.get(name, 0)) for name in set(before) | set(after))
+    return sorted((g for g in grown if g[1] > 0), key=lambda g: -g[1])[:top]
+
+
+def prometheus_samples() -> int:
+    """Samples in this process's default Prometheus registry: one per label set,
+    so a label that carries a session or request id shows as growth here."""
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:
+        return 0
+    return sum(len(metric.samples) for metric in REGISTRY.collect())
+
+
+def traced_growth(before, top: int = 15, frames: int = 8):
+    """(snapshot now, [(source line, bytes grown, blocks grown)]) since `before`,
+    a snapshot this returned earlier; the first call (None) starts tracemalloc."""
+    if before is None or not tracemalloc.is_tracing():
+        tracemalloc.start(frames)
+        return tracemalloc.take_snapshot(), []
+    gc.collect()
+    now = tracemalloc.take_snapshot()
+    stats = now.compare_to(before, "traceback")
+    # a Traceback runs oldest frame first: the allocating line is the last one
+    grown = [(" <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in reversed(list(s.traceback)[-4:])),
+              s.size_diff, s.count_diff) for s in stats[:top] if s.size_diff > 0]
+    return now, grown

@@ -76,6 +76,10 @@ class EngineSettings(BaseSettings):
         False, description="a batched row's logits bit-identical to its lone forward's (linear layers run per row: "
         "the weights are read once per row, not once per batch); turns fast_path off into eager"
     )
+    malloc_trim_s: float = Field(
+        30.0, ge=0, description="an idle replica gives the heap pages glibc keeps free back to the system "
+        "(malloc_trim) at most this often, in seconds (0: never; issue 14's soak)"
+    )
     debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")
     answer_ahead_tokens: int = Field(32, ge=0, description="greedy answer tokens decoded while the user pauses (0 = off)")
 

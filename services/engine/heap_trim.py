@@ -1,0 +1,65 @@
+"""Giving a replica's freed heap pages back to the system when it is idle (issue 14).
+
+A replica's KV caches grow by `torch.cat` (a new, larger tensor each step),
+and sessions come and go: blocks of many sizes are freed all the time. glibc
+keeps freed memory in its arenas and raises its mmap threshold after the
+first large free, so large tensors come from the arenas too; the holes they
+leave are reused only by blocks that fit, and the resident size creeps up
+with the work done while the bytes in use stay flat (measured in
+docs/benchmarks.md, "Soak: memory over 30 minutes"). `malloc_trim(0)` walks
+the arenas and returns every free page to the system; it takes the arenas'
+locks, so the replica calls it only between requests, at most every
+`HEADSTART_MALLOC_TRIM_S` seconds (from its health check).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import time
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+def libc_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+class HeapTrimmer:
+    """Calls `malloc_trim(0)` when the replica is idle and `period_s` has passed
+    since the last call (period 0, or no glibc: never)."""
+
+    def __init__(self, period_s: float, trim: Callable[[int], int] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        if period_s < 0:
+            raise ValueError("period_s must be >= 0")
+        self.period_s = period_s
+        self._trim = trim if trim is not None else (libc_malloc_trim() if period_s else None)
+        self._clock = clock
+        self._last = clock()
+        self.num_trims = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.period_s > 0 and self._trim is not None
+
+    def maybe_trim(self, idle: bool) -> bool:
+        """Trim now if enabled, `idle` (no forward work queued or running) and due.
+
+        Called from the replica's health check (every few seconds); returns
+        whether it trimmed. NOTE: a busy replica is not trimmed: the pages it
+        frees now it will likely take again at the next step."""
+        now = self._clock()
+        if not self.enabled or not idle or now - self._last < self.period_s:
+            return False
+        self._last = now
+        self._trim(0)
+        self.num_trims += 1
+        return True
