@@ -83,19 +83,19 @@ def test_bench_decode_step_plumbing(tmp_path):
     kernel picking the model's own forward's tokens (timings not asserted)."""
     out = tmp_path / "decode"
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--dtype", "float32", "--kernels",
-                "off,eager,onednn,auto", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
+                "off,eager,onednn,native,auto", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
                 "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "decode_step.json").read_text())
     cases = [(r["case"], r["rows"]) for r in report["results"]]
-    assert cases == [(c, n) for c in ("off", "eager", "onednn", "auto") for n in (1, 3)]
+    assert cases == [(c, n) for c in ("off", "eager", "onednn", "native", "auto") for n in (1, 3)]
     assert all(r["same_tokens"] and r["min_ms"] > 0 for r in report["results"])
     # a cold prefill per kernel set; auto on random:tiny is `off`, untimed
-    assert [r["prefill_ms"] is not None for r in report["results"]] == [True, False] * 4
+    assert [r["prefill_ms"] is not None for r in report["results"]] == [True, False] * 5
     assert {(r["installed"], r["auto"]["measured"]) for r in report["results"] if r["case"] == "auto"} == {("off", False)}
     assert (out / "decode_step.md").read_text().count("\n|") >= 7 and (out / "decode_step.png").stat().st_size > 1000
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--kernels", "fastest", "--out", str(out)], tmp_path)
-    assert proc.returncode == 2 and "valid: off, eager, onednn, inductor" in proc.stderr
+    assert proc.returncode == 2 and "valid: off, eager, onednn, native, inductor" in proc.stderr
 
 
 def test_bench_batch_invariance_plumbing(tmp_path):
