@@ -172,4 +172,6 @@ def _trend(values: list[float], tolerance: float, floor_mib: float) -> dict:
     change = late_mean - early_mean
     allowed = max(tolerance * early_mean, floor_mib)
     return {"start_mib": values[0], "warm_mib": round(early_mean, 1), "end_mib": round(late_mean, 1),
-            "max_mib": max(values), "change_mib": round(change, 1), "flat": abs(change) <= allowed}
+            "max_mib": max(values), "change_mib": round(change, 1), "flat": abs(change) <= allowed,
+            # a fall (the start-up peak given back) is not a leak: told apart from a rise
+            "growing": change > allowed}

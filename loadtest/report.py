@@ -123,7 +123,7 @@ def memory_table(trend: dict) -> str:
     if "gateway" not in trend:
         return f"memory: {trend.get('verdict', 'not sampled')}\n"
     rows = [[label, t["start_mib"], t["warm_mib"], t["end_mib"], t["max_mib"], t["change_mib"],
-             "flat" if t["flat"] else "GROWING"] for label, t in ((MEMORY_ROWS[k], trend[k]) for k in MEMORY_ROWS
+             "flat" if t["flat"] else ("GROWING" if t["growing"] else "falling")] for label, t in ((MEMORY_ROWS[k], trend[k]) for k in MEMORY_ROWS
                                                                    if k in trend)]
     return markdown_table(["process", "start MiB", "warm MiB (2nd quarter)", "end MiB (last quarter)", "max MiB",
                            "change MiB", "verdict"], rows)

@@ -135,6 +135,10 @@ def test_memory_trend_tells_flat_from_growing():
     growing = [{"t_s": i, "gateway_mib": 500.0, "replicas_mib": {"1": 900.0 + 10 * i}} for i in range(40)]
     trend = memory_trend(growing)
     assert trend["gateway"]["flat"] and not trend["replicas"]["flat"]
+    assert trend["replicas"]["growing"] and not trend["gateway"]["growing"]
+    falling = [{"t_s": i, "gateway_mib": 500.0, "replicas_mib": {"1": 5000.0 - 50 * i}} for i in range(40)]
+    trend = memory_trend(falling)  # the start-up peak given back: not flat, not growing either
+    assert not trend["replicas"]["flat"] and not trend["replicas"]["growing"]
     assert memory_trend(flat[:3])["verdict"] == "too few samples"
     assert rss_mib(1 << 30) is None and rss_mib(os.getpid()) > 0
     for pid in replica_pids():  # only engine replicas (a Serve stack of this test session may be up)
@@ -182,7 +186,7 @@ def test_short_steady_run_has_no_failures(tmp_path):
 def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     """`mixed` for 45 s on random:tiny: the data producers' pushes (REST, gRPC) and the flash
     subscriber's ack→data_updated and ack→flash_ready (the local stack's flash worker)
-    are recorded, with no failure anywhere."""
+    are recorded, with no failure anywhere, a noisy tenant at its limits included."""
     if importlib.util.find_spec("locust") is None:
         pytest.skip("locust is not installed (pip install -e .[loadtest])")
     out = tmp_path / "mixed"
@@ -199,6 +203,8 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     for producer in ("data_producer", "grpc_data_producer"):
         assert int(rows[(producer, "push")]["Request Count"]) > 0, rows.keys()
     assert int(rows[("flash_subscriber", "data_updated")]["Request Count"]) > 0, rows.keys()
+    # the noisy tenant's malformed requests were all refused with a 4xx (a failure otherwise, counted above)
+    assert int(rows[("noisy", "bad_input_refused")]["Request Count"]) > 0, rows.keys()
     report = json.loads((out / "loadtest.json").read_text())
     producer, subscriber = report["users"]["data_producer"], report["users"]["flash_subscriber"]
     assert producer["num_rows_pushed"] == 5 * producer["num_pushes"] > 0

@@ -1,9 +1,9 @@
 """mixed: typists (WebSocket, gRPC) beside one-shot completion callers (gRPC, REST),
 data producers (REST, gRPC) pushing rows into data sessions and a flash subscriber timing
 its pushes to the flash answers of their data version (the local stack runs
-the flash worker)."""
+the flash worker), and one noisy tenant at its limits (`loadtest.noisy`)."""
 
-from loadtest import users
+from loadtest import noisy, users
 
 SCENARIO = {"users": 8, "spawn_rate": 2, "run_time": "90s", "max_sessions": 64}
 
@@ -34,3 +34,7 @@ class MixedGrpcDataProducer(users.GrpcDataProducer):
 
 class MixedFlashSubscriber(users.FlashSubscriber):
     fixed_count = 1
+
+
+class MixedNoisyTenant(noisy.NoisyTenant):
+    fixed_count = 1  # one tenant at its limits beside the others
