@@ -103,15 +103,22 @@ async def run_cycle(core: ReplicaCore, cycle: int, per_cycle: int, db: str, max_
     return outcomes
 
 
-async def settle(core: ReplicaCore, timeout_s: float = 30.0) -> None:
+async def settle(core: ReplicaCore, timeout_s: float = 30.0, quiet_s: float = 0.3) -> None:
     """Wait until cancelled work is gone: nothing queued or running on the worker
-    and no generation pump thread left (they hold their request until they end)."""
+    and no generation pump thread left (they hold their request until they end),
+    for `quiet_s` in a row (a session's timers can still start a step, e.g.
+    answer-ahead after a pause, just after the worker first looks idle)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
+    since = None
     while loop.time() < end:
         pumps = [t for t in threading.enumerate() if t.name == "headstart-gen-pump"]
         if not pumps and core.info().num_queued == 0:
-            return
+            since = loop.time() if since is None else since
+            if loop.time() - since >= quiet_s:
+                return
+        else:
+            since = None
         await asyncio.sleep(0.02)
 
 
