@@ -24,17 +24,19 @@ HUGE_PAGE = 2 << 20
 ALIGN = 64  # each tensor starts on a cache line
 
 
-def huge_page_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Contiguous copies of `tensors` (CPU, any dtypes) carved from one
-    anonymous mapping advised for huge pages, its start aligned to 2 MiB.
-    The mapping lives as long as any of the copies (each holds a reference)."""
-    offsets, size = [], 0
-    for t in tensors:
+def huge_page_copies(groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """One contiguous matrix per group (its tensors stacked along dim 0, as
+    `torch.cat` would; CPU, one dtype per group), each written straight into
+    one anonymous mapping advised for huge pages, its start aligned to 2 MiB.
+    The mapping lives as long as any of the results (each holds a reference)."""
+    shapes, offsets, size = [], [], 0
+    for parts in groups:
         size = -(-size // ALIGN) * ALIGN
         offsets.append(size)
-        size += t.numel() * t.element_size()
+        shapes.append((sum(p.shape[0] for p in parts), *parts[0].shape[1:]))
+        size += sum(p.numel() for p in parts) * parts[0].element_size()
     if size == 0:
-        return [t.clone() for t in tensors]
+        return [torch.cat(parts) for parts in groups]
     region = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         region.madvise(mmap.MADV_HUGEPAGE)
@@ -42,10 +44,11 @@ def huge_page_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         log.info("huge pages not available for the weights (%s)", exc)
     raw = torch.frombuffer(region, dtype=torch.uint8)
     start = (-raw.data_ptr()) % HUGE_PAGE
-    copies = []
-    for t, offset in zip(tensors, offsets):
-        nbytes = t.numel() * t.element_size()
-        piece = raw[start + offset:start + offset + nbytes].view(t.dtype).view(t.shape)
-        piece.copy_(t)
-        copies.append(piece)
-    return copies
+    out = []
+    for parts, shape, offset in zip(groups, shapes, offsets):
+        dtype = parts[0].dtype
+        nbytes = sum(p.numel() for p in parts) * parts[0].element_size()
+        matrix = raw[start + offset:start + offset + nbytes].view(dtype).view(shape)
+        torch.cat(parts, dim=0, out=matrix)
+        out.append(matrix)
+    return out

@@ -36,8 +36,9 @@ from headstart.engine.native_kernel import NativeKernel, load
 # Forwards of at most this many tokens (all rows together) run the native
 # kernel. It reads the weights once per 4 tokens, so its cost grows with the
 # tokens while oneDNN's packed GEMM stays near one read of the weights up to
-# a few dozen: `bench decode-step --kernels native,onednn --rows 1,2,4,8`
-# (docs/benchmarks.md, "Per-token speed") puts the crossing near here.
+# a few dozen. Measured streaming the 0.5B model's matrices (docs/benchmarks.md,
+# "`native`"): at 8 tokens the two were level (native 120-131 ms, oneDNN
+# 112-131 ms), below it native was faster.
 NATIVE_MAX_TOKENS = 8
 
 
@@ -73,37 +74,30 @@ class NativeOps(OneDNNOps):
         kernel = self._kernel = load()
         packed = packed if packed is not None else OneDNNOps(model)
         self._qkv, self._o, self._gate_up, self._down = [], [], [], []
-        # per layer: (modules fused into one matrix, the packed matrix, where it goes)
+        # (modules fused into one matrix, their packed copy, the list it joins; None: the head)
         groups = []
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             attn, mlp = layer.self_attn, layer.mlp
-            groups.append(((attn.q_proj, attn.k_proj, attn.v_proj), self._qkv))
-            groups.append(((attn.o_proj,), self._o))
-            groups.append(((mlp.gate_proj, mlp.up_proj), self._gate_up))
-            groups.append(((mlp.down_proj,), self._down))
-        groups.append(((model.lm_head,), None))
-        packs = [p for i in range(len(self.layers))
-                 for p in (packed._qkv[i], packed._o[i], packed._gate_up[i], packed._down[i])] + [packed._head]
-        fused = huge_page_copies([_fused(modules) for modules, _ in groups])
-        for (modules, target), weight, pack in zip(groups, fused, packs):
+            groups += [((attn.q_proj, attn.k_proj, attn.v_proj), packed._qkv[i], self._qkv),
+                       ((attn.o_proj,), packed._o[i], self._o),
+                       ((mlp.gate_proj, mlp.up_proj), packed._gate_up[i], self._gate_up),
+                       ((mlp.down_proj,), packed._down[i], self._down)]
+        groups.append(((model.lm_head,), packed._head, None))
+        # each fused matrix is written straight into the huge-page mapping (no temporary copy)
+        fused = huge_page_copies([[m.weight.detach() for m in modules] for modules, _, _ in groups])
+        for (modules, pack, target), weight in zip(groups, fused):
             _share(model, modules, weight)
             linear = NativeLinear(kernel, weight, pack, max_tokens)
             if target is None:
                 self._head = linear
             else:
                 target.append(linear)
-        self._splits = [[p.out_features for p in (l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj)]
-                        for l in self.layers]
+        self._splits = packed._splits
 
     def attend_one(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
         """One new token's attention (`model_runner._row_attention`): q [heads, dim]
         against the cache pieces, in the kernel, float32 out."""
         return self._kernel.attend_one(q.float().contiguous(), pieces, scale)
-
-
-def _fused(modules) -> torch.Tensor:
-    weights = [m.weight.detach() for m in modules]
-    return weights[0] if len(weights) == 1 else torch.cat(weights, dim=0)
 
 
 def _share(model, modules, fused: torch.Tensor) -> None:
