@@ -122,3 +122,38 @@ def test_rebuild_rows_are_validated(runtime, db):
         DataSession(runtime, db, rows=[(3, rows(0, 1)[0]), (3, rows(1, 1)[0])])
     with pytest.raises(InvalidInput, match="pair"):
         DataSession(runtime, db, rows=[rows(0, 1)[0]])
+
+
+def test_retention_cut_keeps_half_a_region_and_ignores_batching():
+    """Past the bound the oldest rows leave until `keep` tokens remain, so a
+    rebuild comes once per (bound - keep) tokens of new rows, not per batch;
+    the cut is the same however the rows were batched (a rebuilt session keeps
+    what the live one kept), and replaying from an earlier cut agrees."""
+    import random
+
+    from headstart.data.ingest import retention_cut
+
+    assert retention_cut([], 100, 50) == 0
+    assert retention_cut([30, 30, 30], 100, 50) == 0  # under the bound: nothing leaves
+    assert retention_cut([30, 30, 30, 30], 100, 50) == 3  # 120 > 100: down to 30 <= 50
+    assert retention_cut([10, 10, 95], 100, 50) == 2  # the newest row stays even when larger than keep
+    with pytest.raises(InvalidInput, match="retention_keep"):
+        DataSettings(retention_keep=0)
+    assert DataSettings(retention_tokens=2048).retention_window == (2048, 1024)
+    rng = random.Random(7)
+    counts = [rng.randint(5, 40) for _ in range(400)]
+    whole = retention_cut(counts, 300, 150)
+    assert sum(counts[whole:]) <= 300
+    # live: batches of any size, each retention replayed from the region's first row
+    for trial in range(20):
+        start, end = 0, 0
+        while end < len(counts):
+            end = min(len(counts), end + rng.randint(1, 12))
+            start += retention_cut(counts[start:end], 300, 150)
+        assert start == whole
+    # rebuilds: the minimal cut would have left after every batch past the bound
+    rebuilds, start = 0, 0
+    for end in range(1, len(counts) + 1):
+        cut = retention_cut(counts[start:end], 300, 150)
+        rebuilds, start = rebuilds + bool(cut), start + cut
+    assert rebuilds <= sum(counts) / 150 + 1

@@ -7,15 +7,17 @@ import pytest
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import (
-    DEFERRED_DECODE, BatchKind, Job, JobState, Priority, StepOutcome,
+    BACKGROUND, DEFERRED_DECODE, BatchKind, Job, JobState, Priority, StepOutcome,
 )
 
 P = Priority
 
 
-def job(name, priority, *, owner=None, key=None, cost=1, decoding=False):
-    return Job(lambda: False, priority, name, order_key=None if key is None else (lambda k=key: k),
+def job(name, priority, *, owner=None, key=None, cost=1, decoding=False, background=False):
+    made = Job(lambda: False, priority, name, order_key=None if key is None else (lambda k=key: k),
                owner=owner, cost=lambda c=cost: c, decoding=lambda d=decoding: d)
+    made.background = background
+    return made
 
 
 def queued(scheduler, specs, now=0.0):
@@ -51,6 +53,18 @@ ORDER_CASES = [
                                                      ("typing", P.STREAM)], 1.0, 2.0, ["decode", "typing"]),
     ("a flash decode step is never deferred", [("typing", P.STREAM), ("flash", P.FLASH, {"decoding": True})],
      1.0, 0.0, ["flash", "typing"]),
+    ("background work waits for a fresh decode step", [("ingest", P.STREAM, {"background": True}),
+                                                       ("decode", P.SUBMIT, {"decoding": True}),
+                                                       ("typing", P.STREAM), ("ahead", P.IDLE)],
+     1.0, 0.5, ["typing", "decode", "ingest", "ahead"]),
+    ("background work past its bound takes STREAM back", [("decode", P.SUBMIT, {"decoding": True}),
+                                                          ("ingest", P.STREAM, {"background": True})],
+     1.0, 2.0, ["decode", "ingest"]),
+    ("background work ahead of a deferred decode once overdue", [("ingest", P.STREAM, {"background": True})],
+     1.0, 1.5, ["ingest"]),
+    ("an idle decode step is never deferred", [("ahead", P.IDLE, {"decoding": True}),
+                                                ("ingest", P.STREAM, {"background": True})],
+     1.0, 0.5, ["ingest", "ahead"]),
     ("a prefill of a submit is never deferred", [("typing", P.STREAM), ("prefill", P.SUBMIT)], 1.0, 0.0,
      ["prefill", "typing"]),
 ]
@@ -147,13 +161,16 @@ PREEMPT_CASES = [
     ((P.POOL, True), P.POOL, P.SUBMIT, True),
     ((P.SUBMIT, True), DEFERRED_DECODE, P.POOL, True),
     ((P.SUBMIT, True), DEFERRED_DECODE, P.STREAM, False),
+    # a background job that started behind the answers yields as a STREAM job does: not to typing
+    ((P.STREAM, False, True), BACKGROUND, P.STREAM, False),
+    ((P.STREAM, False, True), BACKGROUND, P.POOL, True),
 ]
 
 
 @pytest.mark.parametrize("running,cls,new,expected", PREEMPT_CASES)
 def test_preemption(running, cls, new, expected):
     scheduler = Scheduler()
-    j = job("r", running[0], decoding=running[1])
+    j = job("r", running[0], decoding=running[1], background=running[2] if len(running) > 2 else False)
     scheduler.add(j, 0.0)
     j.running_class = float(cls)
     assert scheduler.preempts(new, j) is expected

@@ -777,3 +777,31 @@ def test_kv_budget_evicts_idle_sessions_then_refuses(fit):
         assert usage.shared_bytes == p0_bytes  # P0 once, however many sessions read it
     finally:
         runtime.shutdown()
+
+
+def test_forward_trace_records_each_iteration(tmp_path):
+    """HEADSTART_TRACE_FORWARDS: a line per worker iteration naming the jobs
+    that ran, their new tokens and cache lengths, and the iteration's time."""
+    import json
+
+    from headstart.engine.runtime import EngineRuntime
+
+    path = tmp_path / "trace" / "forwards.jsonl"
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_dir=tmp_path,
+                                          trace_forwards=path, answer_ahead_tokens=0)
+    try:
+        session = runtime.open_session("world_1")
+        session.update(1, "how many singers")
+        request = session.submit(2, "how many singers are there?", SamplingParams(max_new_tokens=3))
+        tokens = request.result(timeout=60).token_ids
+    finally:
+        runtime.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [row for line in lines for row in line["rows"]]
+    assert all(line["ms"] >= 0 and line["waiting"] >= 0 for line in lines)
+    typing = [row for row in rows if row[0].startswith("type:") and row[3] > 0]
+    assert typing and all(row[4] > 0 for row in typing)  # extended a cache already holding P0
+    # the answer's decode steps ran one new token each, on a cache that grows by one
+    decode = [row for row in rows if row[0].startswith("submit") and row[3] == 1]
+    assert len(decode) >= len(tokens) - 1
+    assert [row[4] for row in decode] == sorted(row[4] for row in decode)

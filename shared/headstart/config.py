@@ -63,6 +63,16 @@ class EngineSettings(BaseSettings):
         8, ge=1, description="typing tokens in a forward that carries streaming answers' decode steps (keeps the "
         "inter-token gap near a decode-only forward's)"
     )
+    # A typing row that rides with answers' decode steps costs them time on a
+    # compute-bound CPU (~10 ms a token on the 0.5B, 2 cores), and the partial
+    # word and the end of the turn it recomputes at every keystroke are
+    # cropped at the next one: under that contention only settled words are
+    # committed, the rest once the text rests (issue 11's 8-typist totals).
+    typing_settle_ms: float = Field(
+        300.0, ge=0, description="while answers stream, a typing session commits its complete words only, and the "
+        "rest of the prompt (partial word, end of turn) once its text has not changed for this long (0: always "
+        "the whole prompt)"
+    )
     # Measured per kernel choice by `headstart bench decode-step`.
     fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor"] = Field(
         "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
@@ -79,6 +89,10 @@ class EngineSettings(BaseSettings):
     malloc_trim_s: float = Field(
         30.0, ge=0, description="an idle replica gives the heap pages glibc keeps free back to the system "
         "(malloc_trim) at most this often, in seconds (0: never; issue 14's soak)"
+    )
+    trace_forwards: Path | None = Field(
+        None, description="append one JSON line per forward-worker iteration to this file (jobs, tokens, time; "
+        "for finding where latency goes under load; off when unset)"
     )
     debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")
     answer_ahead_tokens: int = Field(32, ge=0, description="greedy answer tokens decoded while the user pauses (0 = off)")

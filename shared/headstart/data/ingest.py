@@ -82,15 +82,27 @@ def rebuild_entries(prompt: DataPrompt, settings: DataSettings, rows: Iterable) 
     return [RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, checked)]
 
 
-def retained_start(entries: Sequence[RowEntry], bound: int) -> int:
-    """Index of the oldest row kept under `bound` tokens: the longest suffix
-    that fits, which is what retention leaves after any history of batches
-    (each retention drops the fewest oldest rows that make the rest fit, and
-    appending rows only moves that cut later)."""
-    tokens, start = 0, len(entries)
-    while start > 0 and tokens + len(entries[start - 1].ids) <= bound:
-        start -= 1
-        tokens += len(entries[start].ids)
+def retention_cut(token_counts: Sequence[int], bound: int, keep: int) -> int:
+    """Index of the oldest row retention keeps of rows with these token counts
+    (oldest first), replaying it row by row: whenever the rows kept pass
+    `bound` tokens the oldest leave until at most `keep` remain (the newest
+    row always stays).
+
+    Leaving down to `keep` rather than just under `bound` is what makes a
+    rebuild pay: a rebuild re-prefills every kept row, so cutting the fewest
+    rows would re-prefill the whole region for each new batch (issue 14's
+    mixed run: two producers' sessions rebuilt back to back and starved every
+    answer), while this rebuilds once per `bound - keep` tokens of new rows.
+    The cut is a function of the rows alone, not of how pushes were batched:
+    a session rebuilt from its rows keeps the same ones as the live one, and
+    replaying from any earlier cut gives the same answer."""
+    start, total = 0, 0
+    for index, count in enumerate(token_counts):
+        total += count
+        if total > bound:
+            while total > keep and start < index:
+                total -= token_counts[start]
+                start += 1
     return start
 
 
@@ -144,7 +156,7 @@ class Ingestion:
             self.counts["accepted"] += len(entries)
             self.counts["dropped"] += len(dropped)
             if self._ingest_job is None:
-                self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
+                self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest", background=True)
             return PushAck(seqs, len(dropped), tuple(dropped), self.counts["dropped"], len(self._buffer))
 
     def _ingest_step(self) -> Row | bool:
@@ -184,7 +196,7 @@ class Ingestion:
                 self.counts["failed"] += len(batch)
                 self._ingest_job = None
                 if self._buffer and self.state is not DataState.CLOSED:  # the rows behind it still go in
-                    self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest")
+                    self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest", background=True)
             raise result.error
         if not result.ran:  # it yielded to a more urgent job: the rows are still the oldest unprocessed
             with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from headstart.data.ingest import retention_cut
 from headstart.data.retention import frozen_part, shift_out
 from headstart.data.states import DataState, RetentionState, advance
 from headstart.engine.commit import start_commit
@@ -24,12 +25,10 @@ class RetentionJobs:
         return sum(len(entry.ids) for entry in self._segments)
 
     def _over(self) -> tuple[int, int]:
-        """How many oldest rows (and their tokens) must leave to fit the bound."""
-        excess, rows, tokens = self.sliding_tokens - self.settings.retention_tokens, 0, 0
-        while tokens < excess:
-            tokens += len(self._segments[rows].ids)
-            rows += 1
-        return rows, tokens
+        """How many oldest rows (and their tokens) leave now (`retention_cut`,
+        replayed from the region's first row: itself a cut)."""
+        rows = retention_cut([len(entry.ids) for entry in self._segments], *self.settings.retention_window)
+        return rows, sum(len(entry.ids) for entry in self._segments[:rows])
 
     def _retain(self) -> None:
         rows, tokens = self._over()
@@ -47,7 +46,7 @@ class RetentionJobs:
             self.retention_state = advance(self.retention_state, RetentionState.REBUILDING)
             self._rebuild_cutoff = self._segments[rows - 1].seq
             self._rebuild_kv = None
-            self._rebuild_job = self._enqueue(self._rebuild_step, Priority.STREAM, "data-rebuild")
+            self._rebuild_job = self._enqueue(self._rebuild_step, Priority.STREAM, "data-rebuild", background=True)
 
     def _retained_target(self) -> list[int]:
         kept = [t for e in self._segments if e.seq > self._rebuild_cutoff for t in e.ids]

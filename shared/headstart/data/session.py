@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from headstart.data.answer import Answer, Snapshot
 from headstart.data.budget import DataCharge
 from headstart.data.flash_eval import evaluate
-from headstart.data.ingest import Ingestion, rebuild_entries, retained_start
+from headstart.data.ingest import Ingestion, rebuild_entries, retention_cut
 from headstart.data.prompt import DataPrompt
 from headstart.data.ready import ReadyLogits, ReadyPosition
 from headstart.data.retention import frozen_part
@@ -134,7 +134,7 @@ class DataSession(Ingestion, RetentionJobs):
         skip = {i for i, _ in refused}
         kept = [entry for i, entry in enumerate(entries) if i not in skip]
         self.copy.insert([entry.row for entry in kept], [entry.seq for entry in kept])
-        start = retained_start(kept, self.settings.retention_tokens)
+        start = retention_cut([len(entry.ids) for entry in kept], *self.settings.retention_window)
         self._segments = kept[start:]
         self._last_seq, self._version = entries[-1].seq, kept[-1].seq if kept else 0
         self.refusals.extend((entries[i].seq, message) for i, message in refused)
@@ -295,5 +295,6 @@ class DataSession(Ingestion, RetentionJobs):
         # on the worker: no ingestion commit can be writing the copy meanwhile
         self.runtime.worker.run_sync(self.copy.close, Priority.SUBMIT, f"data-close:{self.id}")
 
-    def _enqueue(self, step, priority: Priority, name: str):
-        return self.runtime.worker.enqueue(step, priority, f"{name}:{self.id}", tenant=self.tenant)
+    def _enqueue(self, step, priority: Priority, name: str, background: bool = False):
+        return self.runtime.worker.enqueue(step, priority, f"{name}:{self.id}", tenant=self.tenant,
+                                           background=background)

@@ -15,13 +15,17 @@ RETENTION_MODES = ("shift", "rebuild")
 @dataclass(frozen=True)
 class DataSettings:
     """retention_tokens: bound of the sliding region; retention: "shift" or
-    "rebuild"; buffer_rows: unprocessed rows kept per session; batch_rows:
+    "rebuild"; retention_keep: the fraction of the bound left once it is passed;
+    buffer_rows: unprocessed rows kept per session; batch_rows:
     rows one ingestion step adds; max_row_chars / max_row_tokens: a row's
     limits; max_question_chars: a question's limit; ready_exit_gap: the
     speculative exit's threshold (None: off; see `DataSession.query`)."""
 
     retention_tokens: int = 2048
     retention: str = "rebuild"
+    # past the bound the oldest rows leave until this fraction of it remains
+    # (`ingest.retention_cut`): a rebuild per half a region, not per batch
+    retention_keep: float = 0.5
     buffer_rows: int = 1024
     batch_rows: int = 32
     max_row_chars: int = 512
@@ -35,10 +39,17 @@ class DataSettings:
         for name in ("retention_tokens", "buffer_rows", "batch_rows", "max_row_chars", "max_row_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidInput(f"{name} must be >= 1")
+        if not 0 < self.retention_keep <= 1:
+            raise InvalidInput("retention_keep must be in (0, 1]")
         if self.max_row_tokens > self.retention_tokens:
             raise InvalidInput("max_row_tokens must not exceed retention_tokens")
         if self.ready_exit_gap is not None and not self.ready_exit_gap >= 0:
             raise InvalidInput("ready_exit_gap must be None (off) or a number >= 0")
+
+    @property
+    def retention_window(self) -> tuple[int, int]:
+        """(bound, what is kept once it is passed) in tokens (`ingest.retention_cut`)."""
+        return self.retention_tokens, max(1, int(self.retention_tokens * self.retention_keep))
 
 
 @dataclass(frozen=True)

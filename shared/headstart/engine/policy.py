@@ -31,6 +31,9 @@ class CommitTarget:
 
     ids: list[int] | None
     recheck_at: float | None = None  # monotonic time to ask the policy again
+    # Only part of what the policy wants (the settled words while answers
+    # stream: `SessionSteps._contended_target`); no logits kept, no answer-ahead.
+    partial: bool = False
 
 
 class ConfirmationPolicy(ABC):

@@ -23,6 +23,7 @@ from headstart.engine.errors import HeadstartError, InvalidInput, PromptTooLong
 from headstart.engine.generation import GenerationRequest, SamplingParams, SubmitResult
 from headstart.engine.kv import KVState
 from headstart.engine.kv_memory import KVMemory
+from headstart.engine.forward_trace import ForwardTrace
 from headstart.engine.model_runner import enable_fast_path, fast_path_choice
 from headstart.engine.p0_store import P0Store
 from headstart.engine.policy import PaperPolicy, make_policy
@@ -72,11 +73,12 @@ class EngineRuntime:
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
                                     max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
                                     decode_defer_ms=settings.decode_defer_ms,
-                                    stream_typing_tokens=settings.stream_typing_tokens)
+                                    stream_typing_tokens=settings.stream_typing_tokens,
+                                    trace=ForwardTrace(settings.trace_forwards) if settings.trace_forwards else None)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
-                                    settings.answer_ahead_tokens)
+                                    settings.answer_ahead_tokens, settings.typing_settle_ms / 1000.0)
         self.kv_memory = KVMemory(settings.kv_budget_bytes, self.loaded.kv_bytes_per_token(),
                                   settings.kv_session_reserve_tokens)
         self.sessions = SessionTable(settings.max_sessions, self.kv_memory, self.p0_store.states)

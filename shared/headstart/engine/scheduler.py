@@ -31,6 +31,14 @@ changed only here). Its rules, written once:
    waits for the next forward. So a decode forward stays about as cheap as
    a decode-only one (weight-bound: a few more rows cost little) while
    typing still moves at every forward.
+   2d. **Background work waits for answers.** A background STREAM job
+   (`Job.background`: a data session's ingestion or rebuild, which no
+   person waits on) ranks at BACKGROUND, behind deferred decode steps,
+   until it has waited `decode_defer_s`; then it takes STREAM back (its
+   starvation bound). Otherwise every decode step of every answer waited
+   out its whole deferral behind a producer's steady rows (issue 14's mixed
+   run: a 16-token completion took a minute). A running one yields only to
+   what a running STREAM job yields to.
 3. **Shortest prefill first.** Within a class, the job's `order_key` orders:
    requests before their first token run ahead of other requests' decode
    steps, shortest remaining prefill first (`GenerationRequest.schedule_key`);
@@ -67,7 +75,7 @@ from collections.abc import Callable
 from headstart.engine import scheduler_order
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler_types import (
-    DEFERRED_DECODE, BatchKind, BatchScope, Job, JobState, Plan, PlannedRow, Priority, Rank, StepOutcome,
+    BACKGROUND, DEFERRED_DECODE, BatchKind, BatchScope, Job, JobState, Plan, PlannedRow, Priority, Rank, StepOutcome,
 )
 
 
@@ -227,13 +235,16 @@ class Scheduler:
     def rank(self, job: Job, now: float) -> Rank:
         """(class, priority, key, arrival): lower runs first (rules 1-3)."""
         cls = DEFERRED_DECODE if self.deferred(job, now) else float(job.priority)
+        if job.background and cls == Priority.STREAM and now - job.queued_at < self.decode_defer_s:
+            cls = BACKGROUND
         key = float(job.order_key()) if job.order_key is not None else 0.0
         return Rank(cls, int(job.priority), key, job.arrival)
 
     def deferred(self, job: Job, now: float) -> bool:
         """A decode step of a submit or pool request that has waited less than
         `decode_defer_s` (rule 2)."""
-        return job.decode_step and job.priority >= Priority.SUBMIT and now - job.queued_at < self.decode_defer_s
+        return (job.decode_step and Priority.SUBMIT <= job.priority <= Priority.POOL
+                and now - job.queued_at < self.decode_defer_s)
 
     def batch_kind(self, job: Job) -> BatchKind | None:
         """Which group `job` may join (None: it runs alone; rule 4)."""
@@ -255,7 +266,7 @@ class Scheduler:
     @staticmethod
     def preempts(priority: Priority, running: Job) -> bool:
         """Whether a new job of `priority` asks the `running` step to stop (rule 5)."""
-        cls = running.running_class
+        cls = min(running.running_class, Priority.STREAM) if running.background else running.running_class
         if cls == DEFERRED_DECODE:
             return priority <= Priority.POOL
         if running.decode_step:

@@ -30,6 +30,9 @@ class Priority(IntEnum):
 
 # Where a deferred decode step ranks: behind typing, ahead of answer-ahead.
 DEFERRED_DECODE = Priority.STREAM + 0.5
+# Where a background STREAM job (data ingestion, a retention rebuild) ranks
+# until it has waited as long as a decode step may: behind the answers.
+BACKGROUND = DEFERRED_DECODE + 0.25
 
 
 class BatchScope(str, Enum):
@@ -101,6 +104,9 @@ class Job:
         tenant: whose work it is (fairness across tenants within a class).
         blocks: the table blocks a table-cache completion will place at its
             first step (reranking); None for every other job.
+        background: STREAM work no one waits on (a data session's ingestion
+            and rebuilds): a streaming answer's decode step does not wait
+            behind it (the scheduler's rule 2d).
     """
 
     def __init__(self, step: Callable[[], object], priority: Priority, name: str = "",
@@ -115,6 +121,7 @@ class Job:
         self.decoding = decoding
         self.tenant: str | None = None
         self.blocks: frozenset[str] | None = None
+        self.background = False
         self.bypassed = 0  # later-arrived table-cache completions started before this one (reranking)
         self.state = JobState.WAITING
         self.arrival = 0  # set by the scheduler at each (re)queue

@@ -22,12 +22,12 @@ from __future__ import annotations
 import threading
 
 from headstart.engine.commit import Commit, start_commit
-from headstart.engine.policy import CommitTarget
+from headstart.engine.policy import CommitTarget, PaperPolicy
 from headstart.engine.scheduler_types import Job, Priority
 from headstart.engine.session_types import InFlight
 from headstart.engine.states import SessionState
 from headstart.engine.steps import Row, RowResult
-from headstart.prompt import uncached_tokens
+from headstart.prompt import common_prefix_len, uncached_tokens
 
 S = SessionState
 
@@ -60,17 +60,20 @@ class SessionSteps:
             text, last_change, seq = self._text, self._last_change, self._seq
             self._read_seq = seq
             self._set(S.PREFILLING)
-        target = self.policy.target(self.prompt, text, self.clock(), last_change)
+        now = self.clock()
+        target = self.policy.target(self.prompt, text, now, last_change)
         wanted = target.ids is not None and len(target.ids) <= self.limits.max_prompt_tokens
         if not wanted or self._ahead.usable_for(self._kv.ids, target.ids):
             return self._after_typing(job, target, wanted, more=False)
+        if job is not None and job.token_cap is not None and self.policy.keeps_logits:
+            target = self._contended_target(target, text, now, last_change)
         self._ahead.reset()
         # keeps_logits: the last token's logits at hand at submit (headstart policy)
         inflight = InFlight(None, self._kv.num_tokens)
         # the scheduler caps a typing row that rides with streaming answers (its rule 2c)
         chunk = self.limits.chunk_tokens if job is None or job.token_cap is None \
             else max(1, min(self.limits.chunk_tokens, job.token_cap))
-        commit = start_commit(self.model, self._kv, target.ids, chunk, self.policy.keeps_logits,
+        commit = start_commit(self.model, self._kv, target.ids, chunk, self.policy.keeps_logits and not target.partial,
                               lambda: self._should_stop(inflight, job),
                               lambda c, result: self._typing_committed(job, inflight, c, result, target, text, seq))
         self.wasted_tokens += commit.dropped
@@ -78,6 +81,25 @@ class SessionSteps:
         with self._lock:
             self._inflight = inflight
         return commit.row
+
+    def _contended_target(self, target: CommitTarget, text: str, now: float, last_change: float) -> CommitTarget:
+        """What a typing row riding with streaming answers commits (the
+        scheduler capped it: rule 2c). On a compute-bound device each of its
+        tokens lengthens the answers' forward, and while the user types the
+        partial word and the end of the turn are cropped at the next
+        keystroke: so only the settled words (up to the last boundary,
+        `PaperPolicy.committable`), keeping whatever of the whole prompt the
+        cache already holds, until the text has rested `typing_settle_s`;
+        then the whole prompt with its logits, so the submit that usually
+        follows a rest finds its first token ready. A recheck at that time
+        brings the rest in even if no keystroke comes."""
+        settle = self.limits.typing_settle_s
+        if settle <= 0 or now - last_change >= settle:
+            return target
+        full = target.ids
+        stable = common_prefix_len(full, self.prompt.partial_ids(PaperPolicy.committable(text)))
+        keep = max(stable, common_prefix_len(self._kv.ids, full))
+        return CommitTarget(full[:keep], recheck_at=last_change + settle, partial=True)
 
     def _typing_committed(self, job: Job | None, inflight: InFlight, commit: Commit, result: RowResult,
                           target: CommitTarget, text: str, seq: int) -> bool:
@@ -113,7 +135,7 @@ class SessionSteps:
             if more or self.status is S.TYPING_DIRTY:
                 return True
             self._job = None
-            if not wanted:
+            if not wanted or target.partial:  # the recheck brings the rest (`_contended_target`)
                 self._set(S.IDLE)
                 return False
             if not self._ahead.tokens and self._ahead.wants_more(self._kv, target.ids):

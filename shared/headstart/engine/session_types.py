@@ -23,6 +23,9 @@ class SessionLimits:
     max_prompt_tokens: int = 8192
     chunk_tokens: int = 256  # a submit waits at most one chunk of typing prefill
     answer_ahead_tokens: int = 32  # greedy answer tokens decoded during a pause (0 = off)
+    # while answers stream, typing commits settled words only until the text has
+    # not changed for this long (`SessionSteps._contended_target`; 0: always all)
+    typing_settle_s: float = 0.3
 
 
 @dataclass

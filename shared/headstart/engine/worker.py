@@ -36,6 +36,7 @@ import time
 from typing import Callable
 
 from headstart.engine.errors import Cancelled, ResourceExhausted
+from headstart.engine.forward_trace import ForwardTrace
 from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import (  # noqa: F401 (re-exported: callers import them from here)
     BATCH_SCOPES, DEFERRED_DECODE, BatchScope, Job, Plan, Priority, StepOutcome,
@@ -50,7 +51,8 @@ class ForwardWorker:
 
     def __init__(self, max_queued: int = 1024, name: str = "headstart-forward",
                  max_batch_rows: int = 1, max_batch_tokens: int = 64, batch_scope: str = "typing",
-                 decode_defer_ms: float = 0.0, stream_typing_tokens: int = 8):
+                 decode_defer_ms: float = 0.0, stream_typing_tokens: int = 8,
+                 trace: "ForwardTrace | None" = None):
         self.scheduler = Scheduler(max_batch_rows, max_batch_tokens, batch_scope, decode_defer_ms / 1000.0,
                                    stream_tokens=stream_typing_tokens)
         self.max_queued = max_queued
@@ -64,6 +66,7 @@ class ForwardWorker:
         self.preemptions = 0
         self.busy_seconds = 0.0
         self.steps_run = 0
+        self.trace = trace  # one JSON line per iteration (`forward_trace`), when set
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -106,11 +109,11 @@ class ForwardWorker:
     def enqueue(self, step: Callable[[], "Row | bool"], priority: Priority, name: str = "",
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None,
-                tenant: str | None = None, blocks: frozenset[str] | None = None) -> Job:
+                tenant: str | None = None, blocks: frozenset[str] | None = None, background: bool = False) -> Job:
         """Queue a job (its step and hints: see `Job`); raises ResourceExhausted
         when the queue is full."""
         job = Job(step, priority, name, order_key, owner, cost, decoding)
-        job.tenant, job.blocks = tenant, blocks
+        job.tenant, job.blocks, job.background = tenant, blocks, background
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
@@ -148,6 +151,8 @@ class ForwardWorker:
             job.error = Cancelled("the worker shut down")
             job.done.set()
         self._thread.join(timeout)
+        if self.trace is not None:
+            self.trace.close()
 
     def _run(self) -> None:
         while True:
@@ -177,6 +182,7 @@ class ForwardWorker:
 
     def _execute(self, plan: Plan) -> list[StepOutcome]:
         """Prepare every planned job's row, run the rows, commit them."""
+        started = time.perf_counter()
         outcomes: list[StepOutcome | None] = []
         rows: list[tuple[int, Row]] = []  # (index in the plan, its row)
         for index, job in enumerate(plan.jobs):
@@ -190,8 +196,13 @@ class ForwardWorker:
                 outcomes.append(None)
             else:
                 outcomes.append(StepOutcome(bool(out)))
+        before = [row.state.num_tokens for _, row in rows] if self.trace is not None else []
+        forwards: list[int] = []
+        forward_s = 0.0
         if rows:
+            forward_started = time.perf_counter()
             results, forwards = run_rows([row for _, row in rows], self.max_batch_tokens)
+            forward_s = time.perf_counter() - forward_started
             committed = commit_rows([row for _, row in rows], results)
             for (index, _), (more, error) in zip(rows, committed):
                 outcomes[index] = StepOutcome(more, error)
@@ -200,4 +211,9 @@ class ForwardWorker:
             self.batched_rows += sum(batched)
         if len(plan.rows) > 1:
             self.batched_groups += 1
+        if self.trace is not None:
+            ran = {index: (len(row.new_ids), length) for (index, row), length in zip(rows, before)}
+            self.trace.record(started, time.perf_counter(), forward_s, self.scheduler.num_waiting, len(plan.deferred),
+                              [[p.job.name, p.rank.cls, p.num_tokens, *ran.get(i, (0, -1))]
+                               for i, p in enumerate(plan.rows)], forwards)
         return outcomes  # type: ignore[return-value] (every slot is filled)

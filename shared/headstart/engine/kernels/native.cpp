@@ -111,11 +111,24 @@ void linear_blocks(const W* w, const float* x, const float* bias, float* y, int6
   }
 }
 
+// Up to a few tokens a thread streams one weight row at a time and keeps one
+// accumulator per token (1 x M); more tokens, 8 rows x 4 tokens. Measured on
+// the 2-core EPYC, the 0.5B's layers and head (ms, 1 x M against 8 x 4):
+// float32 M=2 48 / 60, M=3 55 / 62, M=4 59 / 61, M=6 81 / 77; bfloat16 M=2
+// 28 / 30, M=3 31 / 32, M=4 33 / 31. Several weight streams per thread cost
+// more than they save until the tokens are many.
 template <typename W>
 void linear(const W* w, const float* x, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
             int threads) {
+  const int64_t one_row_up_to = sizeof(W) == 4 ? 4 : 3;
   if (M == 1)
     linear_blocks<W, 1, 1>(w, x, bias, y, M, N, K, threads);
+  else if (M == 2)
+    linear_blocks<W, 1, 2>(w, x, bias, y, M, N, K, threads);
+  else if (M == 3)
+    linear_blocks<W, 1, 3>(w, x, bias, y, M, N, K, threads);
+  else if (M <= one_row_up_to)
+    linear_blocks<W, 1, 4>(w, x, bias, y, M, N, K, threads);
   else
     linear_blocks<W, 8, 4>(w, x, bias, y, M, N, K, threads);
 }
