@@ -9,7 +9,8 @@ request event in `samples.jsonl`, and our `loadtest.json`, `loadtest.md`
 (TTFT p50/p90/p99 per user class) and `loadtest.png`.
 
 The local stack (`headstart serve`'s) runs the flash worker, which the data
-users' flash answers need; against `--host` the deployment runs its own.
+users' flash answers need, with the run's answer length (`--max-new-tokens`,
+the gateway's default too); against `--host` the deployment runs its own.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def loadtest_cli(
         if host is None:
             stack, sampler = _start_local(settings, model, replicas, tenants,
                                           max_sessions or defaults.get("max_sessions", 64), seconds)
+            meta.update(flash_max_new_tokens=settings.max_new_tokens)
             host, settings.grpc_target = stack.http_url, stack.grpc_target
             meta.update(model=model, replicas=replicas, tenants=tenants,
                         max_sessions=max_sessions or defaults.get("max_sessions", 64))
@@ -133,8 +135,12 @@ def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int
 
     specs = [f"tenant{i}=loadtest-token-{i}" for i in range(tenants)]
     settings.tokens = [s.split("=", 1)[1] for s in specs]
+    # Flash answers as long as every other answer of the run: with random weights no answer
+    # stops early, and the gateway's default (128) made each data version's flash answer
+    # take 80 of 124 s of the 0.5B replica in a mixed run (issue 14).
     stack = serve_command(model=model, port=0, grpc_port=0, replicas=replicas, tokens=specs,
-                          max_sessions=max_sessions, block=False, say=typer.echo)
+                          max_sessions=max_sessions, default_max_new_tokens=settings.max_new_tokens, block=False,
+                          say=typer.echo)
     long_run = seconds >= 600
     return stack, MemorySampler(period_s=10.0 if long_run else 2.0, probe=_replica_probe(),
                                 probe_period_s=60.0 if long_run else 10.0).start()

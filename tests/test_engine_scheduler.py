@@ -250,3 +250,27 @@ def test_a_riding_typing_row_gets_its_cap_and_loses_it_when_no_answer_streams():
     scheduler.update(plan, [StepOutcome(False), StepOutcome(True)], 0.0)  # the answer finished
     plan = scheduler.schedule(0.0)
     assert plan.jobs == [t] and t.token_cap is None and plan.num_tokens == 10
+
+
+def test_background_work_runs_short_while_answers_wait():
+    """Rule 2d: a background job past its bound runs, but in a short step
+    (`token_cap`) when a streaming answer's decode step waits; alone, whole."""
+    scheduler = Scheduler(max_batch_rows=4, max_batch_tokens=48, decode_defer_s=1.0)
+    ingest, decode = queued(scheduler, [("ingest", P.STREAM, {"background": True}),
+                                        ("decode", P.SUBMIT, {"decoding": True, "owner": "a"})])
+    plan = scheduler.schedule(5.0)  # both overdue: STREAM ingest ranks behind the SUBMIT decode
+    assert plan.jobs == [decode]
+    scheduler.update(plan, [StepOutcome(True)], 5.0)  # the answer has more tokens to go
+    plan = scheduler.schedule(10.0)
+    assert plan.jobs == [decode]  # its class again (overdue), ahead of ingestion
+    scheduler.update(plan, [StepOutcome(False)], 10.0)
+    plan = scheduler.schedule(10.0)
+    assert plan.jobs == [ingest] and ingest.token_cap is None  # no answer waits: a whole chunk
+    scheduler = Scheduler(max_batch_rows=4, max_batch_tokens=48, decode_defer_s=1.0)
+    ingest, decode = queued(scheduler, [("ingest", P.STREAM, {"background": True}),
+                                        ("decode", P.SUBMIT, {"decoding": True, "owner": "a"})])
+    plan = scheduler.schedule(0.5)  # the decode step is deferred (rule 2), the ingestion too: decode first
+    assert plan.jobs == [decode]
+    scheduler.update(plan, [StepOutcome(True)], 0.5)
+    plan = scheduler.schedule(1.2)  # ingestion overdue, the decode step fresh: ingestion runs, short
+    assert plan.jobs == [ingest] and ingest.token_cap == 48

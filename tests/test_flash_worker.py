@@ -200,3 +200,27 @@ def test_drain_helper_stops(store):
     w = worker(store)
     drain(w)
     assert w.counts["acked"] == 0
+
+
+def test_versions_within_the_interval_are_answered_together(store):
+    """min_interval_ms: a session's versions that come sooner than the interval
+    after its last evaluation wait; the newest is answered once, the older
+    acknowledged; nothing stays pending; other sessions are not held up."""
+    import time
+
+    qids = register(store)
+    register(store, "other")
+    w = worker(store, min_interval_ms=400)
+    store.publish_version("s", "t1", 1, rows_added=1, dropped_total=0)
+    assert w.step() == 1 and evaluations(store) == {"s:1": 1}
+    for v in (2, 3):
+        store.publish_version("s", "t1", v, rows_added=1, dropped_total=0)
+    store.publish_version("other", "t1", 1, rows_added=1, dropped_total=0)
+    w.step()
+    assert evaluations(store) == {"s:1": 1, "other:1": 1}  # s waits its interval, other does not
+    assert store.answer("s", qids[0])["version"] == 1 and w.counts["coalesced"] == 1
+    time.sleep(0.45)
+    w.step()
+    assert evaluations(store) == {"s:1": 1, "other:1": 1, "s:3": 1}  # v2 and v3: one evaluation, at v3
+    assert store.answer("s", qids[0])["version"] == 3
+    assert store.num_pending_versions() == 0 and w.counts["acked"] == 3

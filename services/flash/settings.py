@@ -39,6 +39,12 @@ class FlashSettings(BaseSettings):
                                "is retried after this long")
     max_attempts: int = Field(5, ge=1, description="tries of one entry before it is acknowledged unanswered")
     max_answer_rows: int = Field(100, ge=0, description="result rows kept per stored answer")
+    # Each evaluation runs at FLASH, ahead of every person's request: a session
+    # whose rows arrive in many small versions (1-2 a second in issue 14's mixed
+    # run) kept the 0.5B replica answering flash questions half the time.
+    min_interval_ms: int = Field(1000, ge=0, description="one session's flash questions are evaluated at most "
+                                 "once per this long; versions that come meanwhile are answered together (0: each "
+                                 "version at once)")
     health_host: str = Field("0.0.0.0", description="bind address of /healthz and /metrics")
     health_port: int = Field(8090, ge=0, description="port of /healthz and /metrics (0: any free port)")
 

@@ -39,7 +39,11 @@ class WorkerConfig:
     block_ms: how long one read waits for new entries; claim_idle_ms: pending
     entries of other consumers idle this long are taken over; retry_idle_ms:
     a retried entry (session not held) waits this long; max_attempts: then it
-    is acknowledged unanswered (logged); max_answer_rows: rows kept per answer."""
+    is acknowledged unanswered (logged); max_answer_rows: rows kept per answer;
+    min_interval_ms: one session's questions are evaluated at most once per
+    this long: a version that comes sooner waits, and the versions that come
+    meanwhile are answered together by that one evaluation (0: every version
+    at once)."""
 
     max_new_tokens: int = 128
     batch: int = 16
@@ -48,6 +52,7 @@ class WorkerConfig:
     retry_idle_ms: int = 5_000
     max_attempts: int = 5
     max_answer_rows: int = 100
+    min_interval_ms: int = 0
 
 
 class FlashWorker:
@@ -70,6 +75,9 @@ class FlashWorker:
         self.counts: Counter[str] = Counter()
         self._attempts: Counter[str] = Counter()
         self._last_claim = 0.0
+        # min_interval_ms: when each session may be evaluated again, and its newest waiting entry
+        self._next_allowed: dict[str, float] = {}
+        self._waiting: dict[str, VersionEntry] = {}
         self.last_progress = time.monotonic()  # a read returned or an entry was handled (health)
 
     def recover(self) -> int:
@@ -93,9 +101,40 @@ class FlashWorker:
             # claim_idle_ms (a live one's evaluation in progress is not taken over sooner)
             handled += self._handle_all(self.store.own_pending(self.consumer))
             handled += self._handle_all(self.store.claim_versions(self.consumer, self.config.claim_idle_ms))
-        entries = self.store.read_versions(self.consumer, self.config.batch, self.config.block_ms)
+        now = time.monotonic()
+        for sid in [sid for sid, at in self._next_allowed.items() if at <= now and sid not in self._waiting]:
+            del self._next_allowed[sid]  # past its interval: nothing to remember (bounded by active sessions)
+        due = [entry for sid, entry in self._waiting.items() if now >= self._next_allowed[sid]]
+        for entry in due:
+            del self._waiting[entry.session_id]
+        handled += self._handle_all(due)
+        block_ms = self.config.block_ms
+        if self._waiting:  # wake up when the first waiting session is due
+            soonest = min(self._next_allowed[sid] for sid in self._waiting) - time.monotonic()
+            block_ms = max(0, min(block_ms, int(soonest * 1000) + 1))
+        entries = self.store.read_versions(self.consumer, self.config.batch, block_ms)
         self.last_progress = time.monotonic()
         return handled + self._handle_all(entries)
+
+    def _wait_for_interval(self, entry: VersionEntry) -> bool:
+        """min_interval_ms: keep `entry` (unacknowledged) until its session may be
+        evaluated again; an older waiting entry of the session is acknowledged now
+        (the evaluation of the newer answers at a version at least as new, and
+        the newer stays pending in Redis, so a worker that dies loses neither).
+        True when the entry waits."""
+        sid = entry.session_id
+        if time.monotonic() >= self._next_allowed.get(sid, 0.0):
+            return False
+        held = self._waiting.get(sid)
+        if held is not None and held.entry_id == entry.entry_id:
+            return True  # the same entry again (a retry of pending ones)
+        if held is not None and held.version > entry.version:
+            held, entry = entry, held  # the one that arrived is the older
+        if held is not None:
+            self.store.ack_version(held.entry_id)
+            self.counts["coalesced"] += 1
+        self._waiting[sid] = entry
+        return True
 
     def run(self, stop: threading.Event) -> None:
         """`recover()`, then `step()` until `stop` is set; Redis outages are logged and waited out."""
@@ -121,6 +160,8 @@ class FlashWorker:
         """Answer one entry's unanswered questions, store them, ack. False when the
         entry was left pending for a retry."""
         sid = entry.session_id
+        if self._wait_for_interval(entry):
+            return False
         questions = self.store.flash_questions(sid)
         answered = self.store.answer_versions(sid)
         todo = {qid: q for qid, q in questions.items() if answered.get(qid, -1) < entry.version}
@@ -134,6 +175,8 @@ class FlashWorker:
                 self.counts["failed"] += 1
                 log.warning("flash %s v%d: not answered: %s", sid, entry.version, exc)
                 evaluation = None
+            if self.config.min_interval_ms:
+                self._next_allowed[sid] = time.monotonic() + self.config.min_interval_ms / 1000.0
             if evaluation is not None:
                 self.counts["evaluations"] += 1
                 self.counts["questions_evaluated"] += len(todo)

@@ -167,8 +167,12 @@ class Ingestion:
             # a batch: at most batch_rows rows and one chunk of tokens (at least one row), so the
             # forward a submit may wait behind stays bounded
             batch, tokens = [], 0
+            job = self._ingest_job
+            limit = self.runtime.limits.chunk_tokens
+            if job is not None and job.token_cap is not None:  # answers wait (the scheduler's rule 2d)
+                limit = min(limit, job.token_cap)
             while self._buffer and len(batch) < self.settings.batch_rows and (
-                    not batch or tokens + len(self._buffer[0].ids) <= self.runtime.limits.chunk_tokens):
+                    not batch or tokens + len(self._buffer[0].ids) <= limit):
                 tokens += len(self._buffer[0].ids)
                 batch.append(self._buffer.popleft())
         refused = self.copy.rejects([entry.row for entry in batch])

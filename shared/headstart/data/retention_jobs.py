@@ -75,7 +75,10 @@ class RetentionJobs:
                 self.counts["rebuild_failures"] += 1
             return raise_or(result, True)
 
-        return start_commit(self.model, self._rebuild_kv, target, self.runtime.limits.chunk_tokens, False,
+        chunk = self.runtime.limits.chunk_tokens
+        if job is not None and job.token_cap is not None:  # answers wait (the scheduler's rule 2d)
+            chunk = min(chunk, job.token_cap)
+        return start_commit(self.model, self._rebuild_kv, target, chunk, False,
                             lambda: job is not None and job.preempt_requested, then).row
 
     def _swap(self) -> None:

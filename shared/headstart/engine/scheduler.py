@@ -37,8 +37,11 @@ changed only here). Its rules, written once:
    until it has waited `decode_defer_s`; then it takes STREAM back (its
    starvation bound). Otherwise every decode step of every answer waited
    out its whole deferral behind a producer's steady rows (issue 14's mixed
-   run: a 16-token completion took a minute). A running one yields only to
-   what a running STREAM job yields to.
+   run: a 16-token completion took a minute). When it runs while answers
+   wait, its step takes at most `max_batch_tokens` new tokens
+   (`Job.token_cap`): one ingestion chunk of 256 tokens on a long data
+   cache was a second-long gap in every answer. A running one yields only
+   to what a running STREAM job yields to.
 3. **Shortest prefill first.** Within a class, the job's `order_key` orders:
    requests before their first token run ahead of other requests' decode
    steps, shortest remaining prefill first (`GenerationRequest.schedule_key`);
@@ -178,6 +181,8 @@ class Scheduler:
         if not ranked:
             return [], None
         first_rank, first = ranked[0]
+        if first.background and any(self.streaming(job) for _, job in ranked[1:]):
+            first.token_cap = self.max_batch_tokens  # rule 2d: a short forward while answers wait
         rows = [PlannedRow(first, first_rank, self._cost(first))]
         kind = self.batch_kind(first)
         if self.max_batch_rows == 1 or kind is None:
