@@ -63,18 +63,23 @@ class EngineRuntime:
         self.settings = settings
         if settings.threads:
             torch.set_num_threads(settings.threads)
-        self.loaded = loaded or load_model(
-            settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed
-        )
-        self.fast_path = enable_fast_path(self.loaded.model, settings.fast_path,  # every forward's kernels
-                                          batch_invariant=settings.batch_invariant)
-        # why those kernels: with `auto`, each candidate's timings on this machine
-        self.fast_path_choice = fast_path_choice(self.loaded.model)
         self.worker = ForwardWorker(max_queued=settings.max_queued_jobs, max_batch_rows=settings.max_batch_rows,
                                     max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
                                     decode_defer_ms=settings.decode_defer_ms,
                                     stream_typing_tokens=settings.stream_typing_tokens,
                                     trace=ForwardTrace(settings.trace_forwards) if settings.trace_forwards else None)
+        # Set-up (loading, `auto`'s timing) runs on the worker thread, where every
+        # forward runs: torch work on a second thread gives libgomp a second team,
+        # more threads than cores, and then its waiting threads barely spin before
+        # they sleep (a 2-row forward of the 0.5B: 70 ms against 50-58 with one
+        # team; docs/benchmarks.md, "Two OpenMP teams").
+        try:
+            self.loaded, self.fast_path = self.worker.run_sync(lambda: self._set_up(loaded), name="set-up")
+        except BaseException:
+            self.worker.shutdown()
+            raise
+        # why those kernels: with `auto`, each candidate's timings on this machine
+        self.fast_path_choice = fast_path_choice(self.loaded.model)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
@@ -92,6 +97,16 @@ class EngineRuntime:
         # the scheduler reranks waiting table-cache completions around the blocks on the device
         self.worker.scheduler.resident_blocks = lambda: self.prefix_source.resident_blocks()
         self.worker.scheduler.rerank_max_delay = settings.table_rerank_max_delay
+
+    def _set_up(self, loaded: LoadedModel | None) -> tuple[LoadedModel, str]:
+        """The model and its kernels (on the worker thread: `__init__`)."""
+        settings = self.settings
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        loaded = loaded or load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir,
+                                      settings.seed)
+        # every forward's kernels
+        return loaded, enable_fast_path(loaded.model, settings.fast_path, batch_invariant=settings.batch_invariant)
 
     @property
     def model(self):
