@@ -90,6 +90,40 @@ def test_attention_of_one_token_over_cache_pieces(dtype):
                           scale)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_causal_attention_of_a_rows_new_tokens(dtype):
+    """`attend_rows` (a typing row's few new tokens): token t sees the cache
+    and the new tokens up to itself. Each token's output equals `attend_one`
+    over the pieces cut after it, bit for bit (so a decode step's result does
+    not depend on the call), and float64 causal attention to rounding."""
+    kernel = native_kernel.load()
+    gen = torch.Generator().manual_seed(5)
+    heads, kv_heads, dim, nq = 14, 2, 64, 4
+    prefix = torch.randn(1, kv_heads, 30, dim, generator=gen).to(dtype)
+    prefix_v = torch.randn(1, kv_heads, 30, dim, generator=gen).to(dtype)
+    new_k = torch.randn(1, kv_heads, 6, dim, generator=gen).to(dtype)  # a tail of 2, then the 4 new keys
+    new_v = torch.randn(1, kv_heads, 6, dim, generator=gen).to(dtype)
+    pieces = [(prefix[:, :, :25], prefix_v[:, :, :25]), (new_k, new_v)]
+    q = torch.randn(nq, heads, dim, generator=gen)
+    scale = dim ** -0.5
+    out = kernel.attend_rows(q, pieces, scale)
+    assert out.shape == (nq, heads, dim) and out.dtype == torch.float32
+    keys = torch.cat([k for k, _ in pieces], dim=2)[0].double()
+    values = torch.cat([v for _, v in pieces], dim=2)[0].double()
+    group, total = heads // kv_heads, keys.shape[1]
+    for t in range(nq):
+        visible = total - (nq - 1 - t)
+        cut = [pieces[0], (new_k[:, :, :visible - 25], new_v[:, :, :visible - 25])]
+        assert torch.equal(out[t], kernel.attend_one(q[t].contiguous(), cut, scale)), t
+        expected = torch.stack([torch.softmax(keys[h // group, :visible] @ q[t, h].double() * scale, dim=0)
+                                @ values[h // group, :visible] for h in range(heads)])
+        torch.testing.assert_close(out[t].double(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="last piece must hold"):
+        kernel.attend_rows(torch.randn(7, heads, dim), pieces, scale)
+    with pytest.raises(ValueError, match=r"q \[tokens, heads, dim\]"):
+        kernel.attend_rows(q[0], pieces, scale)
+
+
 def test_bad_input_is_a_typed_error():
     kernel = native_kernel.load()
     weight = torch.randn(8, 16)

@@ -42,3 +42,29 @@ def test_shared_state_equals_a_copy_and_leaves_p0_untouched(tiny_runtime, keep_f
     assert shared.nbytes() == private
     for layer, (keys, values) in zip(p0.cache.layers, before):
         assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)  # P0 never written
+
+
+def test_the_packed_runner_never_joins_p0_and_the_tail(tiny_runtime, monkeypatch):
+    """The packed runner attends to P0 and the tail in place and appends to
+    the tail only: no forward makes (and drops) a joined copy of a layer's
+    P0 and tail, which cost a copy of the whole cache per layer, row and
+    forward. The model's own attention (a lone `extend` without the runner)
+    still joins them, as transformers' cache contract requires."""
+    from headstart.engine import shared_prefix
+
+    model = tiny_runtime.model
+    prompt = tiny_runtime.prompt_for("world_1")
+    ids = prompt.prompt_ids("How many cities are in France?")
+    p0 = prefill(model, prompt.base_ids)
+    rows = [p0.share(), p0.share()]
+    extend(model, rows[0], ids[len(p0.ids):len(p0.ids) + 4])  # a private tail before the forward
+    joins = []
+    real = shared_prefix._joined
+    monkeypatch.setattr(shared_prefix, "_joined", lambda *pieces: joins.append(1) or real(*pieces))
+    assert extend_rows(model, [RowExtension(rows[0], ids[len(p0.ids) + 4:]),
+                               RowExtension(rows[1], ids[len(p0.ids):])]) == [True] * 2
+    assert joins == []
+    monkeypatch.undo()
+    assert rows[0].ids == rows[1].ids == ids
+    assert torch.allclose(rows[0].last_logits, prefill(model, ids).last_logits, atol=1e-10)
+    assert torch.allclose(rows[1].last_logits, rows[0].last_logits, atol=1e-10)

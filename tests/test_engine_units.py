@@ -78,6 +78,30 @@ def test_typed_special_tokens_stay_text(tiny_runtime):
     assert ids.count(im_end) == prompt.prompt_ids("x").count(im_end)  # only the template's
 
 
+def test_prompt_memo_keeps_many_typists_snapshots(tiny_runtime, monkeypatch):
+    """One builder serves every session on its database: the texts of many
+    typists stay remembered (with 8 entries, 8 typists missed on every call,
+    each miss tokenizing the whole schema), and a remembered prompt is a
+    fresh list equal to a fresh tokenization."""
+    from headstart.prompt import PromptBuilder
+
+    prompt = PromptBuilder(tiny_runtime.loaded.tokenizer, tiny_runtime.prompt_for("world_1").schema)
+    texts = [f"how many cities in country {i}" for i in range(64)]
+    fresh = [prompt.prompt_ids(t) for t in texts]
+    monkeypatch.setattr(prompt, "_encode_plain", lambda text: pytest.fail("tokenized again"))
+    for text, ids in zip(texts, fresh):
+        again = prompt.prompt_ids(text)
+        assert again == ids and again is not ids
+        again.append(0)  # a caller may extend its copy
+        assert prompt.prompt_ids(text) == ids
+    monkeypatch.undo()
+    from headstart import prompt as prompt_module
+
+    for i in range(prompt_module._MEMO_ENTRIES + 10):  # bounded: the oldest go first
+        prompt.prompt_ids(f"question {i}")
+    assert len(prompt._memo) == prompt_module._MEMO_ENTRIES and texts[-1] not in prompt._memo
+
+
 def test_crop_then_extend_equals_prefill(tiny_runtime):
     model = tiny_runtime.model
     ids = tiny_runtime.prompt_for("world_1").prompt_ids("How many cities?")

@@ -9,12 +9,11 @@ new tokens are concatenated into one sequence of T = sum(n_i) tokens, so the
 linear layers (the cost) run once over [1, T, hidden]; each token keeps its
 row's own positions (L_i + j), so RoPE is the lone extension's. Attention
 is computed per row, on that row's own cache *in place*: the scores of row
-i's queries against its L_i cached keys and against its n_i new keys
-(causally) are computed as two products, softmaxed together, and applied
-to the two value pieces. No row's cached keys/values are copied anywhere: the
-padded batch of the previous design copied every row's whole cache into a
-[rows, max L] batch cache per forward (`bench memory` measures both). The
-new keys/values are appended to each row's cache after the last layer.
+i's queries against its cached pieces (P0, its tail) and its n_i new keys
+(causally) are softmaxed together and applied to the value pieces (a few
+tokens: one native kernel call). No row's cached keys/values are copied:
+not into a padded batch (`bench memory`), nor into a joined P0 + tail; the
+new keys/values are appended to each row's tail after the last layer.
 
 The decoder loop is run here, layer by layer, with the model's own modules
 (norms, projections, rotary embedding, MLP): a Llama-family layer (Qwen2,
@@ -59,11 +58,13 @@ from headstart.engine.fast_path_auto import (
 )
 from headstart.engine.kv import KVState, extend, kept_logits
 from headstart.engine.native_ops import NativeOps, native_supports
-from headstart.engine.shared_prefix import layer_segments
+from headstart.engine.shared_prefix import SharedPrefixLayer, layer_segments
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
+# the native attention loops over queries: past a few (a prefill chunk) products are faster
+NATIVE_ATTENTION_MAX_TOKENS = 8
 # `auto` times the fast paths from this hidden size (0.5B: 896; random:tiny: 32)
 AUTO_MIN_HIDDEN = 256
 
@@ -147,9 +148,10 @@ def extend_rows(model, calls: list) -> list[bool]:
 
 def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int, live: _Rows, b: int, ops=None):
     """Row b's attention output [n, heads*head_dim]: its queries against its
-    own cached keys (read in place) and its new keys (causal). One new token
-    on ops that have `attend_one` (native): one kernel call for the whole
-    attention instead of a dozen small ops."""
+    own cached keys (read in place) and its new keys (causal). Up to
+    `NATIVE_ATTENTION_MAX_TOKENS` new tokens on ops that have `attend_rows`
+    (native): one kernel call for the whole attention instead of a dozen
+    small ops; longer rows (prefill chunks) go through matrix products."""
     if len(live.new_kv) <= layer:
         live.new_kv.append({})
     k_new, v_new = k[:, :, start:start + n], v[:, :, start:start + n]  # [1, kv_heads, n, dim]
@@ -158,8 +160,10 @@ def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int
     # the cached pieces, read in place: P0 (shared) and the row's own tail
     pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
     pieces = pieces + [(k_new, v_new)]
-    if n == 1 and getattr(ops, "attend_one", None) is not None:
-        return ops.attend_one(q[0, :, start], pieces, attn.scaling).to(q.dtype).view(1, heads * dim)
+    if n <= NATIVE_ATTENTION_MAX_TOKENS and getattr(ops, "attend_rows", None) is not None:
+        # [heads, n, dim] -> [n, heads, dim]: a typing row's few tokens or a decode step's one
+        out = ops.attend_rows(q[0, :, start:start + n].transpose(0, 1), pieces, attn.scaling)
+        return out.to(q.dtype).view(n, heads * dim)
     group = heads // kv_heads
     # heads are kv-head-major: head h reads kv head h // group, so the group's
     # queries stack along the query axis and no key is repeated
@@ -229,9 +233,13 @@ def _append(state: KVState, new_kv: list[dict], b: int) -> None:
 
     if state.cache is None:
         state.cache = DynamicCache()
+    layers = state.cache.layers
     for layer, per_row in enumerate(new_kv):
-        k, v = per_row[b]
-        state.cache.update(k.contiguous(), v.contiguous(), layer)
+        k, v = (t.contiguous() for t in per_row[b])
+        if layer < len(layers) and isinstance(layers[layer], SharedPrefixLayer):
+            layers[layer].append(k, v)  # not `update`: it returns a joined copy of P0 and the tail
+        else:
+            state.cache.update(k, v, layer)
 
 
 def auto_candidates(model) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "native.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-ABI_VERSION = 2
+ABI_VERSION = 3
 # the CPU features the source needs (its #error says the same)
 REQUIRED_CPU_FLAGS = ("avx512f", "fma")
 
@@ -58,8 +58,8 @@ class NativeKernel:
         self._bf16 = library.hs_linear_bf16
         for fn in (self._f32, self._bf16):
             fn.argtypes, fn.restype = args, None
-        self._attend = library.hs_attend_one
-        self._attend.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_int]
+        self._attend = library.hs_attend_rows
+        self._attend.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_float, ctypes.c_int]
                                  + [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_int])
         self._attend.restype = None
 
@@ -93,13 +93,28 @@ class NativeKernel:
         `pieces` the cache's (keys, values) in order, each [1, kv_heads, L, dim]
         (views are fine when a token's `dim` values are contiguous), all of one
         dtype, float32 or bfloat16 -> float32 [heads, dim]. Softmax in float32."""
-        heads, dim = q.shape
+        if q.dim() != 2:
+            raise ValueError(f"native attention: q [heads, dim] expected, got {tuple(q.shape)}")
+        return self.attend_rows(q[None], pieces, scale)[0]
+
+    def attend_rows(self, q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]],
+                    scale: float) -> torch.Tensor:
+        """A row's `nq` new tokens' attention, causal: q float32 [nq, heads,
+        dim]; the new tokens' keys are the last `nq` of the last piece, and
+        token t sees the cache and the new tokens up to itself. Otherwise as
+        `attend_one`; -> float32 [nq, heads, dim]. Token t's output is the
+        same bits as `attend_one` over the pieces cut after it."""
+        if q.dim() != 3:
+            raise ValueError(f"native attention: q [tokens, heads, dim] expected, got {tuple(q.shape)}")
+        nq, heads, dim = q.shape
         if q.dtype != torch.float32 or not q.is_contiguous() or not pieces:
-            raise ValueError("native attention: q float32 contiguous [heads, dim] and at least one cache piece")
+            raise ValueError("native attention: q float32 contiguous [tokens, heads, dim] and at least one cache piece")
         dtype, kv_heads = pieces[0][0].dtype, pieces[0][0].shape[1]
         if dtype not in (torch.float32, torch.bfloat16) or heads % kv_heads:
             raise ValueError(f"native attention: float32 or bfloat16 cache with heads divisible by kv heads, "
                              f"got {dtype}, {heads} heads, {kv_heads} kv heads")
+        if pieces[-1][0].shape[-2] < nq:
+            raise ValueError(f"native attention: the last piece must hold the {nq} new tokens' keys")
         rows = []  # (keys, values) as the kernel reads them; held here until the call returns
         for keys, values in pieces:
             if keys.dtype != dtype or values.dtype != dtype or keys.shape[1] != kv_heads or keys.shape[-1] != dim:
@@ -111,8 +126,8 @@ class NativeKernel:
                   (ctypes.c_int64 * n)(*(k.shape[-2] for k, _ in rows)),
                   (ctypes.c_int64 * n)(*(k.stride(1) for k, _ in rows)),
                   (ctypes.c_int64 * n)(*(v.stride(1) for _, v in rows))]
-        out = torch.empty(heads, dim, dtype=torch.float32)
-        self._attend(q.data_ptr(), heads, kv_heads, dim, scale, n, *arrays, int(dtype == torch.bfloat16),
+        out = torch.empty(nq, heads, dim, dtype=torch.float32)
+        self._attend(q.data_ptr(), nq, heads, kv_heads, dim, scale, n, *arrays, int(dtype == torch.bfloat16),
                      out.data_ptr(), torch.get_num_threads())
         return out
 

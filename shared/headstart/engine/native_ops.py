@@ -99,6 +99,14 @@ class NativeOps(OneDNNOps):
         against the cache pieces, in the kernel, float32 out."""
         return self._kernel.attend_one(q.float().contiguous(), pieces, scale)
 
+    def attend_rows(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
+        """A row's few new tokens' causal attention (`model_runner._row_attention`):
+        q [tokens, heads, dim], the new keys last in the last piece; float32
+        [tokens, heads, dim] out. One kernel call per layer instead of the
+        dozen small ops of the general path, which cost a multi-token typing
+        row riding in a decode forward more than its matrix products do."""
+        return self._kernel.attend_rows(q.float().contiguous(), pieces, scale)
+
 
 def _share(model, modules, fused: torch.Tensor) -> None:
     """Point each module's weight at its rows of the fused matrix (same

@@ -66,12 +66,20 @@ class SharedPrefixLayer(DynamicLayer):
         return 0 if self.prefix_keys is None else self.prefix_keys.nbytes + self.prefix_values.nbytes
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """transformers' contract: append, then return the whole sequence (a
+        joined copy of P0 and the tail, for the model's own attention)."""
+        self.append(key_states, value_states)
+        return self.keys, self.values
+
+    def append(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Append to the private tail only. The batched runner attends to the
+        pieces in place, so it appends through here: `update`'s joined copy of
+        P0 (every layer, every row, every forward) would be made and dropped."""
         if self.tail_keys is None:
             self.tail_keys, self.tail_values = key_states, value_states
         else:
             self.tail_keys = torch.cat([self.tail_keys, key_states], dim=-2)
             self.tail_values = torch.cat([self.tail_values, value_states], dim=-2)
-        return self.keys, self.values
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:

@@ -1,5 +1,5 @@
 // headstart's native kernels for forwards of a few tokens (decode steps, typing rows):
-// a linear layer (hs_linear_*) and one token's attention over its cache (hs_attend_one).
+// a linear layer (hs_linear_*) and a few new tokens' causal attention over their cache (hs_attend_rows).
 //
 // y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]); x float32 [M, K], w float32 or
 // bfloat16 [N, K] row-major (nn.Linear's layout), y float32 [M, N].
@@ -173,10 +173,15 @@ void axpy(float a, const W* v, float* out, int dim) {
   }
 }
 
+// Attention of a row's nq new tokens (the last nq keys of the last segment)
+// over its cache: query t sees every cached key and the new ones up to itself
+// (causal), i.e. the first total - (nq - 1 - t) keys. q and out [nq, heads, dim].
+// One query's sums run in the same order whatever nq, so a token's output does
+// not depend on how many tokens share its call.
 template <typename W>
-void attend_one(const float* q, int heads, int kv_heads, int dim, float scale, int nseg, const void* const* keys,
-                const void* const* values, const int64_t* lengths, const int64_t* kstride, const int64_t* vstride,
-                float* out, int threads) {
+void attend_rows(const float* q, int nq, int heads, int kv_heads, int dim, float scale, int nseg,
+                 const void* const* keys, const void* const* values, const int64_t* lengths,
+                 const int64_t* kstride, const int64_t* vstride, float* out, int threads) {
   int64_t total = 0;
   for (int s = 0; s < nseg; ++s) total += lengths[s];
   const int group = heads / kv_heads;
@@ -184,29 +189,30 @@ void attend_one(const float* q, int heads, int kv_heads, int dim, float scale, i
   {
     std::vector<float> scores(total);
 #pragma omp for schedule(static)
-    for (int h = 0; h < heads; ++h) {
-      const int g = h / group;
-      const float* qh = q + (int64_t)h * dim;
+    for (int i = 0; i < nq * heads; ++i) {
+      const int t = i / heads, h = i % heads, g = h / group;
+      const int64_t visible = total - (nq - 1 - t);
+      const float* qh = q + (int64_t)i * dim;
       float best = -INFINITY;
       int64_t at = 0;
-      for (int s = 0; s < nseg; ++s) {
+      for (int s = 0; s < nseg && at < visible; ++s) {
         const W* k = (const W*)keys[s] + g * kstride[s];
-        for (int64_t j = 0; j < lengths[s]; ++j, ++at) {
+        for (int64_t j = 0; j < lengths[s] && at < visible; ++j, ++at) {
           scores[at] = dot<W>(qh, k + j * dim, dim) * scale;
           best = scores[at] > best ? scores[at] : best;
         }
       }
       float sum = 0.f;
-      for (int64_t j = 0; j < total; ++j) {
+      for (int64_t j = 0; j < visible; ++j) {
         scores[j] = expf(scores[j] - best);
         sum += scores[j];
       }
-      float* oh = out + (int64_t)h * dim;
+      float* oh = out + (int64_t)i * dim;
       for (int d = 0; d < dim; ++d) oh[d] = 0.f;
       at = 0;
-      for (int s = 0; s < nseg; ++s) {
+      for (int s = 0; s < nseg && at < visible; ++s) {
         const W* v = (const W*)values[s] + g * vstride[s];
-        for (int64_t j = 0; j < lengths[s]; ++j, ++at) axpy<W>(scores[at] / sum, v + j * dim, oh, dim);
+        for (int64_t j = 0; j < lengths[s] && at < visible; ++j, ++at) axpy<W>(scores[at] / sum, v + j * dim, oh, dim);
       }
     }
   }
@@ -216,7 +222,7 @@ void attend_one(const float* q, int heads, int kv_heads, int dim, float scale, i
 
 extern "C" {
 // The ABI version native_kernel.py checks: bump it when a signature changes.
-int hs_abi_version(void) { return 2; }
+int hs_abi_version(void) { return 3; }
 
 void hs_linear_f32(const float* w, const float* x, const float* bias, float* y, int64_t M, int64_t N,
                    int64_t K, int threads) {
@@ -228,12 +234,14 @@ void hs_linear_bf16(const uint16_t* w, const float* x, const float* bias, float*
   linear<uint16_t>(w, x, bias, y, M, N, K, threads);
 }
 
-void hs_attend_one(const float* q, int heads, int kv_heads, int dim, float scale, int nseg, const void* const* keys,
-                   const void* const* values, const int64_t* lengths, const int64_t* kstride, const int64_t* vstride,
-                   int bf16, float* out, int threads) {
+void hs_attend_rows(const float* q, int nq, int heads, int kv_heads, int dim, float scale, int nseg,
+                    const void* const* keys, const void* const* values, const int64_t* lengths,
+                    const int64_t* kstride, const int64_t* vstride, int bf16, float* out, int threads) {
   if (bf16)
-    attend_one<uint16_t>(q, heads, kv_heads, dim, scale, nseg, keys, values, lengths, kstride, vstride, out, threads);
+    attend_rows<uint16_t>(q, nq, heads, kv_heads, dim, scale, nseg, keys, values, lengths, kstride, vstride, out,
+                          threads);
   else
-    attend_one<float>(q, heads, kv_heads, dim, scale, nseg, keys, values, lengths, kstride, vstride, out, threads);
+    attend_rows<float>(q, nq, heads, kv_heads, dim, scale, nseg, keys, values, lengths, kstride, vstride, out,
+                       threads);
 }
 }
