@@ -53,6 +53,9 @@ class EngineDeployment:
         engine_settings = EngineSettings(**settings)
         self.core = ReplicaCore(engine_settings, max_attached)
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
+        # which kernels this replica's forwards run (`auto` times them at start): in the replica's log,
+        # through Ray Serve's logger (the headstart loggers are not configured in a replica)
+        logging.getLogger("ray.serve").info("headstart fast path: %s", self.core.runtime.fast_path_choice.summary())
         self.guard = EngineGuard(configured_secret(secret), build_catalogue(engine_settings, catalogue))
         self.loader = SchemaLoader(self.core.runtime.prompt_for)
         self.kv_gauge = ReplicaKVGauge()
