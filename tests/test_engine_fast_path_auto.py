@@ -144,6 +144,27 @@ def test_a_forced_choice_is_not_measured(tiny32, mode):
     assert (choice.kernels, choice.requested, choice.measured) == (mode, mode, False)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_machine_too_loaded_to_time_gets_native_where_it_builds(dtype, monkeypatch):
+    """auto's fallback (no round fits its deadline) is the fastest on the quiet
+    machines measured: native where it builds (twice the decode speed of MKL
+    there), else float32 off, bfloat16 onednn."""
+    monkeypatch.setattr(model_runner, "AUTO_MIN_HIDDEN", 16)
+    model = load_model("random:tiny", dtype).model
+    given = {}
+
+    def loaded(installs, workloads, timer, fallback):
+        given["fallback"] = fallback
+        return choose_kernels(installs, workloads, timer, deadline_s=0.0, fallback=fallback)
+
+    monkeypatch.setattr(model_runner, "choose_kernels", loaded)
+    expected = "native" if "native" in model_runner.auto_candidates(model) else (
+        "onednn" if dtype == "bfloat16" else "off")
+    assert enable_fast_path(model, "auto", timer=never) == expected
+    choice = fast_path_choice(model)
+    assert given["fallback"] == expected and (choice.kernels, choice.measured) == (expected, False)
+
+
 @pytest.mark.parametrize(("ms", "expected"), [(ONEDNN_WINS, "onednn"), (OFF_WINS, "off"), (NATIVE_WINS, "native")])
 def test_auto_installs_what_it_measured_once(tiny32, ms, expected):
     if expected not in model_runner.auto_candidates(tiny32):

@@ -79,7 +79,8 @@ class EngineSettings(BaseSettings):
         "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | native (headstart's own "
         "AVX-512 kernels for forwards of <= 8 tokens, built with g++ at first start; oneDNN above; weights in huge "
         "pages) | inductor (torch.compile, minutes at start, cached on disk) | auto (off, onednn and native timed at "
-        "start on this machine, a few s, the fastest kept; too loaded to time in 12 s: float32 off, bfloat16 onednn; "
+        "start on this machine, a few s, the fastest kept; too loaded to time in 12 s: native where it builds, "
+        "else float32 off, bfloat16 onednn; "
         "float64, tiny models and GPUs: off)"
     )
     batch_invariant: bool = Field(

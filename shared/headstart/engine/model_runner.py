@@ -352,9 +352,9 @@ def _auto_choice(model, timer: Timer | None) -> FastPathChoice:
         timed["native"] = before if before is not None and before.name == "native" else NativeOps(model, packed=packed)
     installs = {"off": lambda: _install(model, None)}
     installs.update({name: (lambda ops=ops: _install(model, ops)) for name, ops in timed.items()})
-    # on a machine too loaded to time them: the rule measured on a quiet one
-    # (docs/benchmarks.md: float32 on MKL, bfloat16 on oneDNN)
-    fallback = "onednn" if next(model.parameters()).dtype == torch.bfloat16 else "off"
+    # too loaded to time: the fastest on the quiet machines measured (docs/benchmarks.md)
+    bf16 = next(model.parameters()).dtype == torch.bfloat16
+    fallback = "native" if "native" in candidates else "onednn" if bf16 else "off"
     try:
         choice = choose_kernels({name: installs[name] for name in candidates}, _auto_workloads(model),
                                 timer or wall_clock, fallback=fallback)
