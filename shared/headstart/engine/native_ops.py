@@ -94,11 +94,6 @@ class NativeOps(OneDNNOps):
                 target.append(linear)
         self._splits = packed._splits
 
-    def attend_one(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
-        """One new token's attention (`model_runner._row_attention`): q [heads, dim]
-        against the cache pieces, in the kernel, float32 out."""
-        return self._kernel.attend_one(q.float().contiguous(), pieces, scale)
-
     def attend_rows(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
         """A row's few new tokens' causal attention (`model_runner._row_attention`):
         q [tokens, heads, dim], the new keys last in the last piece; float32

@@ -212,7 +212,8 @@ void attend_rows(const float* q, int nq, int heads, int kv_heads, int dim, float
       at = 0;
       for (int s = 0; s < nseg && at < visible; ++s) {
         const W* v = (const W*)values[s] + g * vstride[s];
-        for (int64_t j = 0; j < lengths[s] && at < visible; ++j, ++at) axpy<W>(scores[at] / sum, v + j * dim, oh, dim);
+        for (int64_t j = 0; j < lengths[s] && at < visible; ++j, ++at)
+          axpy<W>(scores[at] / sum, v + j * dim, oh, dim);
       }
     }
   }
