@@ -122,7 +122,7 @@ class PromptBuilder:
             self._memo[question] = array("q", ids).tobytes()
             while len(self._memo) > _MEMO_ENTRIES:
                 self._memo.popitem(last=False)
-        return list(ids)
+        return ids  # the memo keeps its own packed copy
 
     def partial_ids(self, question: str) -> list[int]:
         """Token ids of the prompt up to the end of `question`, without the suffix.

@@ -101,8 +101,8 @@ class NativeKernel:
                     scale: float) -> torch.Tensor:
         """A row's `nq` new tokens' attention, causal: q float32 [nq, heads,
         dim]; the new tokens' keys are the last `nq` of the last piece, and
-        token t sees the cache and the new tokens up to itself. Otherwise as
-        `attend_one`; -> float32 [nq, heads, dim]. Token t's output is the
+        token t sees the cache and the new tokens up to itself. The pieces as
+        in `attend_one`; -> float32 [nq, heads, dim]. Token t's output is the
         same bits as `attend_one` over the pieces cut after it."""
         if q.dim() != 3:
             raise ValueError(f"native attention: q [tokens, heads, dim] expected, got {tuple(q.shape)}")

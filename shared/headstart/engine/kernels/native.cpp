@@ -139,13 +139,13 @@ void linear(const W* w, const float* x, const float* bias, float* y, int64_t M, 
   }
 }
 
-// ---- one new token's attention over its cache (a decode step, a one-token typing row) ----
+// ---- a row's new tokens' attention over its cache (a decode step, a typing row of a few tokens) ----
 //
-// q: float32 [heads, dim] (RoPE applied); the cache is `nseg` pieces (a shared
-// prefix, the row's own tail, the new token), piece s: keys/values of
-// lengths[s] tokens per kv head, kv head g at keys[s] + g * kstride[s] (and
+// q: float32 [nq, heads, dim] (RoPE applied); the cache is `nseg` pieces (a
+// shared prefix, the row's own tail, its new tokens last), piece s: keys/values
+// of lengths[s] tokens per kv head, kv head g at keys[s] + g * kstride[s] (and
 // vstride[s]), tokens dim apart, float32 or bfloat16 (`bf16`). out: float32
-// [heads, dim]. Head h reads kv head h / (heads / kv_heads) (grouped-query
+// [nq, heads, dim]. Head h reads kv head h / (heads / kv_heads) (grouped-query
 // attention). Scores, softmax and the weighted sum are float32, each in one
 // fixed order (the pieces in turn, tokens in turn), whatever the threads.
 template <typename W>
