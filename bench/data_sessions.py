@@ -223,7 +223,7 @@ def markdown(report: dict) -> str:
               f"re-prefill {report['reprefill_growth']:.2f}\n\n"
             + f"retention: {r['rows']} rows in batches of {r['batch']}, bound {r['bound_tokens']} tokens "
               f"(none: bound never reached), {report['new_tokens']} answer tokens\n\n"
-            + markdown_table(["mode", "ingest ms/batch", "retention passes", "ms per pass", "max |logit diff| vs cold", "greedy match", "query ms",
+            + markdown_table(["mode", "ingest ms/batch", "retention passes", "ms per pass", "max abs logit diff vs cold", "greedy match", "query ms",
                               "rows kept", "rows retired"], ret)
             + f"\n\nready-position exit: {ready['queries']} queries, logit gap p50 {ready['gap_p50']:.2f}, "
               f"max {ready['gap_max']:.2f} (an error: a hit whose token is not the full answer's "

@@ -202,7 +202,7 @@ def _table(report: dict) -> str:
         [f"batched forward of {fwd['rows']} rows x {fwd['new_tokens_per_row']}: peak extra MiB (now / padded)",
          f"{fwd['now'] / mib:.2f}", f"{fwd['padded_copy'] / mib:.2f}"],
         ["the same forward, ms (now / padded)", f"{fwd['now_ms']:.0f}", f"{fwd['padded_copy_ms']:.0f}"],
-        ["batched row vs its lone forward: max |logit diff| / argmax flips",
+        ["batched row vs its lone forward: max abs logit diff / argmax flips",
          f"{fwd['max_abs_logit_diff_vs_lone']:.2e}", f"{fwd['argmax_flips_vs_lone']}"],
     ]
     head = f"bench memory: {report['model']} {report['dtype']}, db {report['db']}\n\n"

@@ -13,10 +13,12 @@ from headstart.engine.scheduler_types import (
 P = Priority
 
 
-def job(name, priority, *, owner=None, key=None, cost=1, decoding=False, background=False):
+def job(name, priority, *, owner=None, key=None, cost=1, decoding=False, background=False, riding=None):
     made = Job(lambda: False, priority, name, order_key=None if key is None else (lambda k=key: k),
                owner=owner, cost=lambda c=cost: c, decoding=lambda d=decoding: d)
     made.background = background
+    if riding is not None:
+        made.riding_cost = riding if callable(riding) else (lambda r=riding: r)
     return made
 
 
@@ -210,6 +212,15 @@ RIDE_CASES = [
     ("a typing row with no token left waits for the next forward", "typing+decode", 8, 3, 0.0,
      [("d1", P.SUBMIT, {"owner": "c", "decoding": True}), ("t1", P.STREAM, {"owner": "a", "cost": 3}),
       ("t2", P.STREAM, {"owner": "b", "cost": 2})], ["d1:1+t1:3", "t2:2"]),
+    ("a typing row is capped at what it commits while riding", "typing+decode", 8, 8, 0.0,
+     [("d1", P.SUBMIT, {"owner": "c", "decoding": True}), ("t1", P.STREAM, {"owner": "a", "cost": 6, "riding": 3}),
+      ("t2", P.STREAM, {"owner": "b", "cost": 6, "riding": 6})], ["d1:1+t1:3+t2:5"]),
+    ("a typing row with nothing to commit while riding leaves the budget to the next", "typing+decode", 8, 8, 0.0,
+     [("d1", P.SUBMIT, {"owner": "c", "decoding": True}), ("t1", P.STREAM, {"owner": "a", "cost": 6, "riding": 0}),
+      ("t2", P.STREAM, {"owner": "b", "cost": 6, "riding": 8})], ["d1:1+t2:8", "t1:6"]),
+    ("a typing job with nothing to commit while riding does not head the group either", "typing+decode", 8, 8, 1.0,
+     [("t1", P.STREAM, {"owner": "a", "cost": 6, "riding": 0}), ("d1", P.SUBMIT, {"owner": "c", "decoding": True})],
+     ["d1:1", "t1:6"]),
     ("pool and flash answers ride too", "typing+decode", 8, 8, 1.0,
      [("t1", P.STREAM, {"owner": "a", "cost": 2}), ("d1", P.POOL, {"owner": "c", "decoding": True}),
       ("f1", P.FLASH, {"owner": "d", "decoding": True})], ["f1:1+d1:1+t1:2"]),
@@ -250,6 +261,55 @@ def test_a_riding_typing_row_gets_its_cap_and_loses_it_when_no_answer_streams():
     scheduler.update(plan, [StepOutcome(False), StepOutcome(True)], 0.0)  # the answer finished
     plan = scheduler.schedule(0.0)
     assert plan.jobs == [t] and t.token_cap is None and plan.num_tokens == 10
+
+
+def test_a_typing_row_waits_while_riding_until_it_has_something_to_commit():
+    """Rule 2c: a session with nothing to commit while answers stream (a
+    partial word) waits; its hint is read afresh at each iteration, so it
+    joins once its text rests or finishes, and runs whole once no answer streams."""
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", stream_tokens=32)
+    due = []
+    t, d = queued(scheduler, [("t", P.STREAM, {"owner": "a", "cost": 7, "riding": lambda: 9 if due else 0}),
+                              ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
+    plan = scheduler.schedule(0.0)
+    assert plan.jobs == [d] and t.state is JobState.WAITING
+    scheduler.update(plan, [StepOutcome(True)], 0.0)
+    due.append(True)  # the text rested: the whole prompt is due
+    plan = scheduler.schedule(0.0)
+    assert plan.jobs == [d, t] and t.token_cap == 9
+    scheduler.update(plan, [StepOutcome(False), StepOutcome(True)], 0.0)
+    due.clear()
+    plan = scheduler.schedule(0.0)  # no answer streams: typing runs uncapped, whatever it would commit riding
+    assert plan.jobs == [t] and t.token_cap is None and plan.num_tokens == 7
+
+
+def test_a_riding_hint_is_read_once_per_iteration():
+    """The hint tokenizes the session's settled words: read once per waiting
+    typing job and iteration, whether the job waits, heads or rides."""
+    reads = []
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", decode_defer_s=1.0)
+    queued(scheduler, [("head", P.STREAM, {"owner": "a", "riding": lambda: reads.append("head") or 2}),
+                       ("rider", P.STREAM, {"owner": "b", "riding": lambda: reads.append("rider") or 3}),
+                       ("idle", P.STREAM, {"owner": "e", "riding": lambda: reads.append("idle") or 0}),
+                       ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
+    plan = scheduler.schedule(0.5)
+    assert [j.name for j in plan.jobs] == ["head", "d", "rider"]
+    assert sorted(reads) == ["head", "idle", "rider"]
+
+
+@pytest.mark.parametrize(("defer_s", "order"), [(0.0, "d,good"), (1.0, "good,d")],
+                         ids=["a riding row's hint", "the group head's hint"])
+def test_a_riding_hint_that_raises_fails_its_own_job_only(defer_s, order):
+    def broken():
+        raise RuntimeError("hint bug")
+
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", decode_defer_s=defer_s)
+    bad, good, d = queued(scheduler, [("bad", P.STREAM, {"owner": "a", "riding": broken}),
+                                      ("good", P.STREAM, {"owner": "b", "cost": 2, "riding": 2}),
+                                      ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
+    plan = scheduler.schedule(0.5)  # with a deferral the typing rows head the group, the answer rides
+    assert [j.name for j in plan.jobs] == order.split(",") and [job for job, _ in plan.failed] == [bad]
+    assert isinstance(bad.error, RuntimeError) and bad.state is JobState.FINISHED
 
 
 def test_background_work_runs_short_while_answers_wait():

@@ -16,7 +16,7 @@ from headstart.engine.errors import (
 from headstart.engine.generation import SamplingParams
 from headstart.engine.kv import KVState, extend, prefill
 from headstart.engine.p0_store import P0Store, p0_key
-from headstart.engine.policy import HeadstartPolicy, PaperPolicy, make_policy
+from headstart.engine.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
 from headstart.engine.worker import ForwardWorker, Priority
 from tests.worker_gates import hold_worker, queue_gate
 from headstart.prompt import common_prefix_len
@@ -60,6 +60,39 @@ def test_headstart_policy_commits_whole_prompt(tiny_runtime):
     assert target.ids == prompt.prompt_ids("how many ci") and target.recheck_at is None
 
 
+@pytest.mark.parametrize(("text", "complete"), [
+    ("How many singers are there?", True), ("List the names.", True), ("Show it!", True),
+    ('Titled "Yes".', True), ("Older than (30).", True), ("older than 30?", True), ("between 1 and 9 .", True),
+    ("How many? ", False), ("older than 3.", False), ("show the nam", False), ("", False), ("?", False),
+    ("x...", False),
+])
+def test_looks_complete(text, complete):
+    assert looks_complete(text) is complete
+
+
+def test_riding_target_waits_for_a_bulk_of_settled_words(tiny_runtime):
+    prompt = tiny_runtime.prompt_for("world_1")
+    text = "how many cities are in the country with the largest popul"
+    full = prompt.prompt_ids(text)
+    settled = prompt.partial_ids(PaperPolicy.committable(text))
+    base = len(prompt.base_ids)
+    stable = common_prefix_len(full, settled)
+    assert stable - base >= 6
+    cached = full[: stable - 3]  # three settled tokens not yet cached: fewer than the bulk
+    waiting = riding_target(full, settled, cached, False, 4, 9.0)
+    assert waiting.ids == cached and waiting.partial and waiting.recheck_at == 9.0
+    bulk = riding_target(full, settled, cached[: stable - 4], False, 4, 9.0)  # four new: the bulk goes
+    assert bulk.ids == full[:stable] and bulk.partial
+    # a cache past the settled words (an earlier snapshot's whole prompt) keeps what still matches
+    assert len(full) > stable + 1
+    kept = riding_target(full, settled, full[: stable + 1] + [7, 7], False, 4, 9.0)
+    assert kept.ids == full[: stable + 1]
+    # a cache that diverges is cropped back to what it shares with the text
+    assert riding_target(full, settled, full[:base] + [7, 7], False, 100, 9.0).ids == full[:base]
+    done = riding_target(full, [], cached, True, 4, 9.0)
+    assert done.ids == full and not done.partial and done.recheck_at is None
+
+
 def test_unknown_policy_lists_valid():
     with pytest.raises(ValueError, match="headstart, paper"):
         make_policy("greedy")
@@ -88,12 +121,14 @@ def test_prompt_memo_keeps_many_typists_snapshots(tiny_runtime, monkeypatch):
     prompt = PromptBuilder(tiny_runtime.loaded.tokenizer, tiny_runtime.prompt_for("world_1").schema)
     texts = [f"how many cities in country {i}" for i in range(64)]
     fresh = [prompt.prompt_ids(t) for t in texts]
+    partial = [prompt.partial_ids(t) for t in texts]  # the riding hint asks for these at every iteration
+    assert all(p == f[: len(p)] and len(p) < len(f) for p, f in zip(partial, fresh))
     monkeypatch.setattr(prompt, "_encode_plain", lambda text: pytest.fail("tokenized again"))
-    for text, ids in zip(texts, fresh):
+    for text, ids, head in zip(texts, fresh, partial):
         again = prompt.prompt_ids(text)
         assert again == ids and again is not ids
         again.append(0)  # a caller may extend its copy
-        assert prompt.prompt_ids(text) == ids
+        assert prompt.prompt_ids(text) == ids and prompt.partial_ids(text) == head
     monkeypatch.undo()
     from headstart import prompt as prompt_module
 

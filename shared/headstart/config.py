@@ -60,18 +60,24 @@ class EngineSettings(BaseSettings):
         "for at most this long (0: never)"
     )
     stream_typing_tokens: int = Field(
-        8, ge=1, description="typing tokens in a forward that carries streaming answers' decode steps (keeps the "
-        "inter-token gap near a decode-only forward's)"
+        32, ge=1, description="typing tokens in a forward that carries streaming answers' decode steps (room for "
+        "one session's bulk of settled words or its finished prompt in one forward)"
     )
     # A typing row that rides with answers' decode steps costs them time on a
-    # compute-bound CPU (~10 ms a token on the 0.5B, 2 cores), and the partial
-    # word and the end of the turn it recomputes at every keystroke are
-    # cropped at the next one: under that contention only settled words are
-    # committed, the rest once the text rests (issue 11's 8-typist totals).
+    # compute-bound CPU (~10-15 ms a token in a forward of a few tokens, the
+    # 0.5B on 2 cores; ~6-7 among a dozen more), and the partial word and the
+    # end of the turn it recomputes at every keystroke are cropped at the
+    # next one: under that contention only settled words are committed, in
+    # bulk, and the rest once the text reads as finished ("?") or rests
+    # (issue 11's 8-typist totals).
     typing_settle_ms: float = Field(
         300.0, ge=0, description="while answers stream, a typing session commits its complete words only, and the "
-        "rest of the prompt (partial word, end of turn) once its text has not changed for this long (0: always "
-        "the whole prompt)"
+        "rest of the prompt (partial word, end of turn) once its text ends a sentence (?, !, .) or has not changed "
+        "for this long (0: always the whole prompt)"
+    )
+    typing_bulk_tokens: int = Field(
+        16, ge=1, description="while answers stream, a typing session's settled words wait until this many tokens "
+        "of them are new, then ride in one forward (a few tokens in each forward cost the answers more)"
     )
     # Measured per kernel choice by `headstart bench decode-step`.
     fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor"] = Field(

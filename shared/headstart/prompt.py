@@ -27,7 +27,7 @@ DEFAULT_SYSTEM_PROMPT = (
 # A builder serves every session on its database: a few recent snapshots of
 # each of many typists' texts (8 entries thrashed with 8 typists, and each
 # miss tokenizes the whole schema again: ~0.4 ms, on the worker thread too)
-_MEMO_ENTRIES = 256
+_MEMO_ENTRIES = 512
 _SENTINEL = "\uE000HEADSTART_QUESTION\uE000"  # private-use chars: never in a template
 
 
@@ -81,7 +81,7 @@ class PromptBuilder:
         # scheduler's cost hint, by the policy on the worker and by the
         # progress report: remember recent ones, packed as bytes (~3 KB each,
         # bounded by _MEMO_ENTRIES; bytes hold no references for the GC to track).
-        self._memo: OrderedDict[str, bytes] = OrderedDict()
+        self._memo: OrderedDict[str | tuple[str, str], bytes] = OrderedDict()
         self._memo_lock = threading.Lock()
         self.base_ids = self._stable_base()
 
@@ -111,27 +111,33 @@ class PromptBuilder:
         """Token ids of the full prompt for `question` (assistant turn opened).
 
         Returns a fresh list each call (callers may keep or extend it)."""
-        with self._memo_lock:
-            cached = self._memo.get(question)
-            if cached is not None:
-                self._memo.move_to_end(question)
-                return array("q", cached).tolist()
         p = self.parts
-        ids = p.head_special + self._encode_plain(p.head_text + question + p.tail_text) + p.tail_special
-        with self._memo_lock:
-            self._memo[question] = array("q", ids).tobytes()
-            while len(self._memo) > _MEMO_ENTRIES:
-                self._memo.popitem(last=False)
-        return ids  # the memo keeps its own packed copy
+        return self._memoized(question, lambda: p.head_special + self._encode_plain(p.head_text + question + p.tail_text)
+                              + p.tail_special)
 
     def partial_ids(self, question: str) -> list[int]:
         """Token ids of the prompt up to the end of `question`, without the suffix.
 
         The paper's policy commits only typed text; the end of the user turn is
-        added at submit.
+        added at submit. Typing beside streaming answers asks for it at every
+        scheduling (the riding hint), hence the memo.
         """
         p = self.parts
-        return p.head_special + self._encode_plain(p.head_text + question)
+        return self._memoized(("partial", question), lambda: p.head_special + self._encode_plain(p.head_text + question))
+
+    def _memoized(self, key: str | tuple[str, str], compute) -> list[int]:
+        """`compute()`'s ids, through the memo of recent questions (a fresh list each call)."""
+        with self._memo_lock:
+            cached = self._memo.get(key)
+            if cached is not None:
+                self._memo.move_to_end(key)
+                return array("q", cached).tolist()
+        ids = compute()
+        with self._memo_lock:
+            self._memo[key] = array("q", ids).tobytes()
+            while len(self._memo) > _MEMO_ENTRIES:
+                self._memo.popitem(last=False)
+        return ids  # the memo keeps its own packed copy
 
     def _stable_base(self) -> list[int]:
         """P0: the tokens every prompt starts with, whatever the question.

@@ -20,9 +20,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from headstart.prompt import PromptBuilder
+from headstart.prompt import PromptBuilder, common_prefix_len
 
 PAPER_BOUNDARIES = frozenset(" \n\t.,;:!?")
+# What a finished question ends on (Spider dev: 1028 of 1034 end on "?" or ".").
+SENTENCE_ENDS = frozenset("?!.")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,35 @@ class PaperPolicy(ConfirmationPolicy):
         if double_boundary or now >= due:
             return CommitTarget(prompt.partial_ids(prefix))
         return CommitTarget(None, recheck_at=due)
+
+
+def looks_complete(text: str) -> bool:
+    """Whether `text` reads as a finished question: it ends on "?" or "!",
+    or on a "." that follows no digit (not "3.", which may become "3.5") and
+    no other ".". A space after the mark means the user goes on."""
+    if len(text) < 2 or text[-1] not in SENTENCE_ENDS:
+        return False
+    return text[-1] != "." or not (text[-2].isdigit() or text[-2] == ".")
+
+
+def riding_target(full_ids: list[int], settled_ids: list[int], cached_ids: list[int], complete: bool,
+                  bulk_tokens: int, recheck_at: float | None) -> CommitTarget:
+    """What a typing session commits while its row rides with streaming
+    answers (`SessionSteps._contended_target`), where each of its tokens
+    lengthens every answer's forward. A `complete` text (rested, or
+    `looks_complete`) commits the whole prompt with its logits: the submit
+    that usually follows finds its first token ready. Otherwise only the
+    settled words (`settled_ids`, up to the last word boundary) and only
+    once at least `bulk_tokens` of them are new: on a CPU a token riding in
+    a forward of a few tokens costs about twice what it costs among a dozen
+    more (docs/benchmarks.md), so words go in bulk, not one by one. The
+    cache keeps whatever of the whole prompt it already holds (`cached_ids`)."""
+    if complete:
+        return CommitTarget(full_ids)
+    cached = common_prefix_len(cached_ids, full_ids)
+    settled = common_prefix_len(full_ids, settled_ids)
+    keep = settled if settled - cached >= bulk_tokens else cached
+    return CommitTarget(full_ids[:keep], recheck_at=recheck_at, partial=True)
 
 
 POLICIES: dict[str, type[ConfirmationPolicy]] = {

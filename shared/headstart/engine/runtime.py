@@ -83,7 +83,8 @@ class EngineRuntime:
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
-                                    settings.answer_ahead_tokens, settings.typing_settle_ms / 1000.0)
+                                    settings.answer_ahead_tokens, settings.typing_settle_ms / 1000.0,
+                                    settings.typing_bulk_tokens)
         self.kv_memory = KVMemory(settings.kv_budget_bytes, self.loaded.kv_bytes_per_token(),
                                   settings.kv_session_reserve_tokens)
         self.sessions = SessionTable(settings.max_sessions, self.kv_memory, self.p0_store.states)

@@ -27,10 +27,12 @@ changed only here). Its rules, written once:
    2c. **Typing budget while answers stream.** In a group that carries such
    decode steps the typing (STREAM) rows share `stream_tokens` new tokens,
    in rank order, the group's head first; each is capped (`Job.token_cap`,
-   the typing step extends by at most that many) and one left with no token
-   waits for the next forward. So a decode forward stays about as cheap as
-   a decode-only one (weight-bound: a few more rows cost little) while
-   typing still moves at every forward.
+   the typing step extends by at most that many) at what it commits while
+   riding (`Job.riding_cost`: a session's settled words in bulk, or its
+   finished prompt; `policy.riding_target`), and one left with no token, or
+   with nothing to commit while riding, waits for the next forward (the
+   hint is read afresh there: a text that rests becomes due). So typing
+   costs the answers' forwards only what it must commit, in few forwards.
    2d. **Background work waits for answers.** A background STREAM job
    (`Job.background`: a data session's ingestion or rebuild, which no
    person waits on) ranks at BACKGROUND, behind deferred decode steps,
@@ -141,8 +143,9 @@ class Scheduler:
                 ranked.append((self.rank(job, now), job))
             except Exception as exc:  # the hint's own job fails, visibly; nothing is reordered
                 failed.append((job, exc))
-        ranked = self.order(ranked)
-        rows, kind = self._group(ranked, failed)
+        riding: dict[int, int] = {}  # id(job) -> its riding hint, read once per iteration
+        ranked = self._idle_typing_waits(self.order(ranked), failed, riding)
+        rows, kind = self._group(ranked, failed, riding)
         taken = {id(job) for job in dropped} | {id(row.job) for row in rows} | {id(job) for job, _ in failed}
         self._waiting = [job for job in self._waiting if id(job) not in taken]
         self._note_service(rows)
@@ -155,6 +158,33 @@ class Scheduler:
             self._finish(job, exc)
         deferred = tuple(job for rank, job in ranked if rank.cls == DEFERRED_DECODE)
         return Plan(tuple(rows), kind if len(rows) > 1 else None, dropped, tuple(failed), deferred)
+
+    def _idle_typing_waits(self, ranked: list[tuple[Rank, Job]], failed: list,
+                           riding: dict[int, int]) -> list[tuple[Rank, Job]]:
+        """Rule 2c: while answers stream and typing rows would ride with them,
+        a typing job with nothing to commit riding (`Job.riding_cost` 0)
+        waits, even where it would head the group: its step would be a row
+        of no tokens (and a progress event) in every forward. Notes each
+        hint it reads in `riding`, for `_group` (whenever `_group` caps a
+        typing row, this has read every hint: a typing row is capped only
+        beside a streaming answer it may ride with; a job without the hint
+        is capped at its `cost`)."""
+        rides = (self.max_batch_rows > 1 and self.batch_scope in (BatchScope.TYPING_WITH_DECODE, BatchScope.ALL)
+                 and any(self.streaming(job) and job.owner is not None for _, job in ranked))
+        if not rides:
+            return ranked
+        kept = []
+        for rank, job in ranked:
+            if job.priority == Priority.STREAM and not job.background and job.riding_cost is not None:
+                try:
+                    riding[id(job)] = self._riding(job)
+                except Exception as exc:  # the hint's own job fails, visibly
+                    failed.append((job, exc))
+                    continue
+                if riding[id(job)] < 1:
+                    continue
+            kept.append((rank, job))
+        return kept
 
     def order(self, ranked: list[tuple[Rank, Job]]) -> list[tuple[Rank, Job]]:
         """Waiting jobs in run order: rules 1-3 (`rank`), then 6 and 7
@@ -175,7 +205,8 @@ class Scheduler:
                 scheduler_order.note_bypasses(job, self._waiting)
                 self._last_blocks = job.blocks
 
-    def _group(self, ranked: list[tuple[Rank, Job]], failed: list) -> tuple[list[PlannedRow], BatchKind | None]:
+    def _group(self, ranked: list[tuple[Rank, Job]], failed: list,
+               riding: dict[int, int]) -> tuple[list[PlannedRow], BatchKind | None]:
         for _, job in ranked:
             job.token_cap = None  # set again below for the typing rows that ride with answers
         if not ranked:
@@ -194,7 +225,7 @@ class Scheduler:
         # rule 2c: with answers streaming, typing rows share `stream_tokens` (the head's share comes first)
         left = self.stream_tokens if riders or self.streaming(first) else None
         if left is not None and first.priority == Priority.STREAM:
-            rows[0], left = self._capped(rows[0], left)
+            rows[0], left = self._capped(rows[0], left, riding.get(id(first), rows[0].num_tokens))
         owners, tokens = {first.owner}, rows[0].num_tokens
         guard = scheduler_order.GroupGuard(self.rerank_max_delay, first)  # rule 7's bound
         for rank, job in riders + [pair for pair in ranked[1:] if id(pair[1]) not in rider_ids]:
@@ -210,10 +241,11 @@ class Scheduler:
                 continue
             row = PlannedRow(job, rank, cost)
             if left is not None and job.priority == Priority.STREAM:
-                if left < 1:
+                rides = riding.get(id(job), cost)
+                if left < 1 or rides < 1:  # no share left, or nothing it would commit while answers stream
                     guard.left_out(job)
                     continue
-                row, left = self._capped(row, left)
+                row, left = self._capped(row, left, rides)
             if tokens + row.num_tokens > self.max_batch_tokens:
                 job.token_cap = None
                 guard.left_out(job)
@@ -225,12 +257,18 @@ class Scheduler:
         return rows, kind
 
     @staticmethod
-    def _capped(row: PlannedRow, left: int) -> tuple[PlannedRow, int]:
+    def _capped(row: PlannedRow, left: int, riding: int) -> tuple[PlannedRow, int]:
         """A typing row riding with answers: at most `left` new tokens
-        (`Job.token_cap`); returns it and the typing tokens still left."""
-        cost = min(row.num_tokens, left)
+        (`Job.token_cap`) of the `riding` it would commit; returns it and the
+        typing tokens still left."""
+        cost = min(riding, left)
         row.job.token_cap = cost
-        return PlannedRow(row.job, row.rank, cost), left - cost
+        return PlannedRow(row.job, row.rank, max(1, cost)), left - cost
+
+    @staticmethod
+    def _riding(job: Job) -> int:
+        """Tokens a typing step commits when its row rides with streaming answers (rule 2c)."""
+        return max(0, int(job.riding_cost()))
 
     def streaming(self, job: Job) -> bool:
         """A decode step of a streaming answer (FLASH, SUBMIT or POOL): someone

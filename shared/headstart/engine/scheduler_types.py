@@ -96,6 +96,9 @@ class Job:
             schedule); jobs without one keep arrival order ahead of keyed ones.
         cost: about how many tokens the next step runs through the model
             (read when a group is formed, so a group fits the token budget).
+        riding_cost: the same for a typing step whose row rides with streaming
+            answers (rule 2c), where it commits less; 0: nothing to commit
+            then, so it waits. None: `cost`.
         decoding: whether the next step is a decode step (read at each
             (re)queue: only the job's own step changes it).
         owner: whose cache the step touches; None: never batched.
@@ -119,6 +122,7 @@ class Job:
         self.owner = owner
         self.cost = cost
         self.decoding = decoding
+        self.riding_cost: Callable[[], int] | None = None
         self.tenant: str | None = None
         self.blocks: frozenset[str] | None = None
         self.background = False

@@ -223,7 +223,7 @@ class Session(SessionSteps):
         if self._job is None or self._job.done.is_set():
             self._job = self.worker.enqueue(self._typing_step, Priority.STREAM, f"type:{self.session_id}",
                                             order_key=self._typing_order, owner=self.session_id,
-                                            cost=self._typing_cost)
+                                            cost=self._typing_cost, riding_cost=self._riding_cost)
         self._set(S.TYPING_DIRTY)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 from headstart.engine.commit import Commit, start_commit
-from headstart.engine.policy import CommitTarget, PaperPolicy
+from headstart.engine.policy import CommitTarget, PaperPolicy, looks_complete, riding_target
 from headstart.engine.scheduler_types import Job, Priority
 from headstart.engine.session_types import InFlight
 from headstart.engine.states import SessionState
@@ -84,22 +84,18 @@ class SessionSteps:
 
     def _contended_target(self, target: CommitTarget, text: str, now: float, last_change: float) -> CommitTarget:
         """What a typing row riding with streaming answers commits (the
-        scheduler capped it: rule 2c). On a compute-bound device each of its
-        tokens lengthens the answers' forward, and while the user types the
-        partial word and the end of the turn are cropped at the next
-        keystroke: so only the settled words (up to the last boundary,
-        `PaperPolicy.committable`), keeping whatever of the whole prompt the
-        cache already holds, until the text has rested `typing_settle_s`;
-        then the whole prompt with its logits, so the submit that usually
-        follows a rest finds its first token ready. A recheck at that time
-        brings the rest in even if no keystroke comes."""
+        scheduler capped it: rule 2c): `policy.riding_target`. While the user
+        types, the partial word and the end of the turn would be cropped at
+        the next keystroke, so only settled words, in bulk; the whole prompt
+        once the text reads as finished or has rested `typing_settle_s`. A
+        recheck at that time brings the rest in even if no keystroke comes."""
         settle = self.limits.typing_settle_s
-        if settle <= 0 or now - last_change >= settle:
+        if settle <= 0:
             return target
-        full = target.ids
-        stable = common_prefix_len(full, self.prompt.partial_ids(PaperPolicy.committable(text)))
-        keep = max(stable, common_prefix_len(self._kv.ids, full))
-        return CommitTarget(full[:keep], recheck_at=last_change + settle, partial=True)
+        complete = now - last_change >= settle or looks_complete(text)
+        settled = [] if complete else self.prompt.partial_ids(PaperPolicy.committable(text))
+        return riding_target(target.ids, settled, self._kv.ids, complete, self.limits.typing_bulk_tokens,
+                             last_change + settle)
 
     def _typing_committed(self, job: Job | None, inflight: InFlight, commit: Commit, result: RowResult,
                           target: CommitTarget, text: str, seq: int) -> bool:
@@ -162,6 +158,21 @@ class SessionSteps:
         """Tokens the next typing step will likely run (the worker's group
         hint): the newest full prompt past what the cache shares with it."""
         return uncached_tokens(self._kv.ids, self.prompt.prompt_ids(self._text), self.limits.chunk_tokens)
+
+    def _riding_cost(self) -> int:
+        """Tokens the next typing step commits if its row rides with streaming
+        answers (the worker's rule-2c hint): 0 while only a partial word or
+        fewer settled tokens than a bulk are new (`policy.riding_target`)."""
+        if not self.policy.keeps_logits:  # the paper's policy commits as it would alone
+            return self._typing_cost()
+        if self.status not in (S.TYPING_DIRTY, S.PREFILLING):
+            return 1  # a submit took over, or closed: the step only ends the job, let it run
+        text = self._text
+        target = self._contended_target(CommitTarget(self.prompt.prompt_ids(text)), text, self.clock(),
+                                        self._last_change)
+        if not target.partial:  # the whole prompt, as `_typing_cost` counts it
+            return uncached_tokens(self._kv.ids, target.ids, self.limits.chunk_tokens)
+        return len(target.ids) - common_prefix_len(self._kv.ids, target.ids)
 
     def _should_stop(self, inflight: InFlight, job: Job | None) -> bool:
         """Polled between decoder layers: stop for a newer snapshot, or for a

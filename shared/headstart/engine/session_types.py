@@ -26,6 +26,8 @@ class SessionLimits:
     # while answers stream, typing commits settled words only until the text has
     # not changed for this long (`SessionSteps._contended_target`; 0: always all)
     typing_settle_s: float = 0.3
+    # ... and settled words only once this many of them are new (`policy.riding_target`)
+    typing_bulk_tokens: int = 16
 
 
 @dataclass

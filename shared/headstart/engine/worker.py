@@ -109,11 +109,12 @@ class ForwardWorker:
     def enqueue(self, step: Callable[[], "Row | bool"], priority: Priority, name: str = "",
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None,
-                tenant: str | None = None, blocks: frozenset[str] | None = None, background: bool = False) -> Job:
+                tenant: str | None = None, blocks: frozenset[str] | None = None, background: bool = False,
+                riding_cost: Callable[[], int] | None = None) -> Job:
         """Queue a job (its step and hints: see `Job`); raises ResourceExhausted
         when the queue is full."""
         job = Job(step, priority, name, order_key, owner, cost, decoding)
-        job.tenant, job.blocks, job.background = tenant, blocks, background
+        job.tenant, job.blocks, job.background, job.riding_cost = tenant, blocks, background, riding_cost
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
