@@ -163,7 +163,7 @@ def test_short_steady_run_has_no_failures(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "steady", "--model", "random:tiny",
                                "--users", "8", "--time", "40s", "--out", str(out), "--max-new-tokens", "8"],
                               cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:]
+    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0"
     for user in ("ws_typist", "grpc_typist"):
@@ -197,7 +197,7 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
                                "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
                                "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3"],
                               cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:]
+    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0", list(csv.DictReader((out / "locust_failures.csv").open()))
     for producer in ("data_producer", "grpc_data_producer"):
@@ -211,3 +211,18 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     assert subscriber["data_updated_p50_ms"] > 0
     assert subscriber["num_flash_answers"] > 0 and subscriber["flash_ready_p50_ms"] > 0
     assert "ack→flash_ready p50 ms" in (out / "loadtest.md").read_text()
+
+
+def _engine_warnings(home: Path) -> str:
+    """What the run's Ray processes logged as warnings or errors (a failed run's message:
+    e.g. why a replica could not load a database, which its client sees only as UNAVAILABLE)."""
+    lines = []
+    for path in sorted(home.glob("ray/session_*/logs/**/*")):
+        if path.is_file() and path.suffix in (".log", ".err", ".out"):
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            lines += [f"{path.name}: {line}" for line in text.splitlines()
+                      if "WARNING" in line or "ERROR" in line or "Error" in line or "failed to load" in line]
+    return "\n--- engine warnings ---\n" + "\n".join(lines[-60:])

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import traceback
 from typing import Callable
 
 from headstart.engine.errors import HeadstartError
@@ -61,7 +62,10 @@ class SchemaLoader:
         except Exception as exc:
             from headstart.schema.dsn import scrub_password
 
-            log.warning("database %r failed to load: %s", name, scrub_password(str(exc), spec))
+            # the type and the frames, not the traceback's text: an exception's message may hold a DSN's password
+            frames = "".join(traceback.format_list(traceback.extract_tb(exc.__traceback__)))
+            log.warning("database %r failed to load: %s: %s\n%s", name, type(exc).__qualname__,
+                        scrub_password(str(exc), spec), frames)
             raise DatabaseUnavailable(f"database {name!r} cannot be loaded (see the engine log)") from None
 
     def shutdown(self) -> None:
