@@ -72,6 +72,14 @@ PLAIN = (
     ("HEADSTART_ENGINE_SECRET_FILE", "none", "a file holding the engine secret", "services/engine/guard.py"),
     ("HEADSTART_ENGINE_BIND_HOST", "`127.0.0.1`", "where the local stack's Serve gRPC servers listen "
      "(`0.0.0.0` or `::`: all interfaces)", "services/engine/loopback.py"),
+    ("HEADSTART_ENGINE_DIRECT", "`on`", "replicas serve session streams at a port of their own (`off`: "
+     "through Serve's proxy only)", "services/engine/direct.py"),
+    ("HEADSTART_ENGINE_DIRECT_HOST", "`127.0.0.1`", "bind address of a replica's direct session port",
+     "services/engine/direct.py"),
+    ("HEADSTART_ENGINE_DIRECT_PORTS", "`0` (a free port)", "port, or range `9100-9115`, of a replica's direct "
+     "session port (the first free one)", "services/engine/direct.py"),
+    ("HEADSTART_ENGINE_DIRECT_ADVERTISE", "the bind host (a wildcard: the node's IP)", "the host the gateway "
+     "dials for a replica's direct port", "services/engine/direct.py"),
     ("HEADSTART_REDIS_SERVER", "`redis-server`, then `valkey-server` on PATH", "the Redis binary a private "
      "Redis is started from (`serve`'s embedded one, `bench tables`)", "shared/headstart/redis_server.py"),
     ("HEADSTART_POSTGRES_DSN", "none: a temporary local server", "PostgreSQL of `eval --executor postgres`",

@@ -242,3 +242,34 @@ def test_gateway_and_every_ray_pod_read_one_engine_secret(sets, name):
     assert len(rendered) == (0 if "existingSecret" in " ".join(sets) else 1)
     if rendered:
         assert len(base64.b64decode(rendered[0].obj["data"]["secret"])) >= 32
+
+
+@pytest.mark.parametrize("sets, direct", [((), True), (("engine.autoscaling.enabled=true",), False),
+                                          (("engine.direct.enabled=false",), False)])
+def test_direct_session_ports_are_declared_admitted_and_named_to_the_gateway(sets, direct):
+    """The replicas' direct ingress (services/engine/direct.py): every Ray pod binds the range on
+    all interfaces and advertises its pod IP, declares the ports, admits the gateway on them
+    (and only the gateway), and the gateway is told to use them; off while Serve autoscales."""
+    objects = render(sets + ("engine.direct.port=9200", "engine.direct.portsPerPod=3"))
+    engine = next(o for o in objects if o.kind == "RayService")
+    for _, container in containers(engine):
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert env["HEADSTART_ENGINE_DIRECT"]["value"] == ("on" if direct else "off")
+        assert env["HEADSTART_ENGINE_DIRECT_HOST"]["value"] == "0.0.0.0"
+        assert env["HEADSTART_ENGINE_DIRECT_PORTS"]["value"] == "9200-9202"
+        assert env["HEADSTART_ENGINE_DIRECT_ADVERTISE"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        ports = {p["containerPort"] for p in container["ports"]}
+        assert ({9200, 9201, 9202} <= ports) == direct and not ports & {9203}
+    gateway_config = next(o for o in objects if o.kind == "ConfigMap" and component_of(o) == "gateway")
+    assert gateway_config.obj["data"]["HEADSTART_GATEWAY_ENGINE_DIRECT"] == ("true" if direct else "false")
+    policy = next(o for o in objects if o.kind == "NetworkPolicy" and component_of(o) == "engine").obj["spec"]
+    ranges = [(rule["from"], p) for rule in policy["ingress"] for p in rule.get("ports", []) if p["port"] == 9200]
+    assert len(ranges) == (1 if direct else 0)
+    if direct:
+        peers, port = ranges[0]
+        assert port["endPort"] == 9202 and port["protocol"] == "TCP"
+        assert [component_of_labels(p["podSelector"]["matchLabels"]) for p in peers] == ["gateway"]
+
+
+def component_of_labels(labels: dict) -> str:
+    return labels["app.kubernetes.io/component"]

@@ -10,6 +10,7 @@ next attach (correct, only slower).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from typing import Any
@@ -24,6 +25,7 @@ from services.engine import events
 from services.engine.core import ReplicaCore
 from services.engine.data_events import VersionPublisher
 from services.engine.data_service import DataService
+from services.engine.direct import start_direct_ingress
 from services.engine.generate import generation_events
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
 from services.engine.heap_trim import HeapTrimmer
@@ -62,6 +64,10 @@ class EngineDeployment:
         self.heap_trimmer = HeapTrimmer(engine_settings.malloc_trim_s)
         publisher = VersionPublisher.from_url(engine_settings.redis_url) if engine_settings.redis_url else None
         self.data = DataService(self.core, self.replica, self.guard, self._prepare, publisher)
+        # Session streams past Serve's proxy (services/engine/direct.py); None: off or unbindable
+        self.direct = start_direct_ingress(self._session_events)
+        logging.getLogger("ray.serve").info("headstart direct ingress: %s",
+                                            self.direct.target if self.direct else "off (sessions via the proxy)")
 
     async def _prepare(self, db: str) -> str:
         """The spec of catalogue name `db`, its schema loaded (raises UnknownDatabase / DatabaseUnavailable)."""
@@ -70,14 +76,26 @@ class EngineDeployment:
         return spec
 
     async def Session(self, request_stream, grpc_context=None):  # noqa: N802 (gRPC method name)
+        async for event in self._session_events(request_stream, _metadata(grpc_context)):
+            yield event
+
+    async def _session_events(self, requests, metadata: list[tuple[str, str]]):
+        """One session stream, through the proxy (`Session`) or the direct port alike."""
         try:
-            self.guard.check(_metadata(grpc_context))
+            self.guard.check(metadata)
         except EngineUnauthenticated as exc:
             yield events.error(exc.code, exc.message)
             return
-        stream = SessionStream(self.core, self.replica, self._prepare, tenant=tenant_of(_metadata(grpc_context)))
-        async for event in stream.run(request_stream):
-            yield event
+        stream = SessionStream(self.core, self.replica, self._prepare, tenant=tenant_of(metadata))
+        async with contextlib.aclosing(stream.run(requests)) as stream_events:
+            async for event in stream_events:
+                yield event
+
+    async def Locate(self, request: engine_pb2.EngineSessionRef, grpc_context=None):  # noqa: N802
+        """This replica (Serve routed the call here by `session_id`) and its direct address."""
+        if not _allowed(self.guard, grpc_context):
+            return engine_pb2.EngineLocation()
+        return engine_pb2.EngineLocation(replica=self.replica, direct_target=self.direct.target if self.direct else "")
 
     async def Complete(self, request: engine_pb2.EngineCompleteRequest, grpc_context=None):  # noqa: N802
         tables = list(request.tables) or None  # empty: the whole schema
@@ -198,6 +216,8 @@ class EngineDeployment:
 
     def __del__(self):
         try:
+            if getattr(self, "direct", None) is not None:
+                self.direct.stop()
             self.loader.shutdown()
             self.data.shutdown()
             self.core.shutdown()

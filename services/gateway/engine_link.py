@@ -1,7 +1,9 @@
-"""One session's stream to the engine, through Serve's gRPC proxy, with reconnect.
+"""One session's stream to the engine, routed by Serve, with reconnect.
 
 Every call carries `session_id` metadata, so Serve's ConsistentHashRouter
-sends it to the replica holding the session. When the stream breaks (the
+sends it to the replica holding the session. The stream itself goes to that
+replica's own port when it serves one (`Locate`, services/engine/direct.py),
+else through Serve's gRPC proxy. When the stream breaks (the
 replica died, was drained, or the ring moved), the link reopens it and sends
 `attach` with the newest snapshot: the replica it reaches rebuilds the
 session. A submit still waiting for its result is sent again, and the tokens
@@ -21,6 +23,7 @@ import grpc
 
 from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
+from services.gateway.engine_direct import DirectChannels
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,10 @@ class EngineLink:
                  policy: str, latest: Callable[[], tuple[int, str]],
                  on_event: Callable[[engine_pb2.EngineEvent], None],
                  on_ack_rtt: Callable[[float], None] = lambda s: None, reconnect_timeout_s: float = 60.0,
-                 extra_metadata: tuple[tuple[str, str], ...] = ()):
+                 extra_metadata: tuple[tuple[str, str], ...] = (), direct: DirectChannels | None = None):
         self.stub, self.db, self.policy = stub, db, policy
+        self._direct = direct  # None: always through Serve's proxy
+        self.path = ""  # how the current stream reached its replica: direct or proxy
         # extra_metadata: the engine secret (services/engine/guard.py)
         self.metadata = (("application", app_name), ("session_id", engine_session_id), *extra_metadata)
         self.engine_session_id = engine_session_id
@@ -91,14 +96,22 @@ class EngineLink:
 
     async def _open(self) -> None:
         seq, text = self._latest()
-        call = self.stub.Session(metadata=self.metadata)
         attach = engine_pb2.Attach(session_id=self.engine_session_id, db=self.db, policy=self.policy, seq=seq, text=text)
-        try:
-            await call.write(engine_pb2.EngineRequest(attach=attach))
-            first = await call.read()
-        except asyncio.CancelledError:  # closed while attaching: do not leave the new call open on a replica
-            call.cancel()
-            raise
+        call = first = None
+        # Serve's proxy routes (Locate is sticky like every call of the session); the stream
+        # itself goes straight to that replica's port when it has one (services/engine/direct.py)
+        target = await self._direct.locate(self.stub, self.engine_session_id, self.metadata) if self._direct else ""
+        if target:
+            try:
+                call, first = await self._attach(self._direct.stub(target), attach)
+                self.path = "direct"
+            except grpc.aio.AioRpcError as exc:
+                self._direct.failed(target, exc)
+        if call is None:
+            call, first = await self._attach(self.stub, attach)
+            self.path = "proxy"
+        if self._direct is not None:
+            self._direct.opened(self.path)
         if first is grpc.aio.EOF:
             raise ApiError("UNAVAILABLE", "the engine closed the stream at attach")
         if first.WhichOneof("kind") == "error":
@@ -114,6 +127,16 @@ class EngineLink:
         if self._pending is not None:  # a submit the broken stream never answered
             self._skip_tokens = self._pending.forwarded_tokens
             await call.write(self._submit_request(self._pending))
+
+    async def _attach(self, stub, attach: engine_pb2.Attach):
+        """Open `Session` on `stub` and send `attach`: (the call, its first event)."""
+        call = stub.Session(metadata=self.metadata)
+        try:
+            await call.write(engine_pb2.EngineRequest(attach=attach))
+            return call, await call.read()
+        except BaseException:  # closed while attaching, or the call failed: leave nothing open on a replica
+            call.cancel()
+            raise
 
     async def _send_newest(self) -> None:
         """Send the newest snapshot when the current call has not seen it."""

@@ -41,6 +41,9 @@ class GatewayMetrics:
                                      "data sessions reopened from the rows log on a replica that lacked them",
                                      registry=self.registry)
         self.reconnects = Counter("headstart_gateway_engine_reconnects", "engine streams reopened", registry=self.registry)
+        self.engine_streams = Counter("headstart_gateway_engine_streams", "engine session streams opened, by path: "
+                                      "direct (the replica's own port) or proxy (Serve's)", ["path"],
+                                      registry=self.registry)
 
         # Raw recent samples for in-process benchmarks (the histogram only has buckets).
         self.rtt_samples: deque[float] = deque(maxlen=100_000)

@@ -19,6 +19,7 @@ from services.engine.guard import SECRET_METADATA_KEY, TENANT_METADATA_KEY, conf
 from services.gateway.auth import Authenticator
 from services.gateway.data_service import DataService
 from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, sqlite_file
+from services.gateway.engine_direct import DirectChannels
 from services.gateway.engine_kv import EngineKVGauges
 from services.gateway.engine_link import EngineLink
 from services.gateway.limits import check_seq, check_tables, check_text, new_chars
@@ -50,6 +51,8 @@ class GatewayService:
         self._engine_md = (("application", settings.engine_app), (SECRET_METADATA_KEY, secret))
         self._channel: grpc.aio.Channel | None = None
         self._stub: engine_pb2_grpc.EngineStub | None = None
+        # session streams straight to the replica Serve routes them to (services/gateway/engine_direct.py)
+        self.direct = DirectChannels(settings.engine_direct, self.metrics.engine_streams)
         self._databases: list[DatabaseInfo] | None = None
         self._runs = RunPool(RUN_WORKERS)
         # How late the loop wakes a 5 ms sleeper: diagnostics (bench neighbour reads it per phase).
@@ -73,6 +76,7 @@ class GatewayService:
             await self.close(tenant, sid, free_engine=False)
         if self._channel is not None:
             await self._channel.close()
+        await self.direct.close()
         self._runs.shutdown()
         self.data.stop()
 
@@ -115,7 +119,7 @@ class GatewayService:
             self._stub, self.settings.engine_app, engine_session_id(tenant, session.session_id), db,
             self.settings.policy, session.latest, lambda ev: self._deliver(session, ev),
             self.metrics.observe_rtt, self.settings.reconnect_timeout_s,
-            extra_metadata=(*self._engine_md[1:], (TENANT_METADATA_KEY, tenant)),
+            extra_metadata=(*self._engine_md[1:], (TENANT_METADATA_KEY, tenant)), direct=self.direct,
         )
         try:
             await link.start()

@@ -19,6 +19,8 @@ class GatewaySettings(BaseSettings):
     grpc_port: int = Field(50051, ge=0, description="public gRPC port (0: any free port)")
     engine_target: str = Field("127.0.0.1:9000", description="host:port of Serve's gRPC proxy")
     engine_app: str = Field("headstart-engine", description="Serve application name of the engine")
+    engine_direct: bool = Field(True, description="open session streams at the replica's own port (Locate) "
+                                "instead of through Serve's proxy (services/engine/direct.py)")
     tokens: dict[str, str] = Field(default_factory=dict, description="bearer token -> tenant; empty: no auth")
     policy: str = Field("headstart", description="confirmation policy of typing sessions")
     max_message_bytes: int = Field(16_384, ge=256, description="largest client message (WS frame / gRPC message)")

@@ -87,6 +87,14 @@ class Ack(_message.Message):
     replica: str
     def __init__(self, seq: _Optional[int] = ..., replica: _Optional[str] = ...) -> None: ...
 
+class EngineLocation(_message.Message):
+    __slots__ = ("replica", "direct_target")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    DIRECT_TARGET_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    direct_target: str
+    def __init__(self, replica: _Optional[str] = ..., direct_target: _Optional[str] = ...) -> None: ...
+
 class EngineCompleteRequest(_message.Message):
     __slots__ = ("db", "question", "params", "mode", "tables")
     DB_FIELD_NUMBER: _ClassVar[int]

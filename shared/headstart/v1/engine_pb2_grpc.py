@@ -39,6 +39,11 @@ class EngineStub:
                 request_serializer=headstart_dot_v1_dot_engine__pb2.EngineRequest.SerializeToString,
                 response_deserializer=headstart_dot_v1_dot_engine__pb2.EngineEvent.FromString,
                 _registered_method=True)
+        self.Locate = channel.unary_unary(
+                '/headstart.v1.Engine/Locate',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.EngineSessionRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.EngineLocation.FromString,
+                _registered_method=True)
         self.Complete = channel.unary_stream(
                 '/headstart.v1.Engine/Complete',
                 request_serializer=headstart_dot_v1_dot_engine__pb2.EngineCompleteRequest.SerializeToString,
@@ -93,6 +98,16 @@ class EngineServicer:
         """One stream per attached session. The first message must be `attach`;
         snapshots carry the full text, so a replica that does not hold the
         session rebuilds it from the attach.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Locate(self, request, context):
+        """Where the replica that Serve routes this session to (metadata
+        `session_id`) serves its sessions directly: the gateway opens `Session`
+        there, so keystrokes and tokens do not pass through Serve's proxy
+        (services/engine/direct.py). An empty `direct_target`: use the proxy.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -165,6 +180,11 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.Session,
                     request_deserializer=headstart_dot_v1_dot_engine__pb2.EngineRequest.FromString,
                     response_serializer=headstart_dot_v1_dot_engine__pb2.EngineEvent.SerializeToString,
+            ),
+            'Locate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Locate,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.EngineSessionRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.EngineLocation.SerializeToString,
             ),
             'Complete': grpc.unary_stream_rpc_method_handler(
                     servicer.Complete,
@@ -239,6 +259,33 @@ class Engine:
             '/headstart.v1.Engine/Session',
             headstart_dot_v1_dot_engine__pb2.EngineRequest.SerializeToString,
             headstart_dot_v1_dot_engine__pb2.EngineEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Locate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/Locate',
+            headstart_dot_v1_dot_engine__pb2.EngineSessionRef.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.EngineLocation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -154,6 +154,36 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The engine secret as an env var of the Ray pods (the replicas check it). */}}
+{{/* Direct session streams (values engine.direct): off while Serve autoscales (it counts only what its proxy carries). */}}
+{{- define "headstart.engineDirect" -}}
+{{- if and .Values.engine.direct.enabled (not .Values.engine.autoscaling.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The replicas' direct ingress (services/engine/direct.py): every pod interface, the pod's IP advertised. */}}
+{{- define "headstart.engineDirectEnv" -}}
+{{- $d := .Values.engine.direct -}}
+- name: HEADSTART_ENGINE_DIRECT
+  value: {{ ternary "on" "off" (eq (include "headstart.engineDirect" .) "true") | quote }}
+- name: HEADSTART_ENGINE_DIRECT_HOST
+  value: "0.0.0.0"
+- name: HEADSTART_ENGINE_DIRECT_PORTS
+  value: {{ printf "%d-%d" (int $d.port) (add (int $d.port) (sub (int $d.portsPerPod) 1)) | quote }}
+- name: HEADSTART_ENGINE_DIRECT_ADVERTISE
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end -}}
+
+{{/* containerPort entries of the direct ingress. */}}
+{{- define "headstart.engineDirectPorts" -}}
+{{- if eq (include "headstart.engineDirect" .) "true" -}}
+{{- range $i := until (int .Values.engine.direct.portsPerPod) }}
+- name: direct-{{ $i }}
+  containerPort: {{ add (int $.Values.engine.direct.port) $i }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "headstart.engineSecretEnv" -}}
 - name: HEADSTART_ENGINE_SECRET
   valueFrom:
