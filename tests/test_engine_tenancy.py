@@ -17,6 +17,7 @@ from headstart.engine.prefix_source import P0Source, PrefixSource
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.scheduler_types import Priority
 from headstart.tables.engine_source import TablePrefixSource
+from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore
 from services.engine.guard import TENANT_METADATA_KEY, tenant_of
@@ -135,6 +136,10 @@ class _Stub:
     async def CloseSession(self, ref, metadata, timeout):  # noqa: N802
         return None
 
+    async def Locate(self, ref, metadata, timeout):  # noqa: N802 (no direct address: the stream takes Session above)
+        self.metadata["Locate"] = metadata
+        return engine_pb2.EngineLocation(replica="r")
+
 
 def test_the_gateway_names_the_tenant_on_every_engine_call(tmp_path):
     sqlite3.connect(tmp_path / "shop.sqlite").execute("CREATE TABLE t (a INT)").connection.close()
@@ -150,6 +155,7 @@ def test_the_gateway_names_the_tenant_on_every_engine_call(tmp_path):
 
     asyncio.run(scenario())
     assert (TENANT_METADATA_KEY, "acme") in stub.metadata["Session"]
+    assert (TENANT_METADATA_KEY, "acme") in stub.metadata["Locate"]
     assert (TENANT_METADATA_KEY, "globex") in stub.metadata["Complete"]
 
 
