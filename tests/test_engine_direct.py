@@ -197,7 +197,7 @@ class _Channels(DirectChannels):
         super().__init__(enabled)
         self.stubs = stubs
 
-    def stub(self, target):
+    async def connect(self, target):
         return self.stubs[target]
 
 
@@ -212,6 +212,8 @@ def _open(proxy: _Stub, channels: DirectChannels | None) -> EngineLink:
     async def go():
         await link.start()
         await link.close()
+        if channels is not None:
+            await channels.close()
 
     asyncio.run(go())
     return link
@@ -256,3 +258,16 @@ def test_a_failed_address_falls_back_to_the_proxy_and_is_passed_over():
     link = _open(proxy, channels)  # within BAD_TARGET_S: straight to the proxy
     assert link.path == "proxy" and len(direct.calls) == 1 and len(proxy.calls) == 2
     assert channels.opened_by_path == {"direct": 0, "proxy": 2}
+
+
+def test_an_unconnectable_address_falls_back_within_the_connect_timeout(monkeypatch):
+    """A real channel to an address that never connects (a firewall that drops, here an
+    unroutable TEST-NET address): the stream goes through the proxy after CONNECT_TIMEOUT_S."""
+    import services.gateway.engine_direct as engine_direct
+
+    monkeypatch.setattr(engine_direct, "CONNECT_TIMEOUT_S", 0.2)
+    proxy = _Stub("replica-a", target="192.0.2.1:9100")
+    channels = DirectChannels()
+    link = _open(proxy, channels)
+    assert link.path == "proxy" and len(proxy.calls) == 1
+    assert channels.opened_by_path == {"direct": 0, "proxy": 1}

@@ -4,7 +4,8 @@ A session's link asks `Locate` through Serve's proxy (routed like every call
 of the session) and opens `Session` at the replica's own port. One channel
 per replica address, shared by every session there. An address that does not
 answer is passed over for `BAD_TARGET_S`, during which its sessions go through
-the proxy: slower, never unavailable.
+the proxy: slower, never unavailable. So is one not connected within
+`CONNECT_TIMEOUT_S` (an attach itself may take long: a schema to load).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from headstart.v1 import engine_pb2, engine_pb2_grpc
 log = logging.getLogger(__name__)
 
 LOCATE_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0  # a direct address not connected by then: the proxy takes the stream
 BAD_TARGET_S = 30.0
 MAX_CHANNELS = 256  # replicas a gateway talks to directly; the oldest channel goes past that
 
@@ -55,7 +57,18 @@ class DirectChannels:
             return ""
         return target
 
-    def stub(self, target: str) -> engine_pb2_grpc.EngineStub:
+    async def connect(self, target: str) -> engine_pb2_grpc.EngineStub:
+        """The stub of `target` once its channel is connected.
+
+        Raises:
+            asyncio.TimeoutError: not connected within CONNECT_TIMEOUT_S (an address this
+                gateway cannot reach: a firewall that drops, a replica gone).
+        """
+        channel, stub = self._entry(target)
+        await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
+        return stub
+
+    def _entry(self, target: str) -> tuple[grpc.aio.Channel, engine_pb2_grpc.EngineStub]:
         entry = self._channels.get(target)
         if entry is None:
             if len(self._channels) >= MAX_CHANNELS:
@@ -64,7 +77,7 @@ class DirectChannels:
                 asyncio.ensure_future(channel.close())  # streams still on it end; their links reattach
             channel = grpc.aio.insecure_channel(target)
             entry = self._channels[target] = (channel, engine_pb2_grpc.EngineStub(channel))
-        return entry[1]
+        return entry
 
     def failed(self, target: str, error: BaseException) -> None:
         """`target` did not take a stream: the proxy carries its sessions for a while."""

@@ -103,9 +103,9 @@ class EngineLink:
         target = await self._direct.locate(self.stub, self.engine_session_id, self.metadata) if self._direct else ""
         if target:
             try:
-                call, first = await self._attach(self._direct.stub(target), attach)
+                call, first = await self._attach(await self._direct.connect(target), attach)
                 self.path = "direct"
-            except grpc.aio.AioRpcError as exc:
+            except (grpc.aio.AioRpcError, asyncio.TimeoutError) as exc:
                 self._direct.failed(target, exc)
         if call is None:
             call, first = await self._attach(self.stub, attach)
