@@ -83,7 +83,9 @@ class DirectChannels:
         """`target` did not take a stream: the proxy carries its sessions for a while."""
         log.warning("direct engine address %s failed (%s); its sessions go through the proxy for %g s",
                     target, error, BAD_TARGET_S)
-        self._bad_until[target] = time.monotonic() + BAD_TARGET_S
+        now = time.monotonic()
+        self._bad_until = {t: until for t, until in self._bad_until.items() if until > now}  # replicas come and go
+        self._bad_until[target] = now + BAD_TARGET_S
 
     async def close(self) -> None:
         for channel, _ in self._channels.values():
