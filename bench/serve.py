@@ -52,6 +52,8 @@ def summarize(samples: list[Sample], rtts: list[float]) -> dict:
         "client_total_p50_ms": percentile([s.client_total_ms for s in ok if s.client_total_ms is not None], 50),
         "client_total_p99_ms": percentile([s.client_total_ms for s in ok if s.client_total_ms is not None], 99),
         "computed_at_submit_mean": statistics.fmean(computed) if computed else None,
+        "answer_tokens_at_submit_mean": statistics.fmean(ahead) if (ahead := [
+            s.answer_tokens_at_submit for s in ok if s.answer_tokens_at_submit is not None]) else None,
         "keystroke_rtt_p50_ms": percentile([r * 1000 for r in rtts], 50),
         "keystroke_rtt_p99_ms": percentile([r * 1000 for r in rtts], 99),
     }
@@ -193,17 +195,29 @@ def _ratio(row: dict, rows: list[dict], stat: str) -> str:
     return f"{row[stat] / peer[stat]:.2f}"
 
 
+def _vs_prefix(row: dict, rows: list[dict]) -> str:
+    """The anticipatory row's client total p50 over prefix caching's on the
+    same path and N (issue 11's bar: <= 1.0); '-' for other rows."""
+    peer = next((p for p in rows if p["mode"] == "prefix" and p["n"] == row["n"] and p["path"] == row["path"]
+                 and not p.get("server")), None)
+    if row["mode"] != "anticipatory" or peer is None or not row.get("client_total_p50_ms") \
+            or not peer.get("client_total_p50_ms"):
+        return "-"
+    return f"{row['client_total_p50_ms'] / peer['client_total_p50_ms']:.2f}"
+
+
 def table(rows: list[dict]) -> str:
     head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | total p50 ms | client total p50 ms | "
-            "client total p99 ms | TTFT p50 / llamacpp | client total p50 / llamacpp | "
-            "computed@submit | keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "client total p99 ms | client total p50 / prefix | TTFT p50 / llamacpp | client total p50 / llamacpp | "
+            "computed@submit | answer tokens@submit | keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
         f"| {r['mode']}{f' ({s})' if (s := r.get('server')) else ''} | {r['path']} | {r['n']} | "
         f"{_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p99_ms'])} | "
         f"{_fmt(r['engine_ttft_p50_ms'])} | {_fmt(r.get('total_p50_ms'))} | {_fmt(r.get('client_total_p50_ms'))} | "
-        f"{_fmt(r.get('client_total_p99_ms'))} | {_ratio(r, rows, 'ttft_p50_ms')} | "
+        f"{_fmt(r.get('client_total_p99_ms'))} | {_vs_prefix(r, rows)} | {_ratio(r, rows, 'ttft_p50_ms')} | "
         f"{_ratio(r, rows, 'client_total_p50_ms')} | {_fmt(r['computed_at_submit_mean'])} | "
+        f"{_fmt(r.get('answer_tokens_at_submit_mean'))} | "
         f"{_fmt(r['keystroke_rtt_p50_ms'])} | {_fmt(r['keystroke_rtt_p99_ms'])} | {r['num_errors']} |\n"
         for r in rows)
 

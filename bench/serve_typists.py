@@ -31,6 +31,7 @@ class Sample:
     prompt_tokens: int = 0
     cached_tokens_at_submit: int = 0
     computed_tokens_at_submit: int = 0
+    answer_tokens_at_submit: int | None = None  # decoded ahead, streamed at once (sessions only)
     error: str = ""
 
     def as_dict(self) -> dict:
@@ -86,6 +87,7 @@ async def ws_typist(ws_url: str, token: str | None, db: str, trace: Trace, antic
     sample.prompt_tokens = message["prompt_tokens"]
     sample.cached_tokens_at_submit = message["cached_tokens_at_submit"]
     sample.computed_tokens_at_submit = message["computed_tokens_at_submit"]
+    sample.answer_tokens_at_submit = message.get("answer_tokens_at_submit")
     return sample
 
 
@@ -133,4 +135,5 @@ async def grpc_typist(target: str, token: str | None, db: str, trace: Trace, ant
     sample.prompt_tokens = result.prompt_tokens
     sample.cached_tokens_at_submit = result.cached_tokens_at_submit
     sample.computed_tokens_at_submit = result.computed_tokens_at_submit
+    sample.answer_tokens_at_submit = result.answer_tokens_at_submit
     return sample

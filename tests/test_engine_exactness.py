@@ -277,6 +277,36 @@ def test_sessions_sharing_batched_forwards_match_cold(tiny_runtime, cold, policy
     assert forwards > 0 and rows > forwards, "the workload must have shared forward passes"
 
 
+def test_answer_ahead_of_a_finished_question_rides_with_streaming_answers(tiny_runtime, cold, monkeypatch):
+    """While another answer streams, a session whose question reads as
+    finished ("?") decodes its own answer ahead in that answer's forwards
+    (an IDLE step alone would wait until the worker has nothing else to do),
+    and its submit is still exactly cold."""
+    import time
+
+    worker = tiny_runtime.worker
+    monkeypatch.setattr(worker, "max_batch_rows", 8)
+    monkeypatch.setattr(worker, "batch_scope", "typing+decode")
+    question = QUESTIONS[2]
+    assert question.endswith("?")
+    streaming = tiny_runtime.start_complete("world_1", QUESTIONS[0], "prefix", SamplingParams(max_new_tokens=600))
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        assert next(streaming.stream()) is not None  # the other answer streams
+        session.update(1, question)
+        deadline = time.monotonic() + 60
+        while len(session._ahead.tokens) < 4 and not streaming.done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not streaming.done.is_set(), "answer-ahead did not run while the other answer streamed"
+        assert len(session._ahead.tokens) >= 4
+        result = session.submit(2, question, PARAMS).result()
+    finally:
+        streaming.cancel()
+        tiny_runtime.close_session(session.session_id)
+    assert result.token_ids == cold(question)
+    assert result.extra["answer_tokens_ready_at_submit"] >= 4
+
+
 def test_first_answer_token_is_ready_when_typing_catches_up(tiny_runtime, cold):
     """The typing step that brings the cache to the whole prompt also picks
     the first answer token (no forward needed), so a submit right after it

@@ -216,8 +216,13 @@ def test_serve_table_gives_ratios_to_llamacpp_at_the_same_n():
             {**base, "mode": "llamacpp", "path": "openai", "n": 4, "ttft_p50_ms": 200.0, "ttft_p99_ms": 400.0,
              "client_total_p50_ms": 600.0, "server": "llama-server (C++) -np 4"},
             {**base, "mode": "prefix", "path": "grpc", "n": 8, "ttft_p50_ms": 70.0, "ttft_p99_ms": 90.0,
-             "client_total_p50_ms": 300.0}]
+             "client_total_p50_ms": 300.0},
+            {**base, "mode": "anticipatory", "path": "grpc", "n": 8, "ttft_p50_ms": 5.0, "ttft_p99_ms": 9.0,
+             "client_total_p50_ms": 240.0, "answer_tokens_at_submit_mean": 1.5}]
     text = table(rows)
-    assert "| anticipatory | grpc | 4 | 50.0 | 90.0 | - | - | 300.0 | 1.0 | 0.25 | 0.50 |" in text
+    # no prefix row at N=4: no ratio to it
+    assert "| anticipatory | grpc | 4 | 50.0 | 90.0 | - | - | 300.0 | 1.0 | - | 0.25 | 0.50 | - | - |" in text
     assert "| llamacpp (llama-server (C++) -np 4) | openai | 4 |" in text
-    assert "| prefix | grpc | 8 | 70.0 | 90.0 | - | - | 300.0 | 1.0 | - | - |" in text  # no peer row at N=8
+    assert "| prefix | grpc | 8 | 70.0 | 90.0 | - | - | 300.0 | 1.0 | - | - | - |" in text  # no peer row at N=8
+    # against prefix caching on the same path and N; with the answer tokens decoded ahead
+    assert "| anticipatory | grpc | 8 | 5.0 | 9.0 | - | - | 240.0 | 1.0 | 0.80 | - | - | - | 1.5 |" in text

@@ -60,7 +60,8 @@ def test_ws_typing_matches_cold(serve_stack, cold, pause_s):
     assert "".join(m["text"] for m in seen if m["type"] == "token") == done["text"]
     progress = [m for m in seen if m["type"] == "progress"]
     assert progress and all(m["prompt_tokens"] >= m["cached_tokens"] > 0 for m in progress)
-    assert set(done) >= {"sql", "ttft_ms", "total_ms", "cached_tokens_at_submit", "computed_tokens_at_submit"}
+    assert set(done) >= {"sql", "ttft_ms", "total_ms", "cached_tokens_at_submit", "computed_tokens_at_submit",
+                         "answer_tokens_at_submit"}
 
 
 def test_typed_prompt_is_nearly_free_at_submit(serve_stack, cold):

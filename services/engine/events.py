@@ -33,6 +33,7 @@ def result(res: SubmitResult, replica: str, seq: int) -> engine_pb2.EngineEvent:
         cached_tokens_at_submit=res.cached_tokens_at_submit,
         computed_tokens_at_submit=res.computed_tokens_at_submit, wasted_tokens=res.wasted_tokens,
         finish_reason=res.finish_reason, replica=replica, seq=seq,
+        answer_tokens_at_submit=int(res.extra.get("answer_tokens_ready_at_submit", 0)),
     ))
 
 

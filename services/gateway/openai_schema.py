@@ -184,7 +184,8 @@ def usage(result: types_pb2.Result) -> dict:
 def headstart_extra(result: types_pb2.Result) -> dict:
     """What an OpenAI client ignores and a headstart client may read: the SQL and timings."""
     return {"sql": result.sql, "ttft_ms": result.ttft_ms, "total_ms": result.total_ms,
-            "computed_tokens_at_submit": result.computed_tokens_at_submit}
+            "computed_tokens_at_submit": result.computed_tokens_at_submit,
+            "answer_tokens_at_submit": result.answer_tokens_at_submit}
 
 
 def full_response(call: CompletionCall, chat: bool, result: types_pb2.Result) -> dict:

@@ -43,7 +43,8 @@ def event_json(event: engine_pb2.EngineEvent) -> dict | None:
         return {"type": "done", "seq": r.seq, "sql": r.sql, "text": r.text, "token_ids": list(r.token_ids),
                 "ttft_ms": r.ttft_ms, "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens,
                 "cached_tokens_at_submit": r.cached_tokens_at_submit,
-                "computed_tokens_at_submit": r.computed_tokens_at_submit, "finish_reason": r.finish_reason}
+                "computed_tokens_at_submit": r.computed_tokens_at_submit,
+                "answer_tokens_at_submit": r.answer_tokens_at_submit, "finish_reason": r.finish_reason}
     if kind == "error":
         return error_json(event.error.code, event.error.message, event.error.seq)
     return None

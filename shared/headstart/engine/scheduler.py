@@ -58,8 +58,10 @@ changed only here). Its rules, written once:
    the scope is "all": it is the TTFT, and a batched forward costs more.
 5. **Preemption** (`preempts`): a typing or answer-ahead step in flight
    yields (between decoder layers) to any more urgent new job; a deferred
-   decode step to any new job of POOL or higher; a decode step to a new
-   job at least as urgent as its request (a submit), never to typing.
+   decode step, and an answer-ahead step that is a decode step (its
+   question reads as finished: it rides in others' forwards, rule 4), to
+   any new job of POOL or higher; a decode step to a new job at least as
+   urgent as its request (a submit), never to typing.
    A row that yields leaves a batched forward; the others go on.
 
 6. **Fairness across tenants** and 7. **reranking of table-cache
@@ -314,8 +316,9 @@ class Scheduler:
             return priority <= Priority.POOL
         if running.decode_step:
             # an overdue decode step still yields to a new prefill at least as
-            # urgent as its request: one inter-token gap against a whole TTFT
-            return priority <= running.priority
+            # urgent as its request: one inter-token gap against a whole TTFT;
+            # an answer-ahead decode step (IDLE) only to a new prefill too
+            return priority <= min(running.priority, Priority.POOL)
         return cls >= Priority.STREAM and priority < cls
 
     # -- update ------------------------------------------------------------------

@@ -8,7 +8,10 @@ forward worker, as explicit rows (`headstart.engine.steps`).
   or a newer snapshot arrived: TYPING_DIRTY). Caught up, it picks the first
   answer token from the logits at hand and queues answer-ahead.
 * The **answer-ahead step** (IDLE priority) is one decode step
-  (`headstart.engine.decode`) of the greedy answer (`AnswerAhead`).
+  (`headstart.engine.decode`) of the greedy answer (`AnswerAhead`). Once
+  the text reads as a finished question it is a decode step to the
+  scheduler (`_ahead_rides`): it rides in other sessions' forwards and
+  yields only to a new prefill; a step that yielded runs again later.
 
 Both run on the worker thread only; they read and change the session's
 state under its lock, through the transition table
@@ -144,9 +147,19 @@ class SessionSteps:
                 return False
             self._ahead_prompt = target.ids
             self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
-                                            owner=self.session_id)
+                                            owner=self.session_id, decoding=self._ahead_rides)
             self._set(S.ANSWERING_AHEAD)
             return False
+
+    def _ahead_rides(self) -> bool:
+        """The scheduler's `decoding` hint for an answer-ahead step: a decode
+        step that may ride in others' forwards (and yields only to a new
+        prefill) once the text reads as a finished question, since Enter
+        usually follows within a second and each token decoded before it is
+        one inter-token gap off the answer's last token. Before that (a pause
+        mid-question) the step runs only when the worker has nothing else to
+        do: the next keystroke would crop what it decoded."""
+        return looks_complete(self._text)
 
     def _typing_order(self) -> float:
         """STREAM order: the session whose text changed least recently first.
@@ -206,8 +219,8 @@ class SessionSteps:
                 self._inflight = None
             if self.status is not S.ANSWERING_AHEAD or self._job is not job:
                 return False  # stopped by an update or a submit meanwhile
-            if stepped and self._ahead.wants_more(self._kv, self._ahead_prompt):
-                return True
+            if self._ahead.wants_more(self._kv, self._ahead_prompt):
+                return True  # the next token; or, if a more urgent job preempted this one, the same again later
             self._job = None
             self._set(S.READY)
             return False

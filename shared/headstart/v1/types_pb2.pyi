@@ -25,7 +25,7 @@ class Tokens(_message.Message):
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("sql", "text", "token_ids", "ttft_ms", "total_ms", "prompt_tokens", "cached_tokens_at_submit", "computed_tokens_at_submit", "wasted_tokens", "finish_reason", "replica", "seq")
+    __slots__ = ("sql", "text", "token_ids", "ttft_ms", "total_ms", "prompt_tokens", "cached_tokens_at_submit", "computed_tokens_at_submit", "wasted_tokens", "finish_reason", "replica", "seq", "answer_tokens_at_submit")
     SQL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Result(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TOKENS_AT_SUBMIT_FIELD_NUMBER: _ClassVar[int]
     sql: str
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -50,7 +51,8 @@ class Result(_message.Message):
     finish_reason: str
     replica: str
     seq: int
-    def __init__(self, sql: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., ttft_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens_at_submit: _Optional[int] = ..., computed_tokens_at_submit: _Optional[int] = ..., wasted_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., replica: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+    answer_tokens_at_submit: int
+    def __init__(self, sql: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., ttft_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens_at_submit: _Optional[int] = ..., computed_tokens_at_submit: _Optional[int] = ..., wasted_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., replica: _Optional[str] = ..., seq: _Optional[int] = ..., answer_tokens_at_submit: _Optional[int] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message", "seq")
