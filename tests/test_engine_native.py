@@ -37,7 +37,7 @@ def test_kernel_computes_the_linear_layer(weight_dtype, n, k, bias):
     gen = torch.Generator().manual_seed(n * 1000 + k)
     weight = torch.randn(n, k, generator=gen).to(weight_dtype)
     b = torch.randn(n, generator=gen) if bias else None
-    for m in (1, 3, 4, 5, 9):
+    for m in (1, 3, 4, 5, 8, 9, 17):  # 1 x M, 8 x 4 and (float32) 8 x 3 blocks, with remainders
         x = torch.randn(m, k, generator=gen)
         reference = x.double() @ weight.double().T + (b.double() if bias else 0)
         out = kernel.linear(x, weight, b)
@@ -47,13 +47,14 @@ def test_kernel_computes_the_linear_layer(weight_dtype, n, k, bias):
 
 def test_a_tokens_result_does_not_depend_on_the_others():
     """Row i of a call with M rows equals a call with row i alone, bit for bit,
-    for every M and position in the 4-row tiles (one fixed summation order)."""
+    for every M and position in the 3- and 4-row tiles (one fixed summation
+    order), float32's plain-load blocks included."""
     kernel = native_kernel.load()
     gen = torch.Generator().manual_seed(7)
     weight, bias = torch.randn(37, 211, generator=gen), torch.randn(37, generator=gen)
-    x = torch.randn(11, 211, generator=gen)
-    alone = [kernel.linear(x[i:i + 1].contiguous(), weight, bias) for i in range(11)]
-    for m in (2, 4, 5, 8, 11):
+    x = torch.randn(20, 211, generator=gen)
+    alone = [kernel.linear(x[i:i + 1].contiguous(), weight, bias) for i in range(20)]
+    for m in (2, 4, 5, 8, 11, 17, 20):
         together = kernel.linear(x[:m].contiguous(), weight, bias)
         for i in range(m):
             assert torch.equal(together[i:i + 1], alone[i]), (m, i)
@@ -148,7 +149,7 @@ def test_native_computes_the_models_forward_and_shares_its_weights(dtype):
     assert enable_fast_path(model, "native") == "native"
     try:
         ops = model._headstart_ops
-        state = prefill(model, PROMPT)  # 41 tokens: oneDNN; then one-token steps: the kernel
+        state = prefill(model, PROMPT)  # 41 tokens: the kernel in float32, oneDNN in bfloat16 (NATIVE_MAX_TOKENS); then one-token steps: the kernel
         for token in (7, 8, 9):
             extend(model, state, [token])
         tolerance = 1e-4 if dtype == "float32" else 0.15
@@ -174,7 +175,7 @@ def test_batched_rows_are_bit_identical_to_lone_rows(dtype):
     enable_fast_path(model, "native")
     try:
         lone, batched = batched_vs_lone(model)  # 1 + 3 + 2 new tokens: one kernel forward
-        assert 6 <= NATIVE_MAX_TOKENS
+        assert 6 <= NATIVE_MAX_TOKENS[next(model.parameters()).dtype]
         for a, b in zip(lone, batched):
             assert torch.equal(a, b)
         # and greedy decoding of 3 rows in one forward picks each row's lone tokens

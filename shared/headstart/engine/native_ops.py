@@ -6,7 +6,7 @@ weights once. `native` runs every linear layer of such a forward through
 streamed from memory, as llama.cpp's matrix-vector product is), and larger
 forwards (prefill chunks, which are compute-bound) through oneDNN's packed
 matmuls, as `onednn` does. The switch is on the forward's token count
-(`NATIVE_MAX_TOKENS`, all rows of a batched forward together).
+(`NATIVE_MAX_TOKENS`, all rows of a batched forward together, by dtype).
 
 Weights: q/k/v are fused into one matrix and gate/up into another (one call
 reads a layer's weights), and the model's own projection weights are made
@@ -34,12 +34,16 @@ from headstart.engine.huge_pages import huge_page_copies
 from headstart.engine.native_kernel import NativeKernel, load
 
 # Forwards of at most this many tokens (all rows together) run the native
-# kernel. It reads the weights once per 4 tokens, so its cost grows with the
-# tokens while oneDNN's packed GEMM stays near one read of the weights up to
-# a few dozen. Measured streaming the 0.5B model's matrices (docs/benchmarks.md,
-# "`native`"): at 8 tokens the two were level (native 120-131 ms, oneDNN
-# 112-131 ms), below it native was faster.
-NATIVE_MAX_TOKENS = 8
+# kernel, by weight dtype. float32: its 8 x 3-4 blocks beat oneDNN's packed
+# GEMM up to a few dozen tokens (the 0.5B's layers, median of 7 rounds, ms,
+# native / oneDNN: 8 tokens 61 / 88, 16 92 / 120, 32 145 / 173, 48 203 / 226,
+# 64 262 / 273, 128 490 / 480; docs/benchmarks.md, "8 rows x 4, plain
+# loads"), so typing rows riding with eight decode steps stay on it.
+# bfloat16: the kernel widens each weight to float32 and oneDNN multiplies in
+# bfloat16, which is faster from 4 tokens (8 tokens: 115 / 43 ms); it stays
+# at 8, where the kernel keeps batched rows bit-identical to lone ones
+# (`test_engine_native`), as measured before.
+NATIVE_MAX_TOKENS = {torch.float32: 48, torch.bfloat16: 8}
 
 
 class NativeLinear:
@@ -67,11 +71,15 @@ class NativeOps(OneDNNOps):
 
     name = "native"
 
-    def __init__(self, model, max_tokens: int = NATIVE_MAX_TOKENS, packed: OneDNNOps | None = None):
-        """`packed`: a `OneDNNOps` of this model whose packed weights to share
-        (auto times both), else they are packed here."""
+    def __init__(self, model, max_tokens: int | None = None, packed: OneDNNOps | None = None):
+        """`max_tokens`: the largest forward the kernel runs (default: by the
+        weights' dtype, `NATIVE_MAX_TOKENS`); `packed`: a `OneDNNOps` of this
+        model whose packed weights to share (auto times both), else they are
+        packed here."""
         EagerOps.__init__(self, model)  # not OneDNNOps': the packed weights come from `packed`
         kernel = self._kernel = load()
+        if max_tokens is None:
+            max_tokens = NATIVE_MAX_TOKENS[next(model.parameters()).dtype]
         packed = packed if packed is not None else OneDNNOps(model)
         self._qkv, self._o, self._gate_up, self._down = [], [], [], []
         # (modules fused into one matrix, their packed copy, the list it joins; None: the head)

@@ -36,9 +36,19 @@ namespace {
 // and used for MTILE input rows (ROWS * MTILE accumulators). Measured on a
 // 2-core EPYC (a 0.5B model's matrices streamed from memory): one token reads
 // fastest one row at a time (one stream per thread, as llama.cpp's vec_dot);
-// more tokens, 8 rows x 4 tokens (weights reused from registers). The block
-// shape does not change any sum's order, so results do not depend on it.
+// more tokens, 8 rows x 4 or x 3 tokens. The block shape does not change any
+// sum's order, so results do not depend on it.
 // (Software prefetching 256 or 1024 floats ahead measured no faster.)
+//
+// PLAIN (float32 weights only): the weight vectors are read with plain loads,
+// which the compiler folds into the FMAs as memory operands, instead of
+// masked loads, which it keeps in registers. With 8 rows x 3-4 tokens the
+// registers do not hold every weight vector and every accumulator, and the
+// masked form spills: measured on the 0.5B's matrices (median of 7
+// interleaved rounds, ms), 8 x 4 masked against plain: M=4 69 / 60, M=6 92 /
+// 74, M=8 118 / 87, M=16 211 / 128. One row at a time (1 x M) is the other
+// way round (M=4: 1 x 4 masked 70, plain 82), so it keeps the masked load.
+// A plain load reads the same 16 floats: the sums are the same, bit for bit.
 
 template <typename W>
 inline __m512 load_w(const W* p, __mmask16 mask);
@@ -55,10 +65,21 @@ inline __m512 load_w<uint16_t>(const uint16_t* p, __mmask16 mask) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
+// A whole vector of 16 weights (the main loop): PLAIN as above.
+template <typename W, bool PLAIN>
+inline __m512 load_full(const W* p) {
+  return load_w<W>(p, 0xFFFF);
+}
+
+template <>
+inline __m512 load_full<float, true>(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+
 constexpr int PREFETCH_BYTES = 4096;
 
 // y[m, n0 + j] for j < rows (<= ROWS) and m < mt (<= MTILE)
-template <typename W, int ROWS, int MTILE>
+template <typename W, int ROWS, int MTILE, bool PLAIN>
 inline void block(const W* w, int64_t K, const float* x, int mt, int rows, float* y, int64_t N,
                   const float* bias, int64_t n0) {
   __m512 acc[MTILE][ROWS];
@@ -74,7 +95,7 @@ inline void block(const W* w, int64_t K, const float* x, int mt, int rows, float
     // without; one token no faster, so it is left as it was measured)
     if (ROWS == 1 && MTILE > 1) _mm_prefetch((const char*)(wr[0] + k) + PREFETCH_BYTES, _MM_HINT_T0);
     __m512 wv[ROWS];
-    for (int j = 0; j < ROWS; ++j) wv[j] = load_w<W>(wr[j] + k, 0xFFFF);
+    for (int j = 0; j < ROWS; ++j) wv[j] = load_full<W, PLAIN>(wr[j] + k);
     for (int m = 0; m < MTILE; ++m) {
       if (m >= mt) break;
       const __m512 xv = _mm512_loadu_ps(x + m * K + k);
@@ -98,7 +119,7 @@ inline void block(const W* w, int64_t K, const float* x, int mt, int rows, float
     }
 }
 
-template <typename W, int ROWS, int MTILE>
+template <typename W, int ROWS, int MTILE, bool PLAIN = false>
 void linear_blocks(const W* w, const float* x, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
                    int threads) {
   const int64_t blocks = (N + ROWS - 1) / ROWS;
@@ -112,26 +133,38 @@ void linear_blocks(const W* w, const float* x, const float* bias, float* y, int6
       const int rows = (int)(N - n0 < ROWS ? N - n0 : ROWS);
       for (int64_t m0 = 0; m0 < M; m0 += MTILE) {
         const int mt = (int)(M - m0 < MTILE ? M - m0 : MTILE);
-        block<W, ROWS, MTILE>(w, K, x + m0 * K, mt, rows, y + m0 * N, N, bias, n0);
+        block<W, ROWS, MTILE, PLAIN>(w, K, x + m0 * K, mt, rows, y + m0 * N, N, bias, n0);
       }
     }
   }
 }
 
-// Up to six tokens a thread streams one weight row at a time (prefetched
-// ahead) and keeps one accumulator per token (1 x M); more tokens, 8 rows x 4
-// tokens. Measured on the 2-core EPYC, the 0.5B's layers and head (ms, this
-// against 8 x 4 for every M > 1): float32 M=1 40, M=2 40 / 58, M=3 39 / 58,
-// M=4 41 / 57, M=5 61 / 71, M=6 63 / 75, M=7 83 / 81; bfloat16 M=1 23,
-// M=2 23 / 32, M=4 26 / 33, M=6 58 / 63. Several weight streams per thread
-// cost more than they save until the tokens are many.
+// Up to three tokens (float32; six for bfloat16) a thread streams one weight
+// row at a time (prefetched ahead) and keeps one accumulator per token
+// (1 x M); more tokens, 8 rows x 4 tokens, and past 8 tokens 8 x 3 (fewer
+// accumulators, no spill; 24 tokens: 158 ms against 179). Measured on the
+// 2-core EPYC, the 0.5B's layers and head, float32, median of 7 interleaved
+// rounds (ms, this dispatch against the last one's): M=4 60 / 70, M=5 73 /
+// 85, M=6 74 / 95, M=7 74 / 103, M=8 87 / 118, M=12 97 / 162, M=16 122 /
+// 211; M=1-3 unchanged. bfloat16 (widened in the kernel, so no load to fold)
+// as measured before: M=1 23, M=2 23 / 32, M=4 26 / 33, M=6 58 / 63 (1 x M
+// against 8 x 4 masked). Several weight streams per thread cost more than
+// they save until the tokens are many.
 template <typename W>
 void linear(const W* w, const float* x, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
             int threads) {
+  constexpr bool f32 = sizeof(W) == sizeof(float);
   switch (M) {
     case 1: return linear_blocks<W, 1, 1>(w, x, bias, y, M, N, K, threads);
     case 2: return linear_blocks<W, 1, 2>(w, x, bias, y, M, N, K, threads);
     case 3: return linear_blocks<W, 1, 3>(w, x, bias, y, M, N, K, threads);
+    default: break;
+  }
+  if constexpr (f32) {
+    if (M <= 8) return linear_blocks<W, 8, 4, true>(w, x, bias, y, M, N, K, threads);
+    return linear_blocks<W, 8, 3, true>(w, x, bias, y, M, N, K, threads);
+  }
+  switch (M) {
     case 4: return linear_blocks<W, 1, 4>(w, x, bias, y, M, N, K, threads);
     case 5:
     case 6: return linear_blocks<W, 1, 6>(w, x, bias, y, M, N, K, threads);
