@@ -474,6 +474,60 @@ def test_a_new_submit_stops_a_decode_step_but_typing_does_not(defer_ms):
     assert seen == [True]
 
 
+def test_a_submit_whose_first_tokens_are_known_stops_no_decode_step():
+    """A submit that needs no forward before its first decode step (its
+    answer's first tokens were decoded ahead) asks no running row to stop:
+    the rows would only run their forward again. One that needs a prefill
+    still does (rule 5)."""
+    worker = ForwardWorker()
+    started, release, job = threading.Event(), threading.Event(), []
+
+    def decode_step():
+        started.set()
+        release.wait(5)
+        return False
+
+    job.append(worker.enqueue(decode_step, Priority.SUBMIT, "decode", decoding=lambda: True))
+    assert started.wait(5)
+    worker.enqueue(lambda: False, Priority.SUBMIT, "known", decoding=lambda: False, needs_forward=False)
+    assert not job[0].preempt_requested
+    worker.enqueue(lambda: False, Priority.SUBMIT, "prefill", decoding=lambda: False)
+    assert job[0].preempt_requested
+    release.set()
+    worker.run_sync(lambda: None, Priority.IDLE)
+    worker.shutdown()
+
+
+def test_a_sessions_submit_with_answer_tokens_ready_does_not_stop_a_streaming_answer(tiny_runtime, monkeypatch):
+    """End to end: a session whose first answer tokens are known at submit
+    enqueues a job that needs no forward first, so the answer streaming
+    meanwhile is never asked to yield for it, and the session's answer is
+    still the cold one."""
+    worker = tiny_runtime.worker
+    monkeypatch.setattr(worker, "max_batch_rows", 8)
+    monkeypatch.setattr(worker, "batch_scope", "typing+decode")
+    question = "How many countries are in Europe?"
+    cold = tiny_runtime.complete("world_1", question, "cold", max_new_tokens=3).token_ids
+    streaming = tiny_runtime.start_complete("world_1", "How many cities?", "prefix",
+                                            SamplingParams(max_new_tokens=2000))
+    session = tiny_runtime.open_session("world_1", "headstart")
+    try:
+        assert next(streaming.stream()) is not None
+        session.update(1, question)
+        deadline = time.monotonic() + 60
+        while not session._ahead.tokens and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert session._ahead.tokens, "the session did not catch up"
+        yields = streaming.decode_yields
+        request = session.submit(2, question, SamplingParams(max_new_tokens=3))
+        assert request.job is None or request.job.needs_forward is False
+        assert request.result(60).token_ids == cold
+        assert streaming.decode_yields == yields
+    finally:
+        streaming.cancel()
+        tiny_runtime.close_session(session.session_id)
+
+
 def test_a_decode_step_stopped_midway_runs_again_and_stays_exact(tiny_runtime):
     """A decode step whose job is asked to yield stops between layers with
     the cache unchanged, is queued again, and the answer equals the cold one."""

@@ -188,6 +188,8 @@ class GenerationRequest:
         """Queue this request's steps on `worker` with its scheduling hints
         (`hints`: more of `ForwardWorker.enqueue`'s, e.g. tenant, blocks);
         returns the job (whose preemption flag a decode step polls)."""
+        # first answer tokens known at submit: the first step streams them, no forward to run first
+        hints.setdefault("needs_forward", not self._known)
         self.job = worker.enqueue(self.step, priority, name, order_key=self.schedule_key, owner=owner,
                                   cost=self.pending_tokens, decoding=self.is_decoding, **hints)
         return self.job

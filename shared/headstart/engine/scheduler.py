@@ -62,7 +62,11 @@ changed only here). Its rules, written once:
    question reads as finished: it rides in others' forwards, rule 4), to
    any new job of POOL or higher; a decode step to a new job at least as
    urgent as its request (a submit), never to typing.
-   A row that yields leaves a batched forward; the others go on.
+   A row that yields leaves a batched forward; the others go on. A new
+   job whose first step needs no forward (a submit whose first answer
+   tokens are already known: it streams them and joins the next forward
+   as a decode step) stops nothing: the rows it would stop would only run
+   their forward again (`needs_forward`).
 
 6. **Fairness across tenants** and 7. **reranking of table-cache
    completions** (with its starvation bound `rerank_max_delay`): ordering
@@ -309,8 +313,11 @@ class Scheduler:
         return max(1, int(job.cost())) if job.cost is not None else 1
 
     @staticmethod
-    def preempts(priority: Priority, running: Job) -> bool:
-        """Whether a new job of `priority` asks the `running` step to stop (rule 5)."""
+    def preempts(priority: Priority, running: Job, needs_forward: bool = True) -> bool:
+        """Whether a new job of `priority` asks the `running` step to stop
+        (rule 5); `needs_forward` False: its first step runs no forward."""
+        if not needs_forward:
+            return False
         cls = min(running.running_class, Priority.STREAM) if running.background else running.running_class
         if cls == DEFERRED_DECODE:
             return priority <= Priority.POOL

@@ -110,6 +110,9 @@ class Job:
         background: STREAM work no one waits on (a data session's ingestion
             and rebuilds): a streaming answer's decode step does not wait
             behind it (the scheduler's rule 2d).
+        needs_forward: False when the job's first step runs no forward (a
+            submit whose first answer tokens are known): it stops no
+            running step (rule 5).
     """
 
     def __init__(self, step: Callable[[], object], priority: Priority, name: str = "",
@@ -126,6 +129,7 @@ class Job:
         self.tenant: str | None = None
         self.blocks: frozenset[str] | None = None
         self.background = False
+        self.needs_forward = True
         self.bypassed = 0  # later-arrived table-cache completions started before this one (reranking)
         self.state = JobState.WAITING
         self.arrival = 0  # set by the scheduler at each (re)queue

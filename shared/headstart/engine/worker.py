@@ -110,18 +110,21 @@ class ForwardWorker:
                 order_key: Callable[[], float] | None = None, owner: str | None = None,
                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None,
                 tenant: str | None = None, blocks: frozenset[str] | None = None, background: bool = False,
-                riding_cost: Callable[[], int] | None = None) -> Job:
+                riding_cost: Callable[[], int] | None = None, needs_forward: bool = True) -> Job:
         """Queue a job (its step and hints: see `Job`); raises ResourceExhausted
-        when the queue is full."""
+        when the queue is full. `needs_forward` False: the job's first step
+        runs no forward (a submit whose first answer tokens are known), so
+        it stops no running step (the scheduler's rule 5)."""
         job = Job(step, priority, name, order_key, owner, cost, decoding)
         job.tenant, job.blocks, job.background, job.riding_cost = tenant, blocks, background, riding_cost
+        job.needs_forward = needs_forward
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
             if not self.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.max_queued} jobs)")
             self.scheduler.add(job, time.perf_counter())
-            urgent = [r for r in self._running if self.scheduler.preempts(priority, r)]
+            urgent = [r for r in self._running if self.scheduler.preempts(priority, r, needs_forward)]
             for running in urgent:
                 running.preempt_requested = True
             self.preemptions += bool(urgent)
