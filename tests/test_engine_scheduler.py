@@ -181,6 +181,8 @@ def test_preemption(running, cls, new, expected):
     scheduler.add(j, 0.0)
     j.running_class = float(cls)
     assert scheduler.preempts(new, j) is expected
+    # a new job whose first step runs no forward (a submit with its first answer tokens known) stops nothing
+    assert scheduler.preempts(new, j, needs_forward=False) is False
 
 
 @pytest.mark.parametrize("kwargs", [{"batch_scope": "bogus"}, {"max_batch_rows": 0}, {"max_batch_tokens": 0},

@@ -83,8 +83,8 @@ class EngineSettings(BaseSettings):
     fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor"] = Field(
         "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
         "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | native (headstart's own "
-        "AVX-512 kernels for forwards of <= 8 tokens, built with g++ at first start; oneDNN above; weights in huge "
-        "pages) | inductor (torch.compile, minutes at start, cached on disk) | auto (off, onednn and native timed at "
+        "AVX-512 kernels for forwards of <= 48 tokens in float32, <= 8 in bfloat16, built with g++ at first start; "
+        "oneDNN above; weights in huge pages) | inductor (torch.compile, minutes at start, cached on disk) | auto (off, onednn and native timed at "
         "start on this machine, a few s, the fastest kept; too loaded to time in 12 s: native where it builds, "
         "else float32 off, bfloat16 onednn; "
         "float64, tiny models and GPUs: off)"
