@@ -140,6 +140,69 @@ def test_bad_input_is_a_typed_error():
         kernel.linear(torch.randn(2, 16), weight.double())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_of_several_rows_in_one_call(dtype):
+    """`attend_batch` (a batched forward's layer: decode steps and typing rows
+    of different caches, one call): each row's output equals its own
+    `attend_rows` call bit for bit, whatever the other rows; bad rows are a
+    typed error."""
+    kernel = native_kernel.load()
+    gen = torch.Generator().manual_seed(11)
+    heads, kv_heads, dim = 14, 2, 64
+
+    def piece(tokens):
+        return (torch.randn(1, kv_heads, tokens, dim, generator=gen).to(dtype),
+                torch.randn(1, kv_heads, tokens, dim, generator=gen).to(dtype))
+
+    shared = piece(50)
+    view = (shared[0][:, :, :37], shared[1][:, :, :37])  # a cropped P0, read as a strided view
+    rows = [(1, [view, piece(6), piece(1)]), (3, [view, piece(3)]), (1, [piece(1)]), (8, [shared, piece(2), piece(8)])]
+    q = torch.randn(sum(n for n, _ in rows), heads, dim, generator=gen)
+    out = kernel.attend_batch(q, rows, dim ** -0.5)
+    at = 0
+    for n, pieces in rows:
+        assert torch.equal(out[at:at + n], kernel.attend_rows(q[at:at + n].contiguous(), pieces, dim ** -0.5))
+        at += n
+    with pytest.raises(ValueError, match="must be q's"):
+        kernel.attend_batch(q[:4].contiguous(), rows, dim ** -0.5)
+    with pytest.raises(ValueError, match="last piece must hold"):
+        kernel.attend_batch(q[:4].contiguous(), [(4, [piece(2)])], dim ** -0.5)
+    with pytest.raises(ValueError, match="at least one cache piece per row"):
+        kernel.attend_batch(q[:1].contiguous(), [(1, [])], dim ** -0.5)
+
+
+def test_a_forward_of_decode_steps_and_a_prefill_chunk_is_bit_identical_to_lone_rows():
+    """A packed forward whose rows take both attention paths (decode steps
+    and a short typing row through the one native call, a 12-token chunk
+    through matrix products): every row's logits equal its lone forward's,
+    bit for bit, in float32 (every linear layer of up to NATIVE_MAX_TOKENS
+    tokens is the kernel's)."""
+    model = load_model("random:tiny", "float32").model
+    enable_fast_path(model, "native")
+    try:
+        assert 1 + 12 + 3 + 1 <= NATIVE_MAX_TOKENS[torch.float32]
+        lone, batched = batched_vs_lone_rows(model, (1, 12, 3, 1))
+        for a, b in zip(lone, batched):
+            assert torch.equal(a, b)
+    finally:
+        enable_fast_path(model, "off")
+
+
+def batched_vs_lone_rows(model, new: tuple[int, ...]) -> tuple[list, list]:
+    """Logits of rows (caches of 7, 19, 41, ... tokens, `new` tokens each)
+    extended alone and in one batched forward."""
+    prompts = [PROMPT[:n] for n in (7, 19, 41, 30)[:len(new)]]
+    extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate(new)]
+    lone = []
+    for p, e in zip(prompts, extra):
+        state = prefill(model, p)
+        extend(model, state, e)
+        lone.append(state.last_logits)
+    states = [prefill(model, p) for p in prompts]
+    assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
+    return lone, [s.last_logits for s in states]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_native_computes_the_models_forward_and_shares_its_weights(dtype):
     model = load_model("random:tiny", dtype).model

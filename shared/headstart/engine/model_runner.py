@@ -8,10 +8,11 @@ Layout: **packed** (varlen), as vLLM's and nano-vllm's prefill is. The rows'
 new tokens are concatenated into one sequence of T = sum(n_i) tokens, so the
 linear layers (the cost) run once over [1, T, hidden]; each token keeps its
 row's own positions (L_i + j), so RoPE is the lone extension's. Attention
-is computed per row, on that row's own cache *in place*: the scores of row
-i's queries against its cached pieces (P0, its tail) and its n_i new keys
-(causally) are softmaxed together and applied to the value pieces (a few
-tokens: one native kernel call). No row's cached keys/values are copied:
+is computed per row, on that row's own cache *in place*
+(`headstart.engine.row_attention`): the scores of row i's queries against
+its cached pieces (P0, its tail) and its n_i new keys (causally) are
+softmaxed together and applied to the value pieces (rows of a few tokens:
+one native kernel call per layer for all of them). No row's cached keys/values are copied:
 not into a padded batch (`bench memory`), nor into a joined P0 + tail; the
 new keys/values are appended to each row's tail after the last layer.
 
@@ -58,13 +59,12 @@ from headstart.engine.fast_path_auto import (
 )
 from headstart.engine.kv import KVState, extend, kept_logits
 from headstart.engine.native_ops import NativeOps, native_supports
-from headstart.engine.shared_prefix import SharedPrefixLayer, layer_segments
+from headstart.engine.row_attention import layer_attention
+from headstart.engine.shared_prefix import SharedPrefixLayer
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
-# the native attention loops over queries: past a few (a prefill chunk) products are faster
-NATIVE_ATTENTION_MAX_TOKENS = 8
 # `auto` times the fast paths from this hidden size (0.5B: 896; random:tiny: 32)
 AUTO_MIN_HIDDEN = 256
 
@@ -119,6 +119,7 @@ def extend_rows(model, calls: list) -> list[bool]:
     hidden = decoder.embed_tokens(ids[None])  # [1, T, hidden]
     cos, sin = decoder.rotary_emb(hidden, positions[None])
     live = _Rows(list(range(len(calls))), starts, counts)
+    states = [c.state for c in calls]
     for index, layer in enumerate(decoder.layers):
         leaving = _rows_leaving(live, calls)
         if len(leaving) == len(live.rows):
@@ -132,8 +133,10 @@ def extend_rows(model, calls: list) -> list[bool]:
         k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
         v = v.view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        out = torch.cat([_row_attention(attn, calls[b].state, index, q, k, v, start, n, live, b, ops)
-                         for b, start, n in zip(live.rows, live.starts, live.counts)], dim=0)  # [T, heads*dim]
+        if len(live.new_kv) <= index:
+            live.new_kv.append({})
+        out = layer_attention(attn, states, index, q, k, v,
+                              list(zip(live.rows, live.starts, live.counts)), live.new_kv[index], ops)  # [T, heads*dim]
         hidden = _by_row(lambda o, h: ops.post(index, o, h), live, invariant, out[None], hidden)
     hidden = _by_row(decoder.norm, live, invariant, hidden)[0]  # [T, hidden]
     logits = _row_logits(model, ops, calls, live, hidden, invariant)
@@ -144,44 +147,6 @@ def extend_rows(model, calls: list) -> list[bool]:
         state.last_logits = logits.get(b)
     kept = set(live.rows)
     return [b in kept for b in range(len(calls))]
-
-
-def _row_attention(attn, state: KVState, layer: int, q, k, v, start: int, n: int, live: _Rows, b: int, ops=None):
-    """Row b's attention output [n, heads*head_dim]: its queries against its
-    own cached keys (read in place) and its new keys (causal). Up to
-    `NATIVE_ATTENTION_MAX_TOKENS` new tokens on ops that have `attend_rows`
-    (native): one kernel call for the whole attention instead of a dozen
-    small ops; longer rows (prefill chunks) go through matrix products."""
-    if len(live.new_kv) <= layer:
-        live.new_kv.append({})
-    k_new, v_new = k[:, :, start:start + n], v[:, :, start:start + n]  # [1, kv_heads, n, dim]
-    live.new_kv[layer][b] = (k_new, v_new)
-    heads, kv_heads, dim = q.shape[1], k.shape[1], q.shape[-1]
-    # the cached pieces, read in place: P0 (shared) and the row's own tail
-    pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
-    pieces = pieces + [(k_new, v_new)]
-    if n <= NATIVE_ATTENTION_MAX_TOKENS and getattr(ops, "attend_rows", None) is not None:
-        # [heads, n, dim] -> [n, heads, dim]: a typing row's few tokens or a decode step's one
-        out = ops.attend_rows(q[0, :, start:start + n].transpose(0, 1), pieces, attn.scaling)
-        return out.to(q.dtype).view(n, heads * dim)
-    group = heads // kv_heads
-    # heads are kv-head-major: head h reads kv head h // group, so the group's
-    # queries stack along the query axis and no key is repeated
-    qg = q[0, :, start:start + n].reshape(kv_heads, group * n, dim)
-    scores = [torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling for keys, _ in pieces]
-    if n > 1:  # one new token sees every key: no mask (a decode step's common case)
-        causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
-        scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
-    joined = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]  # [kv_heads, group*n, L + n]
-    # softmax in float32 at least, as the model's eager attention does
-    weights = torch.softmax(joined, dim=-1, dtype=torch.promote_types(joined.dtype, torch.float32)).to(q.dtype)
-    out, at = None, 0
-    for keys, values in pieces:
-        length = keys.shape[-2]
-        part = torch.matmul(weights[..., at:at + length], values[0])
-        out, at = part if out is None else out + part, at + length
-    # [kv_heads, group*n, dim] -> [heads, n, dim] -> [n, heads*dim]
-    return out.reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)
 
 
 def _rows_leaving(live: _Rows, calls) -> list[int]:

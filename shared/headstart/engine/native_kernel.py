@@ -1,5 +1,5 @@
 """Builds and loads headstart's native kernels (kernels/native.cpp): a small-M
-linear layer and one new token's attention over its cache.
+linear layer and the rows' few new tokens' attention over their caches.
 
 The kernel is C++ with AVX-512 intrinsics, compiled on the machine it runs
 on (`-O3 -march=native`, about a second with g++) the first time a model
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "native.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-ABI_VERSION = 3
+ABI_VERSION = 4
 # the CPU features the source needs (its #error says the same)
 REQUIRED_CPU_FLAGS = ("avx512f", "fma")
 
@@ -58,9 +58,9 @@ class NativeKernel:
         self._bf16 = library.hs_linear_bf16
         for fn in (self._f32, self._bf16):
             fn.argtypes, fn.restype = args, None
-        self._attend = library.hs_attend_rows
-        self._attend.argtypes = ([ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_float, ctypes.c_int]
-                                 + [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_int])
+        self._attend = library.hs_attend_batch
+        self._attend.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 3
+                                 + [ctypes.c_float] + [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_int])
         self._attend.restype = None
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,29 +106,50 @@ class NativeKernel:
         same bits as `attend_one` over the pieces cut after it."""
         if q.dim() != 3:
             raise ValueError(f"native attention: q [tokens, heads, dim] expected, got {tuple(q.shape)}")
-        nq, heads, dim = q.shape
-        if q.dtype != torch.float32 or not q.is_contiguous() or not pieces:
-            raise ValueError("native attention: q float32 contiguous [tokens, heads, dim] and at least one cache piece")
-        dtype, kv_heads = pieces[0][0].dtype, pieces[0][0].shape[1]
+        return self.attend_batch(q, [(q.shape[0], pieces)], scale)
+
+    def attend_batch(self, q: torch.Tensor, rows: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
+                     scale: float) -> torch.Tensor:
+        """Several rows' new tokens' attention in one call (a batched
+        forward's layer): q float32 [sum of nq, heads, dim], the rows' tokens
+        one row after another; `rows` gives each row's `(nq, pieces)`, its
+        pieces as in `attend_rows` (the new tokens' keys last). -> float32
+        [sum of nq, heads, dim]. A row's output is the same bits as its own
+        `attend_rows` call: its sums do not depend on the other rows."""
+        if q.dim() != 3:
+            raise ValueError(f"native attention: q [tokens, heads, dim] expected, got {tuple(q.shape)}")
+        total, heads, dim = q.shape
+        if q.dtype != torch.float32 or not q.is_contiguous() or not rows or any(not p for _, p in rows):
+            raise ValueError("native attention: q float32 contiguous [tokens, heads, dim] and at least one cache "
+                             "piece per row")
+        if sum(nq for nq, _ in rows) != total:
+            raise ValueError(f"native attention: the rows' new tokens ({sum(nq for nq, _ in rows)}) must be q's "
+                             f"{total}")
+        first = rows[0][1][0][0]
+        dtype, kv_heads = first.dtype, first.shape[1]
         if dtype not in (torch.float32, torch.bfloat16) or heads % kv_heads:
             raise ValueError(f"native attention: float32 or bfloat16 cache with heads divisible by kv heads, "
                              f"got {dtype}, {heads} heads, {kv_heads} kv heads")
-        if pieces[-1][0].shape[-2] < nq:
-            raise ValueError(f"native attention: the last piece must hold the {nq} new tokens' keys")
-        rows = []  # (keys, values) as the kernel reads them; held here until the call returns
-        for keys, values in pieces:
-            if keys.dtype != dtype or values.dtype != dtype or keys.shape[1] != kv_heads or keys.shape[-1] != dim:
-                raise ValueError("native attention: every piece must have the first piece's dtype and shape")
-            rows.append((_token_rows(keys), _token_rows(values)))
-        n = len(rows)
-        arrays = [(ctypes.c_void_p * n)(*(k.data_ptr() for k, _ in rows)),
-                  (ctypes.c_void_p * n)(*(v.data_ptr() for _, v in rows)),
-                  (ctypes.c_int64 * n)(*(k.shape[-2] for k, _ in rows)),
-                  (ctypes.c_int64 * n)(*(k.stride(1) for k, _ in rows)),
-                  (ctypes.c_int64 * n)(*(v.stride(1) for _, v in rows))]
-        out = torch.empty(nq, heads, dim, dtype=torch.float32)
-        self._attend(q.data_ptr(), nq, heads, kv_heads, dim, scale, n, *arrays, int(dtype == torch.bfloat16),
-                     out.data_ptr(), torch.get_num_threads())
+        held, nqs, nsegs = [], [], []  # (keys, values) as the kernel reads them; held until the call returns
+        for nq, pieces in rows:
+            if nq < 1 or pieces[-1][0].shape[-2] < nq:
+                raise ValueError(f"native attention: a row's last piece must hold its {nq} new tokens' keys")
+            for keys, values in pieces:
+                if keys.dtype != dtype or values.dtype != dtype or keys.shape[1] != kv_heads or keys.shape[-1] != dim:
+                    raise ValueError("native attention: every piece must have the first piece's dtype and shape")
+                held.append((_token_rows(keys), _token_rows(values)))
+            nqs.append(nq)
+            nsegs.append(len(pieces))
+        n = len(held)
+        arrays = [(ctypes.c_void_p * n)(*(k.data_ptr() for k, _ in held)),
+                  (ctypes.c_void_p * n)(*(v.data_ptr() for _, v in held)),
+                  (ctypes.c_int64 * n)(*(k.shape[-2] for k, _ in held)),
+                  (ctypes.c_int64 * n)(*(k.stride(1) for k, _ in held)),
+                  (ctypes.c_int64 * n)(*(v.stride(1) for _, v in held))]
+        out = torch.empty(total, heads, dim, dtype=torch.float32)
+        self._attend(q.data_ptr(), len(rows), (ctypes.c_int * len(rows))(*nqs), heads, kv_heads, dim, scale,
+                     (ctypes.c_int * len(rows))(*nsegs), *arrays, int(dtype == torch.bfloat16), out.data_ptr(),
+                     torch.get_num_threads())
         return out
 
 

@@ -102,13 +102,16 @@ class NativeOps(OneDNNOps):
                 target.append(linear)
         self._splits = packed._splits
 
-    def attend_rows(self, q: torch.Tensor, pieces, scale: float) -> torch.Tensor:
-        """A row's few new tokens' causal attention (`model_runner._row_attention`):
-        q [tokens, heads, dim], the new keys last in the last piece; float32
-        [tokens, heads, dim] out. One kernel call per layer instead of the
-        dozen small ops of the general path, which cost a multi-token typing
-        row riding in a decode forward more than its matrix products do."""
-        return self._kernel.attend_rows(q.float().contiguous(), pieces, scale)
+    def attend_batch(self, q: torch.Tensor, rows, scale: float) -> torch.Tensor:
+        """The few new tokens' causal attention of several rows of a batched
+        forward in one kernel call (`row_attention.layer_attention`): q
+        [tokens, heads, dim], the rows' tokens in turn; `rows` each row's
+        (new tokens, cache pieces), the new keys last in the last piece;
+        float32 [tokens, heads, dim] out. One call per layer instead of the
+        dozen small ops of the general path (which cost a multi-token typing
+        row riding in a decode forward more than its matrix products do), and
+        instead of one call per row."""
+        return self._kernel.attend_batch(q.float().contiguous(), rows, scale)
 
 
 def _share(model, modules, fused: torch.Tensor) -> None:

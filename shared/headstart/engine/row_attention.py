@@ -1,0 +1,89 @@
+"""One decoder layer's attention for the rows of a packed forward, each row on
+its own cache, read in place (`model_runner.extend_rows` calls it per layer).
+
+Row i's queries see its cached pieces (a shared P0 and its private tail,
+`shared_prefix.layer_segments`) and its own n_i new keys, causally; no row's
+cache is copied or joined. Two ways, chosen per row:
+
+- **The native kernel, all such rows in one call** (ops with `attend_batch`,
+  i.e. `native`; rows of up to `NATIVE_ATTENTION_MAX_TOKENS` new tokens:
+  decode steps and typing rows). Each (token, head) is one query with one
+  fixed order of sums, so a row's output is the same bits whether it shares
+  the call or not. One call per layer instead of one per row: a batched
+  forward of 8 decode steps made 192 calls, each with its own argument
+  marshalling and thread-team start (0.05-0.1 ms each; docs/benchmarks.md).
+- **Matrix products** (longer rows, i.e. prefill chunks, and every row on
+  the other ops): the row's query groups against each piece's keys, one
+  softmax over all pieces, the weighted values summed piece by piece.
+
+Each row's new keys/values are noted in `new_kv[layer][row]`, appended to
+its cache after the last layer (`model_runner._append`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headstart.engine.kv import KVState
+from headstart.engine.shared_prefix import layer_segments
+
+# the native attention loops over queries: past a few (a prefill chunk) products are faster
+NATIVE_ATTENTION_MAX_TOKENS = 8
+
+
+def layer_attention(attn, states: list[KVState], layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    rows: list[tuple[int, int, int]], new_kv: dict, ops=None) -> torch.Tensor:
+    """The attention output [T, heads*head_dim] of the running rows, in packed
+    order. q [1, heads, T, dim], k/v [1, kv_heads, T, dim] (RoPE applied);
+    `rows`: (row index, packed start, new tokens) of each running row, in
+    packed order; `states[row]` its cache. Fills `new_kv[row]` with the
+    row's new (keys, values)."""
+    heads, dim = q.shape[1], q.shape[-1]
+    batch = getattr(ops, "attend_batch", None)
+    native, outs = [], {}
+    for b, start, n in rows:
+        k_new, v_new = k[:, :, start:start + n], v[:, :, start:start + n]  # [1, kv_heads, n, dim]
+        new_kv[b] = (k_new, v_new)
+        state = states[b]
+        # the cached pieces, read in place: P0 (shared) and the row's own tail
+        pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
+        pieces.append((k_new, v_new))
+        if batch is not None and n <= NATIVE_ATTENTION_MAX_TOKENS:
+            native.append((b, start, n, pieces))
+        else:
+            outs[b] = _matmul_attention(attn, q, start, n, pieces)
+    if native:
+        whole = len(native) == len(rows)  # the common case: every row's tokens, in order: no gather
+        queries = q[0].transpose(0, 1) if whole else torch.cat(
+            [q[0, :, start:start + n].transpose(0, 1) for _, start, n, _ in native])  # [tokens, heads, dim]
+        out = batch(queries, [(n, pieces) for _, _, n, pieces in native], attn.scaling).to(q.dtype)
+        if whole:
+            return out.view(-1, heads * dim)
+        at = 0
+        for b, _, n, _ in native:
+            outs[b] = out[at:at + n].view(n, heads * dim)
+            at += n
+    return torch.cat([outs[b] for b, _, _ in rows], dim=0)
+
+
+def _matmul_attention(attn, q: torch.Tensor, start: int, n: int, pieces) -> torch.Tensor:
+    """One row's attention [n, heads*dim] through matrix products (module doc)."""
+    heads, kv_heads, dim = q.shape[1], pieces[-1][0].shape[1], q.shape[-1]
+    group = heads // kv_heads
+    # heads are kv-head-major: head h reads kv head h // group, so the group's
+    # queries stack along the query axis and no key is repeated
+    qg = q[0, :, start:start + n].reshape(kv_heads, group * n, dim)
+    scores = [torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling for keys, _ in pieces]
+    if n > 1:  # one new token sees every key: no mask (a decode step's common case)
+        causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
+        scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
+    joined = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]  # [kv_heads, group*n, L + n]
+    # softmax in float32 at least, as the model's eager attention does
+    weights = torch.softmax(joined, dim=-1, dtype=torch.promote_types(joined.dtype, torch.float32)).to(q.dtype)
+    out, at = None, 0
+    for keys, values in pieces:
+        length = keys.shape[-2]
+        part = torch.matmul(weights[..., at:at + length], values[0])
+        out, at = part if out is None else out + part, at + length
+    # [kv_heads, group*n, dim] -> [heads, n, dim] -> [n, heads*dim]
+    return out.reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)
