@@ -170,9 +170,9 @@ def test_sessions_match_cold_on_the_fast_path(fast_runtime):
 
 
 def batched_vs_lone(model, new: tuple[int, ...] = (1, 3, 2)) -> tuple[list, list]:
-    """Logits of three rows (caches of 7, 19, 41 tokens, `new` tokens each)
-    extended alone and in one batched forward."""
-    prompts = [PROMPT[:n] for n in (7, 19, 41)]
+    """Logits of rows (caches of 7, 19, 41 and 30 tokens, as many as `new`
+    has counts; `new` tokens each) extended alone and in one batched forward."""
+    prompts = [PROMPT[:n] for n in (7, 19, 41, 30)[:len(new)]]
     extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate(new)]
     lone = []
     for p, e in zip(prompts, extra):

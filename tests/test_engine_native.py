@@ -181,26 +181,11 @@ def test_a_forward_of_decode_steps_and_a_prefill_chunk_is_bit_identical_to_lone_
     enable_fast_path(model, "native")
     try:
         assert 1 + 12 + 3 + 1 <= NATIVE_MAX_TOKENS[torch.float32]
-        lone, batched = batched_vs_lone_rows(model, (1, 12, 3, 1))
+        lone, batched = batched_vs_lone(model, (1, 12, 3, 1))
         for a, b in zip(lone, batched):
             assert torch.equal(a, b)
     finally:
         enable_fast_path(model, "off")
-
-
-def batched_vs_lone_rows(model, new: tuple[int, ...]) -> tuple[list, list]:
-    """Logits of rows (caches of 7, 19, 41, ... tokens, `new` tokens each)
-    extended alone and in one batched forward."""
-    prompts = [PROMPT[:n] for n in (7, 19, 41, 30)[:len(new)]]
-    extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate(new)]
-    lone = []
-    for p, e in zip(prompts, extra):
-        state = prefill(model, p)
-        extend(model, state, e)
-        lone.append(state.last_logits)
-    states = [prefill(model, p) for p in prompts]
-    assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
-    return lone, [s.last_logits for s in states]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

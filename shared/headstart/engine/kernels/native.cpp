@@ -48,7 +48,7 @@ namespace {
 // masked form spills: measured on the 0.5B's matrices (median of 7
 // interleaved rounds, ms), 8 x 4 masked against plain: M=4 69 / 60, M=6 92 /
 // 74, M=8 118 / 87, M=16 211 / 128. One row at a time (1 x M) is the other
-// way round (M=4: 1 x 4 masked 70, plain 82), so it keeps the masked load.
+// way round (M=4: 1 x 4 masked 66-70, plain 82-85), so it keeps the masked load.
 // A plain load reads the same 16 floats: the sums are the same, bit for bit.
 
 template <typename W>
