@@ -53,6 +53,27 @@ def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> flo
     return statistics.median(runtime.worker.run_sync(run))
 
 
+def _side_by_side_steps(runtime: EngineRuntime, peer_mode, db: str, first_ms: float, rounds: int = 3) -> dict:
+    """llama.cpp's in-process decode step and ours, alternated `rounds` times before any question
+    (both engines otherwise idle): their medians, `decode_step_ms` and `ours_side_by_side_ms`.
+    The ratio of the two is the per-token comparison; {} when llama-cpp-python is not installed."""
+    peer_runs, ours = [], [first_ms]
+    for i in range(rounds):
+        run = peer_mode.decode_step_ms(db)
+        if not run:
+            return {}
+        peer_runs.append(run)
+        if i < rounds - 1:
+            ours.append(measure_decode_step(runtime, db))
+    steps = [r["decode_step_ms"] for r in peer_runs]
+    out = dict(peer_runs[0], decode_step_ms=statistics.median(steps), decode_step_rounds_ms=steps,
+               ours_side_by_side_ms=statistics.median(ours), ours_side_by_side_rounds_ms=ours)
+    print(f"one decode step, alternated {rounds} times: llama.cpp {out['decode_step_ms']:.1f} ms "
+          f"{[round(x, 1) for x in steps]}, ours {out['ours_side_by_side_ms']:.1f} ms {[round(x, 1) for x in ours]}",
+          flush=True)
+    return out
+
+
 def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
                    seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path,
                    table_cache: str = "off", llamacpp: str = "auto", llamacpp_server: str = "auto",
@@ -85,10 +106,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
             from bench.ttft_llamacpp import LlamaCppTtft
 
             peer_mode = LlamaCppTtft(peer, runtime, dbs)
-            peer_decode = peer_mode.decode_step_ms(dbs[0]) or {}
-            if peer_decode:
-                print(f"one decode step: llama.cpp {peer_decode['decode_step_ms']:.1f} ms, ours {decode_ms:.1f} ms",
-                      flush=True)
+            peer_decode = _side_by_side_steps(runtime, peer_mode, dbs[0], decode_ms)
         rows = []
         picked = spider_questions(dbs, questions, seed)
         for i, q in enumerate(picked):
@@ -180,9 +198,12 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             "outputs_identical": all(r["identical_to_cold"] for r in rows if r["mode"] in MODES),
             "llamacpp": None if peer_decode is None else {
                 "server": peer_decode.get("server"), "threads": peer_decode.get("threads"),
-                "decode_step_ms": peer_step, "decode_step_source": "llama-cpp-python in-process"
+                "decode_step_ms": peer_step, "decode_step_source": "llama-cpp-python in-process, alternated with ours before the questions"
                 if peer_decode.get("decode_step_ms") else "llama-server timings (predicted_per_token_ms)",
-                "ours_vs_llamacpp_decode": decode_ms / peer_step if peer_step else None,
+                # in-process: against our steps alternated with it; else llama-server's per-token
+                # times against our steps right after each of its answers (decode_ms then)
+                "ours_vs_llamacpp_decode": (peer_decode.get("ours_side_by_side_ms") or decode_ms) / peer_step
+                if peer_step else None,
                 "same_prompt_tokens": all(r["same_prompt_tokens"] for r in peer),
                 "same_text_as_cold": all(r["identical_to_cold"] for r in peer),
                 "same_text_count": sum(r["identical_to_cold"] for r in peer), "questions": len(peer),
