@@ -198,7 +198,8 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             "outputs_identical": all(r["identical_to_cold"] for r in rows if r["mode"] in MODES),
             "llamacpp": None if peer_decode is None else {
                 "server": peer_decode.get("server"), "threads": peer_decode.get("threads"),
-                "decode_step_ms": peer_step, "decode_step_source": "llama-cpp-python in-process, alternated with ours before the questions"
+                "decode_step_ms": peer_step,
+                "decode_step_source": "llama-cpp-python in-process, alternated with ours before the questions"
                 if peer_decode.get("decode_step_ms") else "llama-server timings (predicted_per_token_ms)",
                 # in-process: against our steps alternated with it; else llama-server's per-token
                 # times against our steps right after each of its answers (decode_ms then)

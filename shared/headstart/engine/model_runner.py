@@ -133,10 +133,9 @@ def extend_rows(model, calls: list) -> list[bool]:
         k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
         v = v.view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        if len(live.new_kv) <= index:
-            live.new_kv.append({})
+        live.new_kv.append({})  # this layer's new keys/values per row, filled by layer_attention
         out = layer_attention(attn, states, index, q, k, v,
-                              list(zip(live.rows, live.starts, live.counts)), live.new_kv[index], ops)  # [T, heads*dim]
+                              list(zip(live.rows, live.starts, live.counts)), live.new_kv[-1], ops)  # [T, heads*dim]
         hidden = _by_row(lambda o, h: ops.post(index, o, h), live, invariant, out[None], hidden)
     hidden = _by_row(decoder.norm, live, invariant, hidden)[0]  # [T, hidden]
     logits = _row_logits(model, ops, calls, live, hidden, invariant)
