@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "native.cpp"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-ABI_VERSION = 4
+ABI_VERSION = 5
 # the CPU features the source needs (its #error says the same)
 REQUIRED_CPU_FLAGS = ("avx512f", "fma")
 
@@ -62,6 +62,14 @@ class NativeKernel:
         self._attend.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 3
                                  + [ctypes.c_float] + [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_int])
         self._attend.restype = None
+        self._screen = library.hs_screen_u8i8
+        self._screen.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        self._screen.restype = None
+        self.screen_available = bool(library.hs_screen_available())
+        self._select = library.hs_screen_select
+        self._select.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_double] * 2 + [ctypes.c_int64, ctypes.c_void_p,
+                                                                                  ctypes.c_int64])
+        self._select.restype = ctypes.c_int64
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """x float32 [M, K] (contiguous), weight [N, K] contiguous float32 or
@@ -87,6 +95,42 @@ class NativeKernel:
            m, n, k, torch.get_num_threads())
         return out
 
+    def screen_u8i8(self, xu: torch.Tensor, xscale: torch.Tensor, q: torch.Tensor, qsum: torch.Tensor,
+                    scale: torch.Tensor) -> torch.Tensor:
+        """The screening pass (kernels/native.cpp): y[m, n] = scale[n] *
+        xscale[m] * sum_k q[n, k] * (xu[m, k] - 128), the sum exact in int32.
+        xu uint8 [M, K], xscale float32 [M], q int8 [N, K], qsum int32 [N]
+        (q's row sums), scale float32 [N], all contiguous -> float32 [M, N].
+        Needs `screen_available` (AVX512-VNNI)."""
+        if not self.screen_available:
+            raise NativeKernelUnavailable("this CPU has no AVX512-VNNI for the screening pass")
+        m, k = xu.shape
+        n = q.shape[0]
+        ok = (xu.dtype == torch.uint8 and xscale.dtype == torch.float32 and q.dtype == torch.int8
+              and qsum.dtype == torch.int32 and scale.dtype == torch.float32 and q.shape[1] == k
+              and xscale.numel() == m and qsum.numel() == n and scale.numel() == n
+              and all(t.is_contiguous() for t in (xu, xscale, q, qsum, scale)))
+        if not ok:
+            raise ValueError(f"native screen: xu uint8 [M, K], xscale float32 [M], q int8 [N, K], qsum int32 [N], "
+                             f"scale float32 [N], contiguous; got xu {xu.dtype} {tuple(xu.shape)}, "
+                             f"q {q.dtype} {tuple(q.shape)}")
+        out = torch.empty(m, n, dtype=torch.float32)
+        self._screen(q.data_ptr(), qsum.data_ptr(), scale.data_ptr(), xu.data_ptr(), xscale.data_ptr(),
+                     out.data_ptr(), m, n, k, torch.get_num_threads())
+        return out
+
+    def screen_select(self, est: torch.Tensor, a: torch.Tensor, b: torch.Tensor, hnorm: float, off: float,
+                      cap: int) -> torch.Tensor | None:
+        """The screen's candidates for one row (kernels/native.cpp): est
+        float32 [N], a and b float64 [N], all contiguous -> int64 indices in
+        order, or None when there are more than `cap`."""
+        n = est.numel()
+        if not (est.dtype == torch.float32 and a.dtype == b.dtype == torch.float64 and a.numel() == b.numel() == n
+                and est.is_contiguous() and a.is_contiguous() and b.is_contiguous()):
+            raise ValueError("native screen select: est float32 [N], a and b float64 [N], contiguous")
+        out = torch.empty(max(cap, 1), dtype=torch.int64)
+        count = self._select(est.data_ptr(), a.data_ptr(), b.data_ptr(), hnorm, off, n, out.data_ptr(), cap)
+        return out[:count] if count <= cap else None
 
     def attend_one(self, q: torch.Tensor, pieces: list[tuple[torch.Tensor, torch.Tensor]], scale: float) -> torch.Tensor:
         """One new token's attention: q float32 [heads, dim] (RoPE applied),

@@ -16,6 +16,12 @@ head's included (tied to the embedding in Qwen2.5 0.5B-3B, and kept tied),
 are copied into transparent huge pages (`huge_pages`: fewer TLB misses while
 streaming them).
 
+The LM head of a float32 model (Qwen2.5 0.5B's is 545 MB, over a quarter
+of a decode step's bytes) runs as a `ScreenedHead` when the CPU has
+AVX512-VNNI: an int8 copy (136 MB) screens the vocabulary, and only the rows
+that could hold the argmax are recomputed in float32, so the greedy token
+and its logit are the full head's bits (`screened_head`).
+
 Exactness: the kernel sums every output element in one fixed order whatever
 the token count, so up to `NATIVE_MAX_TOKENS` tokens a row's logits in a
 batched forward equal its lone forward's bit for bit (tested), which the
@@ -32,6 +38,7 @@ import torch
 from headstart.engine.fast_ops import EagerOps, OneDNNOps, PackedLinear
 from headstart.engine.huge_pages import huge_page_copies
 from headstart.engine.native_kernel import NativeKernel, load
+from headstart.engine.screened_head import ScreenedHead, screens
 
 # Forwards of at most this many tokens (all rows together) run the native
 # kernel, by weight dtype. float32: its 8 x 3-4 blocks beat oneDNN's packed
@@ -71,11 +78,14 @@ class NativeOps(OneDNNOps):
 
     name = "native"
 
-    def __init__(self, model, max_tokens: int | None = None, packed: OneDNNOps | None = None):
+    def __init__(self, model, max_tokens: int | None = None, packed: OneDNNOps | None = None,
+                 screen_head: bool | None = None):
         """`max_tokens`: the largest forward the kernel runs (default: by the
         weights' dtype, `NATIVE_MAX_TOKENS`); `packed`: a `OneDNNOps` of this
         model whose packed weights to share (auto times both), else they are
-        packed here."""
+        packed here; `screen_head`: the LM head through `ScreenedHead` (the
+        same argmax from half the bytes; default: a float32 head without
+        bias of at least `screened_head.SCREEN_MIN_BYTES`)."""
         EagerOps.__init__(self, model)  # not OneDNNOps': the packed weights come from `packed`
         kernel = self._kernel = load()
         if max_tokens is None:
@@ -97,6 +107,9 @@ class NativeOps(OneDNNOps):
             _share(model, modules, weight)
             linear = NativeLinear(kernel, weight, pack, max_tokens)
             if target is None:
+                screened = screens(weight, pack.bias, kernel, None if screen_head is None else 0)
+                if screen_head is not False and screened:
+                    linear = ScreenedHead(linear, store=lambda q: huge_page_copies([[q]])[0])
                 self._head = linear
             else:
                 target.append(linear)
