@@ -117,6 +117,11 @@ def test_what_is_not_screened():
     assert not screens(weight, None, object(), min_bytes=0)  # a kernel without the screening pass
     with pytest.raises(ValueError):
         ScreenedHead(NativeLinear(full.kernel, weight.to(torch.bfloat16), full.packed, 48))
+    # a screen that cannot tell the rows apart (all equal): the full head
+    same = weight[:1].expand(VOCAB, HIDDEN).contiguous()
+    flat_full, flat_head = _heads(same)
+    h = torch.randn(1, HIDDEN)
+    assert torch.equal(flat_head(h), flat_full(h)) and flat_head.calls == 0
     # the kernel's entry points: bad input is a typed error
     xu = torch.full((1, HIDDEN), 128, dtype=torch.uint8)
     with pytest.raises(ValueError):
