@@ -19,3 +19,19 @@ def tiny_runtime(tmp_path_factory):
     )
     yield runtime
     runtime.shutdown()
+
+
+def typed_then_submitted(runtime, db: str, question: str, step: int, max_new_tokens: int) -> list[int]:
+    """An anticipatory session types `question` `step` characters at a time,
+    settles, and submits it: the answer's token ids (the session is closed)."""
+    from headstart.engine.generation import SamplingParams
+
+    session = runtime.open_session(db, "headstart")
+    for seq, end in enumerate(range(step, len(question) + 1, step), 1):
+        session.update(seq, question[:end])
+    session.update(seq + 1, question)
+    session.wait_idle(60)
+    params = SamplingParams(max_new_tokens=max_new_tokens)
+    tokens = session.submit(seq + 2, question, params).result().token_ids
+    runtime.close_session(session.session_id)
+    return tokens

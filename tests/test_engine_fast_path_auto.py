@@ -16,7 +16,6 @@ import torch
 from headstart.config import EngineSettings
 from headstart.engine import model_runner
 from headstart.engine.fast_path_auto import WEIGHTS, choose_kernels
-from headstart.engine.generation import SamplingParams
 from headstart.engine.kv import extend, prefill
 from headstart.engine.model_runner import (
     RowExtension,
@@ -29,6 +28,7 @@ from headstart.engine.model_runner import (
 from headstart.engine.native_ops import native_supports
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
+from tests.engine_fixture import typed_then_submitted
 
 PROMPT = list(range(1000, 1041))
 WORKLOADS = ("prefill_64", "decode_1", "decode_4")
@@ -213,14 +213,7 @@ def test_sessions_match_cold_with_autos_choice(tiny32, ms, tmp_path):
     try:
         assert runtime.fast_path == expected and runtime.fast_path_choice.measured
         question = "How many countries are there in Europe?"
-        session = runtime.open_session("world_1", "headstart")
-        for seq, end in enumerate(range(4, len(question) + 1, 4), 1):
-            session.update(seq, question[:end])
-        session.update(seq + 1, question)
-        session.wait_idle(60)
-        params = SamplingParams(max_new_tokens=6)
-        anticipated = session.submit(seq + 2, question, params).result().token_ids
-        runtime.close_session(session.session_id)
+        anticipated = typed_then_submitted(runtime, "world_1", question, 4, 6)
         cold = runtime.complete("world_1", question, "cold", 6).token_ids
         assert anticipated == cold
         assert runtime.complete("world_1", question, "prefix", 6).token_ids == cold

@@ -244,21 +244,15 @@ def test_batched_rows_are_bit_identical_to_lone_rows(dtype):
 def test_sessions_match_cold_on_native(tmp_path):
     """The product's promise on this path: an anticipatory session and a prefix
     request generate a cold prefill's tokens, every forward on `native`."""
-    from headstart.engine.generation import SamplingParams
     from headstart.engine.runtime import EngineRuntime
+    from tests.engine_fixture import typed_then_submitted
 
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", fast_path="native",
                                           p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0)
     try:
         assert runtime.fast_path == "native"
         question = "Which countries in Europe have more than ten million people?"
-        session = runtime.open_session("world_1", "headstart")
-        for seq, end in enumerate(range(3, len(question) + 1, 3), 1):
-            session.update(seq, question[:end])
-        session.update(seq + 1, question)
-        session.wait_idle(60)
-        anticipated = session.submit(seq + 2, question, SamplingParams(max_new_tokens=8)).result().token_ids
-        runtime.close_session(session.session_id)
+        anticipated = typed_then_submitted(runtime, "world_1", question, 3, 8)
         cold = runtime.complete("world_1", question, "cold", 8).token_ids
         assert anticipated == cold
         assert runtime.complete("world_1", question, "prefix", 8).token_ids == cold

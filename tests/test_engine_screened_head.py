@@ -166,8 +166,8 @@ def test_native_ops_screen_the_head_by_size_or_when_asked():
 
 
 def test_sessions_match_cold_with_the_head_screened(tmp_path, monkeypatch):
-    from headstart.engine.generation import SamplingParams
     from headstart.engine.runtime import EngineRuntime
+    from tests.engine_fixture import typed_then_submitted
 
     monkeypatch.setattr(screened_head, "SCREEN_MIN_BYTES", 0)
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", fast_path="native",
@@ -175,12 +175,7 @@ def test_sessions_match_cold_with_the_head_screened(tmp_path, monkeypatch):
     try:
         assert isinstance(runtime.model._headstart_ops._head, ScreenedHead)
         question = "How many singers are older than thirty?"
-        session = runtime.open_session("concert_singer", "headstart")
-        for seq, end in enumerate(range(4, len(question) + 1, 4), 1):
-            session.update(seq, question[:end])
-        session.update(seq + 1, question)
-        session.wait_idle(60)
-        anticipated = session.submit(seq + 2, question, SamplingParams(max_new_tokens=8)).result().token_ids
+        anticipated = typed_then_submitted(runtime, "concert_singer", question, 4, 8)
         cold = runtime.complete("concert_singer", question, "cold", 8).token_ids
         assert anticipated == cold
         assert runtime.model._headstart_ops._head.calls > 0

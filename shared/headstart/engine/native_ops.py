@@ -84,8 +84,8 @@ class NativeOps(OneDNNOps):
         weights' dtype, `NATIVE_MAX_TOKENS`); `packed`: a `OneDNNOps` of this
         model whose packed weights to share (auto times both), else they are
         packed here; `screen_head`: the LM head through `ScreenedHead` (the
-        same argmax from half the bytes; default: a float32 head without
-        bias of at least `screened_head.SCREEN_MIN_BYTES`)."""
+        same argmax from a quarter of the bytes; default: a float32 head
+        without bias of at least `screened_head.SCREEN_MIN_BYTES`)."""
         EagerOps.__init__(self, model)  # not OneDNNOps': the packed weights come from `packed`
         kernel = self._kernel = load()
         if max_tokens is None:
@@ -107,8 +107,8 @@ class NativeOps(OneDNNOps):
             _share(model, modules, weight)
             linear = NativeLinear(kernel, weight, pack, max_tokens)
             if target is None:
-                screened = screens(weight, pack.bias, kernel, None if screen_head is None else 0)
-                if screen_head is not False and screened:
+                # asked for (True): whatever its size; by default: from SCREEN_MIN_BYTES
+                if screen_head is not False and screens(weight, pack.bias, kernel, 0 if screen_head else None):
                     linear = ScreenedHead(linear, store=lambda q: huge_page_copies([[q]])[0])
                 self._head = linear
             else:

@@ -111,12 +111,19 @@ class ScreenedHead:
         """The rows as the screen reads them (uint8 h_int + 128, the scales t),
         ||h|| and ||h - h'|| + 5u ||h'|| per row (module doc)."""
         wide = flat.double()
-        t = flat.abs().amax(dim=1) / 127
-        t = torch.where(t > 0, t, torch.ones_like(t))
-        h_int = torch.round(flat / t[:, None]).clamp_(-127, 127)
+        h_int, t = int8_rows(flat)
         h_q = h_int.double() * t.double()[:, None]  # h' exactly
         off = (wide - h_q).norm(dim=1) + 5 * _U * h_q.norm(dim=1)
         return (h_int + 128).to(torch.uint8), t, wide.norm(dim=1).tolist(), off.tolist()
+
+
+def int8_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of `rows` (float32 [R, K]) quantized symmetrically: its
+    integers in [-127, 127] (as float32) and its scale max|row| / 127 (1 for
+    a zero row, whose integers are then 0, exactly)."""
+    scale = rows.abs().amax(dim=1) / 127
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.round(rows / scale[:, None]).clamp_(-127, 127), scale
 
 
 def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -131,12 +138,11 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
     for start in range(0, rows, _CHUNK_ROWS):
         w = weight[start:start + _CHUNK_ROWS]
         end = start + w.shape[0]
-        s = w.abs().amax(dim=1) / 127
-        s = torch.where(s > 0, s, torch.ones_like(s))  # a zero row: q = 0, exact
-        q[start:end] = torch.round(w / s[:, None]).clamp(-127, 127).to(torch.int8)
+        w_int, s = int8_rows(w)
+        q[start:end] = w_int.to(torch.int8)
         scale[start:end] = s
         wide = w.double()
-        dequantized = q[start:end].double() * s.double()[:, None]
+        dequantized = w_int.double() * s.double()[:, None]
         a[start:end] = (wide - dequantized).norm(dim=1) + gamma * wide.norm(dim=1)
         b[start:end] = dequantized.norm(dim=1)
     qsum = q.sum(dim=1, dtype=torch.int32)
