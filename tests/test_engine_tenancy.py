@@ -55,6 +55,7 @@ def test_sessions_and_completions_carry_their_tenant(runtime):
     session = runtime.open_session(DB, tenant="A")
     try:
         session.update(1, "How many singers")
+        session.wait_idle(60)  # the typing job is queued before the submit can supersede it
         session.submit(2, "How many singers are there?", SamplingParams(max_new_tokens=3)).result(timeout=120)
     finally:
         runtime.close_session(session.session_id)

@@ -905,6 +905,7 @@ def test_forward_trace_records_each_iteration(tmp_path):
     try:
         session = runtime.open_session("world_1")
         session.update(1, "how many singers")
+        session.wait_idle(60)  # the typing step runs before the submit can supersede it
         request = session.submit(2, "how many singers are there?", SamplingParams(max_new_tokens=3))
         tokens = request.result(timeout=60).token_ids
     finally:
