@@ -60,6 +60,10 @@ SCREEN_MAX_ROWS = 8
 # past this share of candidates the recompute costs more than the full head
 MAX_CANDIDATE_FRACTION = 0.25
 _U = 2.0 ** -24
+# slack_v's margins, as hs_screen_select (kernels/native.cpp) applies them:
+# a relative one for the float64 arithmetic of the bound and a tiny absolute
+# one (kept in step: the tests check the bound through `ScreenedHead.slack`)
+_SLACK_MARGIN, _SLACK_FLOOR = 1 + 1e-9, 1e-30
 _CHUNK_ROWS = 8192  # weight rows turned into float64 at a time for the bounds
 
 
@@ -78,8 +82,7 @@ class ScreenedHead:
         self.out_features, self.in_features = full.out_features, full.in_features
         quantized, self.scale, self.qsum, self.a, self.b = quantize(full.weight)
         self.quantized = quantized if store is None else store(quantized)
-        self.calls = 0  # rows screened, and the candidates they recomputed
-        self.candidates = 0
+        self.calls = 0  # rows screened (the others ran the full head)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float().contiguous()
@@ -95,7 +98,6 @@ class ScreenedHead:
         for r, index in enumerate(chosen):
             exact = self.kernel.linear(flat[r:r + 1], self.weight.index_select(0, index))
             est[r].index_copy_(0, index, exact[0])
-            self.candidates += index.numel()
         self.calls += rows
         return est.view(*x.shape[:-1], self.out_features)
 
@@ -104,8 +106,8 @@ class ScreenedHead:
         as the kernel's candidate selection computes it."""
         _, _, h_norm, off = self._quantized(flat)
         hn = torch.tensor(h_norm, dtype=torch.float64)[:, None]
-        return (self.a[None, :] * hn + self.b[None, :] * torch.tensor(off, dtype=torch.float64)[:, None]) \
-            * (1 + 1e-9) + 1e-30
+        off = torch.tensor(off, dtype=torch.float64)[:, None]
+        return (self.a[None, :] * hn + self.b[None, :] * off) * _SLACK_MARGIN + _SLACK_FLOOR
 
     def _quantized(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[float], list[float]]:
         """The rows as the screen reads them (uint8 h_int + 128, the scales t),

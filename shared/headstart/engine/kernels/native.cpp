@@ -417,14 +417,15 @@ int hs_abi_version(void) { return 5; }
 // up to `cap` indices in order to `out`; returns how many there are (more than cap: the caller runs the full head).
 int64_t hs_screen_select(const float* est, const double* a, const double* b, double hnorm, double off, int64_t N,
                          int64_t* out, int64_t cap) {
+  const auto slack = [&](int64_t n) { return (a[n] * hnorm + b[n] * off) * (1 + 1e-9) + 1e-30; };
   double floor = -INFINITY;
   for (int64_t n = 0; n < N; ++n) {
-    const double low = (double)est[n] - ((a[n] * hnorm + b[n] * off) * (1 + 1e-9) + 1e-30);
+    const double low = (double)est[n] - slack(n);
     if (low > floor) floor = low;
   }
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) {
-    if ((double)est[n] + ((a[n] * hnorm + b[n] * off) * (1 + 1e-9) + 1e-30) >= floor) {
+    if ((double)est[n] + slack(n) >= floor) {
       if (count < cap) out[count] = n;
       ++count;
     }
