@@ -28,6 +28,7 @@ Writes data.json, data.md and data.png under --out.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import argparse
 import random
 import sqlite3
@@ -171,7 +172,7 @@ def ready_exit(runtime, db: str, rows: int, batch: int, thresholds: list[float],
     return dict(queries=len(samples), gap_p50=gaps[len(gaps) // 2], gap_max=gaps[-1], thresholds=by)
 
 
-def run_data_bench(out: Path, model: str = "random:tiny", dtype: str = "float32", threads: int = 2,
+def run_data_bench(out: Path, model: str = DEFAULT_MODEL, dtype: str = "float32", threads: int = 2,
                    steps: list[int] | None = None, repeats: int = 5, new_tokens: int = 8, latency_tokens: int = 1, retention_rows: int = 120,
                    retention_batch: int = 10, bound: int = 600, seed: int = 0,
                    ready_thresholds: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)) -> dict:
@@ -264,7 +265,7 @@ def plot(report: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out/data"))
-    parser.add_argument("--model", default="random:tiny")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", default="0,25,50,100,200", help="rows in the cache at each latency point")

@@ -15,6 +15,7 @@ benchmark, not a test: it never fails on a timing.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import asyncio
 import contextlib
 import json
@@ -210,7 +211,7 @@ def _row(phase: str, samples: list[Sample]) -> dict:
             "engine_ttft_p50_ms": percentile([s.engine_ttft_ms for s in ok], 50) if ok else None}
 
 
-def run_neighbour_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
+def run_neighbour_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str = "float32",
                         rounds: int = 2, per_phase: int = 6, max_new_tokens: int = 16, text_chars: int = 3000,
                         max_sessions: int = 8, wpm: float = 90.0, seed: int = 0, say=print,
                         noise: tuple[str, ...] = NOISE_KINDS) -> dict:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 from pathlib import Path
 
 import typer
 
 
 def bench_neighbour(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help="the engine's model (random:<preset> or a HF dir)"),
+    model: str = typer.Option(DEFAULT_MODEL, help="the engine's model (random:<preset> or a HF dir)"),
     dtype: str = typer.Option("float32"),
     rounds: int = typer.Option(2, help="rounds of (B alone, B beside A), alternating in order"),
     per_phase: int = typer.Option(6, help="questions B types and submits per phase"),

@@ -16,6 +16,7 @@ to `out_dir`. A benchmark, not a test: it never fails on a timing.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import asyncio
 import json
 import os
@@ -114,7 +115,7 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
     return rows, samples
 
 
-def run_serve_bench(out_dir: str | Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
+def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str = "float32",
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
                     rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
                     db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto",

@@ -40,6 +40,7 @@ Writes stream.json, stream.md and stream.png under --out.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import argparse
 import random
 import sqlite3
@@ -132,7 +133,7 @@ class Prefix:
         return timed(runtime, run)
 
 
-def run_stream_bench(out: Path, model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32",
+def run_stream_bench(out: Path, model: str = DEFAULT_MODEL, dtype: str = "float32",
                      device: str = "cpu", threads: int | None = 2, rows_start: int = 20,
                      rows_per_iteration: int = 11, iterations: int = 15, new_tokens: int = 8,
                      shift_bound: int = 256, seed: int = 0, redis_url: str | None = None, repeats: int = 1) -> dict:
@@ -290,7 +291,7 @@ def shift_drift(runtime, db: str, rows_start: int, per_iteration: int, iteration
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out/stream"))
-    parser.add_argument("--model", default="random:qwen2.5-coder-0.5b")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)

@@ -34,6 +34,7 @@ tables.json, tables.md and tables.png.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import contextlib
 import time
 from pathlib import Path
@@ -64,7 +65,7 @@ ABLATIONS = {  # name -> (device tier bytes or None for the default, policy, rer
 
 
 def run_tables_bench(*, dataset: str = "spider-dev", questions: int = 40, seed: int = 0,
-                     model: str = "random:qwen2.5-coder-0.5b", dtype: str = "float32", device: str = "cpu",
+                     model: str = DEFAULT_MODEL, dtype: str = "float32", device: str = "cpu",
                      threads: int | None = 2, store: str = "auto", device_tier_bytes: int = 32 << 20,
                      prefix_cache_bytes: int = 1 << 30, batch_size: int = 20, max_delay: int = 16,
                      micro_batch: int = 1, rounds: int = 2, guard_questions: int = 8, guard_tokens: int = 32,
@@ -74,7 +75,7 @@ def run_tables_bench(*, dataset: str = "spider-dev", questions: int = 40, seed: 
         torch.set_num_threads(threads)
     settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, p0_cache_on_disk=False,
                               table_precompute_on_open=False, table_rerank_max_delay=max_delay)
-    loaded = load_model(model, dtype, device, settings.tokenizer_dir, settings.seed)
+    loaded = load_model(model, dtype, device, settings.tokenizer_dir, settings.seed, settings.weights)
     runtime = EngineRuntime(settings, loaded)
     with contextlib.ExitStack() as stack:
         store_url = _store_url(store, stack)

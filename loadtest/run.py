@@ -15,6 +15,7 @@ the gateway's default too); against `--host` the deployment runs its own.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import ast
 import os
 import re
@@ -63,7 +64,7 @@ def loadtest_cli(
     out: Path = typer.Option(..., help="output folder (Locust CSVs with prefix OUT/locust, HTML, our table, plot)"),
     host: Optional[str] = typer.Option(None, help="gateway HTTP URL to load (default: start the local stack)"),
     grpc_target: Optional[str] = typer.Option(None, help="gateway gRPC host:port (default: --host's host, port 50051)"),
-    model: str = typer.Option("random:tiny", help="model of the local stack (when no --host)"),
+    model: str = typer.Option(DEFAULT_MODEL, help="model of the local stack (when no --host)"),
     users: Optional[int] = typer.Option(None, help="concurrent users (default: the scenario's)"),
     spawn_rate: Optional[float] = typer.Option(None, help="users started per second (default: the scenario's)"),
     time_limit: Optional[str] = typer.Option(None, "--time", help="run time, e.g. 60s, 2m (default: the scenario's)"),

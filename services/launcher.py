@@ -13,6 +13,7 @@ too. Ctrl-C stops everything it started.
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 import contextlib
 import os
 import signal
@@ -59,7 +60,7 @@ def default_replica_threads(device: str, replicas: int) -> int | None:
     return max(1, cores // max(1, replicas))
 
 
-def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str = "127.0.0.1", port: int = 8080,
+def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str = "127.0.0.1", port: int = 8080,
                   grpc_port: int = 50051, replicas: int = 1, tokens: list[str] | None = None, device: str = "cpu",
                   redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
                   table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,

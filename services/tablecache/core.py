@@ -82,7 +82,7 @@ class TableCacheCore:
             raise TableCacheError("the table-cache service needs a mode: set table_cache to pfk or independent")
         self.settings = settings
         self.loaded = load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir,
-                                 settings.seed)
+                                 settings.seed, settings.weights)
         # fallback=False: a precompute must see a store failure, not turn it into a miss
         self.store = open_store(settings.table_store_url, fallback=False)
         self.tables = TableCacheService(self.loaded, mode=settings.table_cache, store=self.store,

@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from headstart.models.catalogue import DEFAULT_MODEL
+from headstart.models.cli import model_app
 from headstart.peer.cli import peer_app
 from headstart.tables.cli import tables_app
 from services.deploy.cli import deploy_app
@@ -19,8 +21,11 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(peer_app, name="peer")
 app.add_typer(tables_app, name="tables")
 app.add_typer(deploy_app, name="deploy")
+app.add_typer(model_app, name="model")
 
-MODEL_HELP = "local HF model dir, hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b)"
+MODEL_HELP = ("a catalogue model (`headstart model list`: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct), "
+              "a .gguf file, a local HF model dir, a hub id, or random:<preset> (tiny, qwen2.5-coder-0.5b|1.5b|3b|7b: "
+              "real shapes, random weights, for tests)")
 TABLE_CACHE_MODES = ("off", "pfk", "independent")
 TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
 FAST_PATH_CASES = ("off", "eager", "onednn", "native", "inductor", "auto")
@@ -36,7 +41,7 @@ def _fail(message: str, code: int = 2) -> None:
 def replay(
     trace: Path = typer.Option(..., help="typing trace (JSON lines: {t, text} ..., {t, submit: true})"),
     db: str = typer.Option("world_1", help="Spider db id, SQLite path or PostgreSQL DSN"),
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     policy: str = typer.Option("headstart", help="confirmation policy: headstart | paper"),
     mode: str = typer.Option("session", help="cold | prefix | session"),
     dtype: str = typer.Option("float32"),
@@ -83,7 +88,7 @@ def replay(
 
 @app.command()
 def demo(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     db: str = typer.Option("world_1"),
     question: str = typer.Option("How many cities are there in each country?"),
     wpm: float = typer.Option(60.0),
@@ -117,7 +122,7 @@ def demo(
 
 @app.command()
 def serve(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     host: str = typer.Option("127.0.0.1", help="gateway bind address (loopback only without --token)"),
@@ -167,7 +172,7 @@ def _print_result(trace, result) -> None:
 
 @bench_app.command("ttft")
 def bench_ttft(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     db: list[str] = typer.Option(["world_1", "car_1"], help="databases (repeat the option or list them)"),
     questions: int = typer.Option(8, help="questions in total, drawn from Spider dev for the dbs"),
     wpm: float = typer.Option(40.0),
@@ -204,7 +209,7 @@ def bench_ttft(
 
 @bench_app.command("decode-step")
 def bench_decode_step(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
     kernels: list[str] = typer.Option(["off", "eager", "onednn", "inductor"],
                                       help=f"fast paths to compare: {', '.join(FAST_PATH_CASES)}"),
@@ -225,7 +230,7 @@ def bench_decode_step(
 
 @bench_app.command("batch-invariance")
 def bench_batch_invariance(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
     kernels: list[str] = typer.Option(["eager", "onednn"], help="fast paths (eager, onednn, native, inductor)"),
     rows: int = typer.Option(4, help="rows of the batched forward (caches of different lengths)"),
@@ -245,7 +250,7 @@ def bench_batch_invariance(
 
 @bench_app.command("memory")
 def bench_memory(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     db: str = typer.Option("world_1"),
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
@@ -264,7 +269,7 @@ def bench_memory(
 
 @bench_app.command("serve")
 def bench_serve(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     replicas: int = typer.Option(1),
@@ -308,7 +313,7 @@ _mount_neighbour()
 
 @bench_app.command("data")
 def bench_data(
-    model: str = typer.Option("random:tiny", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: str = typer.Option("float32"),
     threads: int = typer.Option(2),
     steps: str = typer.Option("0,25,50,100,200", help="rows in the cache at each latency point"),
@@ -330,7 +335,7 @@ def bench_data(
 
 @bench_app.command("stream")
 def bench_stream(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: int = typer.Option(2),
@@ -370,7 +375,7 @@ def bench_tables(
     dataset: str = typer.Option("spider-dev", help="spider-dev | bird-dev"),
     questions: int = typer.Option(40, help="questions, drawn in seeded random order"),
     seed: int = typer.Option(0, help="seeds the question order and every question's table order"),
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: Optional[int] = typer.Option(2),

@@ -1,11 +1,12 @@
 """Engine settings: one pydantic object built at the edge (CLI, env) and passed down.
 
 Every field can be set from the environment with the `HEADSTART_` prefix
-(e.g. `HEADSTART_MODEL=random:qwen2.5-coder-0.5b`).
+(e.g. `HEADSTART_MODEL=qwen2.5-coder-1.5b-instruct`).
 """
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 from pathlib import Path
 from typing import Literal
 
@@ -16,7 +17,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADSTART_", extra="forbid", protected_namespaces=())
 
-    model: str = Field("random:tiny", description="local HF dir, hub id, or random:<preset>")
+    model: str = Field(DEFAULT_MODEL, description="a catalogue model (qwen2.5-coder-0.5b-instruct, "
+                       "qwen2.5-coder-1.5b-instruct), a .gguf file, a local HF dir, a hub id, or random:<preset>")
+    weights: Literal["auto", "quantized", "dequantized"] = Field(
+        "auto", description="a GGUF model's weights: quantized (its own integers, the CPU kernels; auto on a CPU in "
+        "float32) or dequantized (widened to --dtype: GPUs, other dtypes, the accuracy reference)")
     dtype: str = Field("float32", description="float32 | bfloat16 | float16 | float64")
     device: str = Field("cpu", description="cpu | cuda | cuda:N")
     threads: int | None = Field(None, description="torch intra-op threads (CPU); None = torch default")
@@ -80,7 +85,7 @@ class EngineSettings(BaseSettings):
         "of them are new, then ride in one forward (a few tokens in each forward cost the answers more)"
     )
     # Measured per kernel choice by `headstart bench decode-step`.
-    fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor"] = Field(
+    fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor", "quant"] = Field(
         "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
         "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | native (headstart's own "
         "AVX-512 kernels for forwards of <= 48 tokens in float32, <= 8 in bfloat16, built with g++ at first start; "

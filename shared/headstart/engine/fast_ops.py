@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-FAST_PATHS = ("off", "auto", "eager", "onednn", "native", "inductor")
+FAST_PATHS = ("off", "auto", "eager", "onednn", "native", "inductor", "quant")
 ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
 

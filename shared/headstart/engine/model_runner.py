@@ -59,6 +59,8 @@ from headstart.engine.fast_path_auto import (
 )
 from headstart.engine.kv import KVState, extend, kept_logits
 from headstart.engine.native_ops import NativeOps, native_supports
+from headstart.engine.quant_ops import QuantOps
+from headstart.models.quantized import is_quantized
 from headstart.engine.row_attention import layer_attention
 from headstart.engine.shared_prefix import SharedPrefixLayer
 
@@ -234,6 +236,11 @@ def resolve_choice(model, mode: str, timer: Timer | None = None) -> FastPathChoi
     Unknown mode -> ValueError."""
     if mode not in FAST_PATHS:
         raise ValueError(f"unknown fast path {mode!r}; valid: {', '.join(FAST_PATHS)}")
+    if is_quantized(model):  # its weights exist only as the quantized kernels read them
+        reason = "" if mode in ("auto", "quant") else "a quantized (GGUF) model runs the quant kernels only"
+        return FastPathChoice("quant", mode, reason=reason or f"quantized weights, {model.lm_head.kernel.name} kernels")
+    if mode == "quant":
+        return FastPathChoice("off", mode, reason="the model's weights are not quantized (load a GGUF model)")
     if mode == "auto":
         return _auto_choice(model, timer)
     if mode != "off" and not supports_packed_rows(model):  # the model's own forward
@@ -281,6 +288,8 @@ def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batc
         ops = measured_ops.get("onednn") or OneDNNOps(model)
     elif resolved == "native":
         ops = measured_ops.get("native") or NativeOps(model)
+    elif resolved == "quant":
+        ops = QuantOps(model)
     else:
         from headstart.engine.compiled_ops import InductorOps
 

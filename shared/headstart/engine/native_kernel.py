@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from headstart.kernels.attention_args import attention_arrays
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "native.cpp"
@@ -160,48 +162,15 @@ class NativeKernel:
         pieces as in `attend_rows` (the new tokens' keys last). -> float32
         [sum of nq, heads, dim]. A row's output is the same bits as its own
         `attend_rows` call: its sums do not depend on the other rows."""
-        if q.dim() != 3:
-            raise ValueError(f"native attention: q [tokens, heads, dim] expected, got {tuple(q.shape)}")
+        held, arrays, nqs, nsegs, kv_heads = attention_arrays(q, rows, (torch.float32, torch.bfloat16))
         total, heads, dim = q.shape
-        if q.dtype != torch.float32 or not q.is_contiguous() or not rows or any(not p for _, p in rows):
-            raise ValueError("native attention: q float32 contiguous [tokens, heads, dim] and at least one cache "
-                             "piece per row")
-        if sum(nq for nq, _ in rows) != total:
-            raise ValueError(f"native attention: the rows' new tokens ({sum(nq for nq, _ in rows)}) must be q's "
-                             f"{total}")
-        first = rows[0][1][0][0]
-        dtype, kv_heads = first.dtype, first.shape[1]
-        if dtype not in (torch.float32, torch.bfloat16) or heads % kv_heads:
-            raise ValueError(f"native attention: float32 or bfloat16 cache with heads divisible by kv heads, "
-                             f"got {dtype}, {heads} heads, {kv_heads} kv heads")
-        held, nqs, nsegs = [], [], []  # (keys, values) as the kernel reads them; held until the call returns
-        for nq, pieces in rows:
-            if nq < 1 or pieces[-1][0].shape[-2] < nq:
-                raise ValueError(f"native attention: a row's last piece must hold its {nq} new tokens' keys")
-            for keys, values in pieces:
-                if keys.dtype != dtype or values.dtype != dtype or keys.shape[1] != kv_heads or keys.shape[-1] != dim:
-                    raise ValueError("native attention: every piece must have the first piece's dtype and shape")
-                held.append((_token_rows(keys), _token_rows(values)))
-            nqs.append(nq)
-            nsegs.append(len(pieces))
-        n = len(held)
-        arrays = [(ctypes.c_void_p * n)(*(k.data_ptr() for k, _ in held)),
-                  (ctypes.c_void_p * n)(*(v.data_ptr() for _, v in held)),
-                  (ctypes.c_int64 * n)(*(k.shape[-2] for k, _ in held)),
-                  (ctypes.c_int64 * n)(*(k.stride(1) for k, _ in held)),
-                  (ctypes.c_int64 * n)(*(v.stride(1) for _, v in held))]
+        dtype = rows[0][1][0][0].dtype
         out = torch.empty(total, heads, dim, dtype=torch.float32)
         self._attend(q.data_ptr(), len(rows), (ctypes.c_int * len(rows))(*nqs), heads, kv_heads, dim, scale,
                      (ctypes.c_int * len(rows))(*nsegs), *arrays, int(dtype == torch.bfloat16), out.data_ptr(),
                      torch.get_num_threads())
+        del held
         return out
-
-
-def _token_rows(t: torch.Tensor) -> torch.Tensor:
-    """`t` [1, kv_heads, L, dim] with each token's values contiguous (a copy only if not)."""
-    if t.stride(-1) == 1 and (t.shape[-2] <= 1 or t.stride(-2) == t.shape[-1]):
-        return t
-    return t.contiguous()
 
 
 def load() -> NativeKernel:

@@ -105,7 +105,7 @@ class EngineRuntime:
         if settings.threads:
             torch.set_num_threads(settings.threads)
         loaded = loaded or load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir,
-                                      settings.seed)
+                                      settings.seed, settings.weights)
         # every forward's kernels
         return loaded, enable_fast_path(loaded.model, settings.fast_path, batch_invariant=settings.batch_invariant)
 

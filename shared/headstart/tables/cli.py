@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from headstart.models.catalogue import DEFAULT_MODEL
 from typing import Optional
 
 import typer
@@ -23,7 +24,7 @@ def _split(values: list[str]) -> list[str]:
 @tables_app.command("precompute")
 def precompute(
     db: list[str] = typer.Option(..., help="databases: Spider ids, SQLite paths or DSNs (repeat or list them)"),
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
@@ -55,7 +56,7 @@ def precompute(
         # fallback=False: a precompute job must see a store failure, not turn it into a miss
         block_store = open_store(store, fallback=False)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, p0_cache_on_disk=False)
-        loaded = load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed)
+        loaded = load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir, settings.seed, settings.weights)
         tier = DeviceTier(0, device=loaded.device)  # the job only writes blocks
         service = TableCacheService(loaded, mode=table_cache, store=block_store, tier=tier)
         runtime = EngineRuntime(settings, loaded, prefix_source=lambda rt: TablePrefixSource(rt, service))

@@ -1,0 +1,531 @@
+// headstart's quantized kernels: the linear layers of a GGUF model served in its own
+// integer formats (no float copy of the weights), and the rows' attention over their caches.
+//
+// Built once per instruction set (quant_kernel.py / cpu_isa.py): HS_ISA_AVX2 (AVX2 + FMA),
+// HS_ISA_AVX512 (AVX-512 F/BW/VL/DQ) and HS_ISA_AVX512VNNI (with VNNI's dpbusd). Every build
+// computes the same bits (below), so a test can run the AVX2 kernels on an AVX-512 machine and
+// compare.
+//
+// ---- the linear layer ----
+// y[m, n] = sum_k w[n, k] x[m, k] (+ bias[n]), with w stored as small unsigned integers in
+// groups along k (gguf_formats.py): w = scale * (q - offset), or scale * q - min (4-bit).
+// The activations are quantized per token in groups of 32 (int8, one float scale per group,
+// as llama.cpp's Q8_0 activations are), so every group's dot product is an integer:
+//
+//   D[m, n, g] = sum_{k in g} q[n, k] * xq[m, k]                        (int32, exact)
+//   y[m, n] = sum_g (D - offset[n] * xsum[m, g]) * (scale[n, g] * xs[m, g])   (float, g in order)
+//
+// The integer sums are exact whichever instructions make them (VNNI's dpbusd, or AVX2's
+// maddubs + madd), and the float sum over groups is taken in one fixed order per output with
+// the same fused multiply-adds on every instruction set: a token's result does not depend on
+// the other tokens of the call (batch invariance) nor on the instruction set.
+//
+// Layout (quant_weights.py packs it once, at load): rows in blocks of 16; within a block, for
+// each 4 consecutive k, the 16 rows' 4 bytes (64 bytes: one dpbusd, 16 rows' sums at once, no
+// horizontal reduction). 4-bit blocks hold two such 64-byte chunks in one (low and high
+// nibbles). Scales, minimums: [N/16][groups][16] floats; offsets [N/16][16] floats.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <omp.h>
+#include <vector>
+#include <immintrin.h>
+
+#if defined(HS_ISA_AVX512VNNI)
+#define HS_AVX512 1
+#define HS_VNNI 1
+#if !defined(__AVX512VNNI__)
+#error "HS_ISA_AVX512VNNI needs -mavx512vnni"
+#endif
+#elif defined(HS_ISA_AVX512)
+#define HS_AVX512 1
+#elif defined(HS_ISA_AVX2)
+#else
+#error "define one of HS_ISA_AVX2, HS_ISA_AVX512, HS_ISA_AVX512VNNI"
+#endif
+
+#if defined(HS_AVX512) && !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__))
+#error "the AVX-512 builds need -mavx512f -mavx512bw -mavx512vl"
+#endif
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "every build needs -mavx2 -mfma"
+#endif
+
+namespace {
+
+constexpr int ROWS = 16;  // rows per block
+constexpr int CHUNK = 64;  // bytes of one 4-k step of a block
+
+// ---- 16 float lanes, one zmm or two ymm: the same lane-wise operations either way ----
+#if defined(HS_AVX512)
+struct V16 {
+  __m512 v;
+};
+inline V16 vzero() { return {_mm512_setzero_ps()}; }
+inline V16 vset1(float a) { return {_mm512_set1_ps(a)}; }
+inline V16 vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline void vstore(float* p, V16 a) { _mm512_storeu_ps(p, a.v); }
+inline V16 vadd(V16 a, V16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline V16 vsub(V16 a, V16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline V16 vmul(V16 a, V16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline V16 vfma(V16 a, V16 b, V16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline V16 vfnma(V16 a, V16 b, V16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
+inline V16 vround(V16 a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+inline V16 vabs(V16 a) { return {_mm512_abs_ps(a.v)}; }
+inline V16 vmax(V16 a, V16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+// lanes where a < b hold 0, others a
+inline V16 vzero_below(V16 a, V16 x, float limit) {
+  return {_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x.v, _mm512_set1_ps(limit), _CMP_GE_OQ), a.v)};
+}
+inline V16 vpow2i(V16 n) {  // 2^n for integral n in [-126, 127]
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n.v), _mm512_set1_epi32(127)), 23);
+  return {_mm512_castsi512_ps(e)};
+}
+inline __m256 vlo8(V16 a) { return _mm512_castps512_ps256(a.v); }
+inline __m256 vhi8(V16 a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)); }
+#else
+struct V16 {
+  __m256 lo, hi;
+};
+inline V16 vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline V16 vset1(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
+inline V16 vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline void vstore(float* p, V16 a) {
+  _mm256_storeu_ps(p, a.lo);
+  _mm256_storeu_ps(p + 8, a.hi);
+}
+#define HS_V2(op) {op(a.lo, b.lo), op(a.hi, b.hi)}
+inline V16 vadd(V16 a, V16 b) { return HS_V2(_mm256_add_ps); }
+inline V16 vsub(V16 a, V16 b) { return HS_V2(_mm256_sub_ps); }
+inline V16 vmul(V16 a, V16 b) { return HS_V2(_mm256_mul_ps); }
+inline V16 vmax(V16 a, V16 b) { return HS_V2(_mm256_max_ps); }
+#undef HS_V2
+inline V16 vfma(V16 a, V16 b, V16 c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+inline V16 vfnma(V16 a, V16 b, V16 c) {
+  return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)};
+}
+inline V16 vround(V16 a) {
+  return {_mm256_round_ps(a.lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+          _mm256_round_ps(a.hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline V16 vabs(V16 a) {
+  const __m256 m = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  return {_mm256_and_ps(a.lo, m), _mm256_and_ps(a.hi, m)};
+}
+inline V16 vzero_below(V16 a, V16 x, float limit) {
+  const __m256 l = _mm256_set1_ps(limit);
+  return {_mm256_and_ps(a.lo, _mm256_cmp_ps(x.lo, l, _CMP_GE_OQ)), _mm256_and_ps(a.hi, _mm256_cmp_ps(x.hi, l, _CMP_GE_OQ))};
+}
+inline V16 vpow2i(V16 n) {
+  const __m256i b = _mm256_set1_epi32(127);
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n.lo), b), 23)),
+          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n.hi), b), 23))};
+}
+inline __m256 vlo8(V16 a) { return a.lo; }
+inline __m256 vhi8(V16 a) { return a.hi; }
+#endif
+
+// The sum of 16 lanes by one fixed tree on every build: lane i + lane i+8, then + 4, + 2, + 1.
+inline float vhsum(V16 a) {
+  const __m256 s8 = _mm256_add_ps(vlo8(a), vhi8(a));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+// e^x for x <= 0 (a softmax's scores less their maximum): x = n ln 2 + r, |r| <= ln 2 / 2
+// (Cody-Waite), e^r by its degree-6 Taylor polynomial, times 2^n; 0 below -87 (where expf
+// leaves the normal floats). Within a few ulp of expf; the same operations on every build.
+inline V16 vexp(V16 x) {
+  const V16 n = vround(vmul(x, vset1(1.44269504088896341f)));
+  V16 r = vfnma(n, vset1(0.693145751953125f), x);
+  r = vfnma(n, vset1(1.428606765330187045e-06f), r);
+  V16 p = vset1(1.f / 720.f);
+  p = vfma(p, r, vset1(1.f / 120.f));
+  p = vfma(p, r, vset1(1.f / 24.f));
+  p = vfma(p, r, vset1(1.f / 6.f));
+  p = vfma(p, r, vset1(0.5f));
+  p = vfma(p, r, vset1(1.f));
+  p = vfma(p, r, vset1(1.f));
+  return vzero_below(vmul(p, vpow2i(vmax(n, vset1(-126.f)))), x, -87.0f);
+}
+
+// ---- activations: per token, groups of 32, int8 ----
+// xs = max|x| / 127; xq = x * (1 / xs) rounded to nearest even; xsum16 = sums of 16 xq (as floats,
+// exact). A group of zeros gets xs = 0 and xq = 0.
+void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs, float* xsum16, int threads) {
+  const int64_t groups = K / 32, items = M * groups;
+#pragma omp parallel for num_threads(threads) schedule(static) if (items >= 512)
+  for (int64_t i = 0; i < items; ++i) {
+    const float* src = x + i * 32;  // rows are K apart and K = 32 * groups: item i is group i of the flat array
+    const V16 a = vload(src), b = vload(src + 16);
+    const V16 m = vmax(vabs(a), vabs(b));
+    float amax = 0.f;
+    float lanes[16];
+    vstore(lanes, m);
+    for (int l = 0; l < 16; ++l) amax = lanes[l] > amax ? lanes[l] : amax;
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    float qa[16], qb[16];
+    vstore(qa, vround(vmul(a, vset1(id))));
+    vstore(qb, vround(vmul(b, vset1(id))));
+    int s0 = 0, s1 = 0;
+    int8_t* dst = xq + i * 32;
+    for (int l = 0; l < 16; ++l) {
+      const int va = (int)qa[l], vb = (int)qb[l];
+      dst[l] = (int8_t)va;
+      dst[16 + l] = (int8_t)vb;
+      s0 += va;
+      s1 += vb;
+    }
+    xs[i] = d;
+    xsum16[2 * i] = (float)s0;
+    xsum16[2 * i + 1] = (float)s1;
+  }
+}
+
+// ---- the integer dot products of one block's 16 rows with one token, over 4 (or 8) k ----
+#if defined(HS_AVX512)
+struct I16 {
+  __m512i v;
+};
+inline I16 izero() { return {_mm512_setzero_si512()}; }
+inline V16 icvt(I16 a) { return {_mm512_cvtepi32_ps(a.v)}; }
+#else
+struct I16 {
+  __m256i lo, hi;
+};
+inline I16 izero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+inline V16 icvt(I16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+#endif
+
+// acc += the 16 rows' sums of 4 products: w the chunk's 64 bytes (row r's 4 at 4r), x4 the
+// token's 4 int8 as one int32. `wide`: bytes may exceed 128 (Q8_0's u = q + 128): the sign
+// form is used where maddubs could saturate (AVX2, AVX-512 without VNNI), giving the sums of
+// (u - 128) * x, which the caller does not correct.
+#if defined(HS_VNNI)
+template <bool WIDE>
+inline void dot4(I16& acc, __m512i w, int32_t x4) {
+  acc.v = _mm512_dpbusd_epi32(acc.v, w, _mm512_set1_epi32(x4));
+}
+#elif defined(HS_AVX512)
+template <bool WIDE>
+inline void dot4(I16& acc, __m512i w, int32_t x4) {
+  const __m512i ones = _mm512_set1_epi16(1), x = _mm512_set1_epi32(x4);
+  if (WIDE) {
+    const __m512i s = _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));  // q - 128 as int8
+    const __mmask64 neg = _mm512_movepi8_mask(s);
+    const __m512i sx = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);  // x * sign(s)
+    acc.v = _mm512_add_epi32(acc.v, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(s), sx), ones));
+  } else {
+    acc.v = _mm512_add_epi32(acc.v, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), ones));
+  }
+}
+#else
+template <bool WIDE>
+inline __m256i dot4_half(__m256i acc, __m256i w, __m256i x) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if (WIDE) {
+    const __m256i s = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s)), ones));
+  }
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones));
+}
+#endif
+
+// One 64-byte chunk (16 rows x 4 k, bytes as stored; for 4-bit blocks the caller unpacks).
+#if defined(HS_AVX512)
+using Chunk = __m512i;
+inline Chunk load_chunk(const uint8_t* p) { return _mm512_loadu_si512((const void*)p); }
+inline Chunk low_nibbles(Chunk c) { return _mm512_and_si512(c, _mm512_set1_epi8(0x0F)); }
+inline Chunk high_nibbles(Chunk c) { return _mm512_and_si512(_mm512_srli_epi16(c, 4), _mm512_set1_epi8(0x0F)); }
+template <bool WIDE>
+inline void dot_chunk(I16& acc, Chunk w, int32_t x4) { dot4<WIDE>(acc, w, x4); }
+#else
+struct Chunk {
+  __m256i lo, hi;
+};
+inline Chunk load_chunk(const uint8_t* p) {
+  return {_mm256_loadu_si256((const __m256i*)p), _mm256_loadu_si256((const __m256i*)(p + 32))};
+}
+inline Chunk low_nibbles(Chunk c) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(c.lo, m), _mm256_and_si256(c.hi, m)};
+}
+inline Chunk high_nibbles(Chunk c) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(_mm256_srli_epi16(c.lo, 4), m), _mm256_and_si256(_mm256_srli_epi16(c.hi, 4), m)};
+}
+template <bool WIDE>
+inline void dot_chunk(I16& acc, Chunk w, int32_t x4) {
+  const __m256i x = _mm256_set1_epi32(x4);
+  acc.lo = dot4_half<WIDE>(acc.lo, w.lo, x);
+  acc.hi = dot4_half<WIDE>(acc.hi, w.hi, x);
+}
+#endif
+
+inline int32_t x4_at(const int8_t* x) {
+  int32_t v;
+  memcpy(&v, x, 4);
+  return v;
+}
+
+struct Segment {
+  const uint8_t* data;     // the packed blocks
+  const float* scale;      // [N/16][groups][16]
+  const float* minimum;    // 4-bit: [N/16][groups][16]; else null
+  const float* offset;     // 8-bit: [N/16][16]; else null
+  const uint8_t* wide;     // 8-bit: [N/16] 1 where a block's bytes exceed 128; else null
+  const float* bias;       // [N] or null
+  int64_t n;               // rows (a multiple of 16)
+  int64_t col;             // first output column in y
+  int32_t group;           // 16 or 32 (8-bit), 32 (4-bit)
+  int32_t bits;            // 8 or 4
+};
+
+// The 16 rows of block `b` of `s` for tokens m0 .. m0 + MT - 1 (mt of them real).
+template <int MT, bool WIDE>
+void block_u8(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
+              int mt, float* y, int64_t ldy) {
+  const int64_t groups = K / s.group;
+  const uint8_t* w = s.data + b * (K / 4) * CHUNK;
+  const float* sc = s.scale + b * groups * ROWS;
+  const V16 off = vload(s.offset + b * ROWS);
+  V16 facc[MT];
+  for (int m = 0; m < MT; ++m) facc[m] = vzero();
+  const int steps = s.group / 4;  // 4-k chunks per group
+  for (int64_t g = 0; g < groups; ++g) {
+    I16 acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = izero();
+    const int64_t k0 = g * s.group;
+    for (int c = 0; c < steps; ++c) {
+      const Chunk wc = load_chunk(w + (k0 / 4 + c) * CHUNK);
+      for (int m = 0; m < MT; ++m)
+        if (m < mt) dot_chunk<WIDE>(acc[m], wc, x4_at(xq + m * K + k0 + 4 * c));
+    }
+    const V16 sg = vload(sc + g * ROWS);
+    for (int m = 0; m < MT; ++m) {
+      if (m >= mt) break;
+      const float xsg = xs[m * (K / 32) + k0 / 32];
+      float xsum = xsum16[m * (K / 16) + k0 / 16];
+      if (s.group == 32) xsum += xsum16[m * (K / 16) + k0 / 16 + 1];
+      V16 d = icvt(acc[m]);
+#if defined(HS_VNNI)
+      d = vfnma(off, vset1(xsum), d);  // the offset's share, exactly (every term an integer < 2^24)
+#else
+      if (!WIDE) d = vfnma(off, vset1(xsum), d);  // WIDE sums were taken on q - 128 already
+#endif
+      facc[m] = vfma(d, vmul(sg, vset1(xsg)), facc[m]);
+    }
+  }
+  for (int m = 0; m < mt; ++m) {
+    V16 out = facc[m];
+    if (s.bias) out = vadd(out, vload(s.bias + b * ROWS));
+    vstore(y + m * ldy + s.col + b * ROWS, out);
+  }
+}
+
+// 4-bit blocks: groups of 32, a minimum per group; 8 k (two 4-k chunks, low and high nibbles) per 64 bytes.
+template <int MT>
+void block_u4(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
+              int mt, float* y, int64_t ldy) {
+  const int64_t groups = K / 32;
+  const uint8_t* w = s.data + b * (K / 8) * CHUNK;
+  const float* sc = s.scale + b * groups * ROWS;
+  const float* mn = s.minimum + b * groups * ROWS;
+  V16 facc[MT];
+  for (int m = 0; m < MT; ++m) facc[m] = vzero();
+  for (int64_t g = 0; g < groups; ++g) {
+    I16 acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = izero();
+    const int64_t k0 = g * 32;
+    for (int c = 0; c < 4; ++c) {
+      const Chunk packed = load_chunk(w + (k0 / 8 + c) * CHUNK);
+      const Chunk lo = low_nibbles(packed), hi = high_nibbles(packed);
+      for (int m = 0; m < MT; ++m) {
+        if (m >= mt) break;
+        dot_chunk<false>(acc[m], lo, x4_at(xq + m * K + k0 + 8 * c));
+        dot_chunk<false>(acc[m], hi, x4_at(xq + m * K + k0 + 8 * c + 4));
+      }
+    }
+    const V16 sg = vload(sc + g * ROWS), mg = vload(mn + g * ROWS);
+    for (int m = 0; m < MT; ++m) {
+      if (m >= mt) break;
+      const V16 xsg = vset1(xs[m * (K / 32) + g]);
+      const float xsum = xsum16[m * (K / 16) + 2 * g] + xsum16[m * (K / 16) + 2 * g + 1];
+      facc[m] = vfma(icvt(acc[m]), vmul(sg, xsg), facc[m]);
+      facc[m] = vfnma(vmul(mg, xsg), vset1(xsum), facc[m]);
+    }
+  }
+  for (int m = 0; m < mt; ++m) {
+    V16 out = facc[m];
+    if (s.bias) out = vadd(out, vload(s.bias + b * ROWS));
+    vstore(y + m * ldy + s.col + b * ROWS, out);
+  }
+}
+
+#if defined(HS_AVX512)
+constexpr int MT = 8;  // tokens per pass over a block: 8 int + 8 float accumulators of 32 zmm
+#else
+constexpr int MT = 2;  // 2 x (2 int + 2 float) ymm accumulators of 16
+#endif
+
+void run_block(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t M,
+               int64_t K, float* y, int64_t ldy) {
+  for (int64_t m0 = 0; m0 < M; m0 += MT) {
+    const int mt = (int)(M - m0 < MT ? M - m0 : MT);
+    const int8_t* xqm = xq + m0 * K;
+    const float* xsm = xs + m0 * (K / 32);
+    const float* xsumm = xsum16 + m0 * (K / 16);
+    float* ym = y + m0 * ldy;
+    if (s.bits == 4)
+      block_u4<MT>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy);
+    else if (s.wide[b])
+      block_u8<MT, true>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy);
+    else
+      block_u8<MT, false>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy);
+  }
+}
+
+// Every segment's blocks split in contiguous ranges over the threads, by their bytes.
+void matmul(const int8_t* xq, const float* xs, const float* xsum16, int64_t M, int64_t K, const Segment* segs,
+            int nseg, float* y, int64_t ldy, int threads) {
+  std::vector<int64_t> first(nseg + 1, 0);
+  std::vector<double> cost(nseg);
+  double total = 0;
+  for (int i = 0; i < nseg; ++i) {
+    first[i + 1] = first[i] + segs[i].n / ROWS;
+    cost[i] = segs[i].bits == 4 ? 0.6 : 1.0;  // a 4-bit block: half the bytes, some unpacking
+    total += cost[i] * (double)(segs[i].n / ROWS);
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const double lo = total * t / nt, hi = total * (t + 1) / nt;
+    double at = 0;
+    for (int i = 0; i < nseg; ++i) {
+      const int64_t blocks = segs[i].n / ROWS;
+      const double c = cost[i];
+      // this thread's blocks of segment i: those whose cost-start lies in [lo, hi)
+      int64_t b0 = (int64_t)ceil((lo - at) / c), b1 = (int64_t)ceil((hi - at) / c);
+      b0 = b0 < 0 ? 0 : b0 > blocks ? blocks : b0;
+      b1 = b1 < 0 ? 0 : b1 > blocks ? blocks : b1;
+      if (t == nt - 1) b1 = blocks;
+      for (int64_t b = b0; b < b1; ++b) run_block(segs[i], b, xq, xs, xsum16, M, K, y, ldy);
+      at += c * (double)blocks;
+    }
+  }
+}
+
+// ---- the rows' new tokens' attention over their caches (float32 caches) ----
+// As native.cpp's, in V16 operations so that every build gives the same bits: a score is one
+// 16-lane FMA accumulator over dim and `vhsum`; softmax in float32 (vexp, a sequential sum);
+// the weighted sum one FMA per value and element, values in order.
+void attend_query(const float* qh, int64_t visible, int nseg, const float* const* keys, const float* const* values,
+                  const int64_t* lengths, const int64_t* kstride, const int64_t* vstride, int g, int dim, float scale,
+                  float* scores, float* oh) {
+  int64_t at = 0;
+  for (int s = 0; s < nseg && at < visible; ++s) {
+    const float* k = keys[s] + g * kstride[s];
+    const int64_t len = lengths[s] < visible - at ? lengths[s] : visible - at;
+    for (int64_t j = 0; j < len; ++j) {
+      const float* kj = k + j * dim;
+      V16 acc = vzero();
+      for (int d = 0; d < dim; d += 16) acc = vfma(vload(qh + d), vload(kj + d), acc);
+      scores[at + j] = vhsum(acc) * scale;
+    }
+    at += len;
+  }
+  float best = -INFINITY;
+  for (int64_t j = 0; j < visible; ++j) best = scores[j] > best ? scores[j] : best;
+  int64_t j = 0;
+  for (; j + 16 <= visible; j += 16) vstore(scores + j, vexp(vsub(vload(scores + j), vset1(best))));
+  if (j < visible) {
+    float tail[16];
+    for (int l = 0; l < 16; ++l) tail[l] = j + l < visible ? scores[j + l] - best : -100.f;
+    vstore(tail, vexp(vload(tail)));
+    for (int l = 0; j + l < visible; ++l) scores[j + l] = tail[l];
+  }
+  float sum = 0.f;
+  for (int64_t i = 0; i < visible; ++i) sum += scores[i];
+  for (int64_t i = 0; i < visible; ++i) scores[i] /= sum;
+  for (int d = 0; d < dim; d += 16) {
+    V16 acc = vzero();
+    int64_t base = 0;
+    for (int s = 0; s < nseg && base < visible; ++s) {
+      const float* v = values[s] + g * vstride[s] + d;
+      const int64_t len = lengths[s] < visible - base ? lengths[s] : visible - base;
+      for (int64_t i = 0; i < len; ++i) acc = vfma(vset1(scores[base + i]), vload(v + i * dim), acc);
+      base += len;
+    }
+    vstore(oh + d, acc);
+  }
+}
+
+void attend_batch(const float* q, int nrows, const int* nq, int heads, int kv_heads, int dim, float scale,
+                  const int* nseg, const float* const* keys, const float* const* values, const int64_t* lengths,
+                  const int64_t* kstride, const int64_t* vstride, float* out, int threads) {
+  const int group = heads / kv_heads;
+  std::vector<int> token_row, seg_first(nrows), token_first(nrows);
+  std::vector<int64_t> row_total(nrows);
+  int64_t longest = 0;
+  for (int r = 0, seg = 0, tok = 0; r < nrows; ++r) {
+    seg_first[r] = seg;
+    token_first[r] = tok;
+    int64_t total = 0;
+    for (int s = 0; s < nseg[r]; ++s) total += lengths[seg + s];
+    row_total[r] = total;
+    longest = total > longest ? total : longest;
+    seg += nseg[r];
+    tok += nq[r];
+    token_row.insert(token_row.end(), nq[r], r);
+  }
+  const int64_t items = (int64_t)token_row.size() * heads;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> scores(longest > 0 ? longest : 1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < items; ++i) {
+      const int64_t token = i / heads;
+      const int h = (int)(i % heads), r = token_row[token], sf = seg_first[r];
+      const int64_t t = token - token_first[r];
+      const int64_t visible = row_total[r] - (nq[r] - 1 - t);
+      attend_query(q + i * dim, visible, nseg[r], keys + sf, values + sf, lengths + sf, kstride + sf, vstride + sf,
+                   h / group, dim, scale, scores.data(), out + i * dim);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+// The ABI version quant_kernel.py checks: bump it when a signature changes.
+int hs_q_abi_version(void) { return 1; }
+
+// Which build this is: 2 (AVX2), 5 (AVX-512), 6 (AVX-512 with VNNI).
+int hs_q_isa(void) {
+#if defined(HS_VNNI)
+  return 6;
+#elif defined(HS_AVX512)
+  return 5;
+#else
+  return 2;
+#endif
+}
+
+void hs_q_quantize(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs, float* xsum16, int threads) {
+  quantize_rows(x, M, K, xq, xs, xsum16, threads);
+}
+
+void hs_q_matmul(const int8_t* xq, const float* xs, const float* xsum16, int64_t M, int64_t K, const Segment* segs,
+                 int nseg, float* y, int64_t ldy, int threads) {
+  matmul(xq, xs, xsum16, M, K, segs, nseg, y, ldy, threads);
+}
+
+void hs_q_attend_batch(const float* q, int nrows, const int* nq, int heads, int kv_heads, int dim, float scale,
+                       const int* nseg, const float* const* keys, const float* const* values, const int64_t* lengths,
+                       const int64_t* kstride, const int64_t* vstride, float* out, int threads) {
+  attend_batch(q, nrows, nq, heads, kv_heads, dim, scale, nseg, keys, values, lengths, kstride, vstride, out, threads);
+}
+}

@@ -1,0 +1,177 @@
+"""The quantized kernels (kernels/quant.cpp) for one instruction-set level, through ctypes.
+
+`load(level)` builds (once, cached) and loads the library for a level of
+`cpu_isa.LEVELS`; `load()` takes the level `cpu_isa.select()` picks (the best
+the CPU runs, or `HEADSTART_CPU_ISA`'s). Each level is its own library, so a
+test can load the AVX2 build beside the AVX-512 one and compare their bits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from pathlib import Path
+
+import torch
+
+from headstart.kernels import cpu_isa
+from headstart.kernels.build import KernelBuildError, build_and_load
+from headstart.kernels.attention_args import attention_arrays
+from headstart.kernels.packing import PackedMatrix
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("quant.cpp")
+ABI_VERSION = 1
+
+_lock = threading.Lock()
+_loaded: dict[str, "QuantKernel"] = {}
+
+
+class QuantKernelUnavailable(RuntimeError):
+    """The quantized kernels cannot run here (the message says why)."""
+
+
+class _Segment(ctypes.Structure):
+    # kernels/quant.cpp: struct Segment
+    _fields_ = [("data", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("minimum", ctypes.c_void_p),
+                ("offset", ctypes.c_void_p), ("wide", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("n", ctypes.c_int64), ("col", ctypes.c_int64), ("group", ctypes.c_int32), ("bits", ctypes.c_int32)]
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+class QuantizedActivations:
+    """Rows of x quantized as the kernels read them: xq int8 [M, K], xs float32
+    [M, K/32] (one scale per 32), xsum float32 [M, K/16] (sums of 16 xq)."""
+
+    __slots__ = ("xq", "xs", "xsum", "m", "k")
+
+    def __init__(self, xq: torch.Tensor, xs: torch.Tensor, xsum: torch.Tensor):
+        self.xq, self.xs, self.xsum = xq, xs, xsum
+        self.m, self.k = xq.shape
+
+
+class FusedSegments:
+    """Several matrices sharing one input, as one kernel call (q/k/v; gate/up):
+    their outputs side by side in one [M, sum of n] tensor. The ctypes array is
+    built once."""
+
+    def __init__(self, matrices: list[PackedMatrix]):
+        ks = {m.k for m in matrices}
+        if len(ks) != 1:
+            raise ValueError(f"fused matrices must share k, got {sorted(ks)}")
+        self.matrices = matrices
+        self.k = ks.pop()
+        self.width = sum(m.n for m in matrices)
+        self.splits = [m.n_real for m in matrices]
+        self.padded = any(m.n != m.n_real for m in matrices)
+        col = 0
+        segs = []
+        for m in matrices:
+            segs.append(_Segment(_ptr(m.data), _ptr(m.scale), _ptr(m.minimum), _ptr(m.offset), _ptr(m.wide),
+                                 _ptr(m.bias), m.n, col, m.group, m.bits))
+            col += m.n
+        self.array = (_Segment * len(segs))(*segs)
+        self.count = len(segs)
+        # the real columns of the output when a matrix was padded to a multiple of 16 rows
+        self.keep = None
+        if self.padded:
+            index, col = [], 0
+            for m in matrices:
+                index.extend(range(col, col + m.n_real))
+                col += m.n
+            self.keep = torch.tensor(index, dtype=torch.long)
+
+
+class QuantKernel:
+    """The loaded library of one level."""
+
+    def __init__(self, library: ctypes.CDLL, level: cpu_isa.IsaLevel):
+        self.level = level
+        self._quantize = library.hs_q_quantize
+        self._quantize.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 3 + [
+            ctypes.c_int]
+        self._quantize.restype = None
+        self._matmul = library.hs_q_matmul
+        self._matmul.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_void_p, ctypes.c_int,
+                                                                                 ctypes.c_void_p, ctypes.c_int64,
+                                                                                 ctypes.c_int]
+        self._matmul.restype = None
+        self._attend = library.hs_q_attend_batch
+        self._attend.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 3
+                                 + [ctypes.c_float] + [ctypes.c_void_p] * 6 + [ctypes.c_void_p, ctypes.c_int])
+        self._attend.restype = None
+
+    @property
+    def name(self) -> str:
+        return self.level.name
+
+    def quantize(self, x: torch.Tensor) -> QuantizedActivations:
+        """x float32 [M, K] (K a multiple of 32) -> its int8 groups of 32."""
+        if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] % 32:
+            raise ValueError(f"quantize: float32 [M, K] with K a multiple of 32 expected, got {x.dtype} "
+                             f"{tuple(x.shape)}")
+        x = x.contiguous()
+        m, k = x.shape
+        xq = torch.empty(m, k, dtype=torch.int8)
+        xs = torch.empty(m, k // 32, dtype=torch.float32)
+        xsum = torch.empty(m, k // 16, dtype=torch.float32)
+        self._quantize(x.data_ptr(), m, k, xq.data_ptr(), xs.data_ptr(), xsum.data_ptr(), torch.get_num_threads())
+        return QuantizedActivations(xq, xs, xsum)
+
+    def matmul(self, acts: QuantizedActivations, fused: FusedSegments) -> torch.Tensor:
+        """The fused matrices applied to quantized rows -> float32 [M, sum of n_real]."""
+        if acts.k != fused.k:
+            raise ValueError(f"matmul: activations of {acts.k} columns for matrices of {fused.k}")
+        out = torch.empty(acts.m, fused.width, dtype=torch.float32)
+        self._matmul(acts.xq.data_ptr(), acts.xs.data_ptr(), acts.xsum.data_ptr(), acts.m, acts.k, fused.array,
+                     fused.count, out.data_ptr(), fused.width, torch.get_num_threads())
+        return out if fused.keep is None else out.index_select(1, fused.keep)
+
+    def linear(self, x: torch.Tensor, fused: FusedSegments) -> torch.Tensor:
+        """x float32 [M, K] -> float32 [M, sum of n_real] (quantize, then matmul)."""
+        return self.matmul(self.quantize(x), fused)
+
+    def attend_batch(self, q: torch.Tensor, rows, scale: float) -> torch.Tensor:
+        """As `native_kernel.NativeKernel.attend_batch`, float32 caches only,
+        the same bits on every level: q float32 [tokens, heads, dim]; `rows`
+        each row's (new tokens, cache pieces [1, kv_heads, L, dim]), the new
+        keys last -> float32 [tokens, heads, dim]."""
+        total, heads, dim = q.shape
+        if dim % 16:
+            raise ValueError(f"attention: head dim must be a multiple of 16, got {dim}")
+        held, arrays, nqs, nsegs, kv_heads = attention_arrays(q, rows, (torch.float32,))
+        out = torch.empty(total, heads, dim, dtype=torch.float32)
+        self._attend(q.data_ptr(), len(rows), (ctypes.c_int * len(rows))(*nqs), heads, kv_heads, dim, scale,
+                     (ctypes.c_int * len(rows))(*nsegs), *arrays, out.data_ptr(), torch.get_num_threads())
+        del held
+        return out
+
+
+def load(level: str | cpu_isa.IsaLevel | None = None) -> QuantKernel:
+    """The kernels of `level` (default: `cpu_isa.select()`), built on first use.
+
+    Raises:
+        QuantKernelUnavailable: the CPU cannot run the level, or the build failed.
+        ValueError: an unknown level name.
+    """
+    try:
+        chosen = level if isinstance(level, cpu_isa.IsaLevel) else cpu_isa.select(level)
+    except cpu_isa.IsaUnavailable as exc:
+        raise QuantKernelUnavailable(str(exc)) from exc
+    with _lock:
+        if chosen.name in _loaded:
+            return _loaded[chosen.name]
+        try:
+            library = build_and_load(SOURCE, (*chosen.compiler_flags, f"-D{chosen.define}"), f"quant-{chosen.name}")
+        except KernelBuildError as exc:
+            raise QuantKernelUnavailable(str(exc)) from exc
+        if library.hs_q_abi_version() != ABI_VERSION:
+            raise QuantKernelUnavailable(f"quant kernels have ABI {library.hs_q_abi_version()}, expected {ABI_VERSION}")
+        kernel = _loaded[chosen.name] = QuantKernel(library, chosen)
+        log.info("quantized kernels: %s", cpu_isa.describe(chosen))
+        return kernel
