@@ -180,6 +180,8 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             "total_p50_ms": summarize_ms([r["total_ms"] for r in mine])["p50_ms"],
             "total_p99_ms": summarize_ms([r["total_ms"] for r in mine])["p99_ms"],
             "answer_tokens_ready_mean": statistics.fmean(r["answer_tokens_ready_at_submit"] for r in mine),
+            "answer_tokens_p50": statistics.median(r["num_tokens"] for r in mine),
+            "answer_tokens_max": max(r["num_tokens"] for r in mine),
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
         }
     cold, prefix = modes["cold"]["p50_ms"], modes["prefix"]["p50_ms"]
@@ -217,17 +219,17 @@ def _write(report: dict, out: Path) -> None:
     write_json(out / "ttft.json", report)
     peer = report.get("llamacpp")
     vs_peer = peer is not None and "p50_vs_llamacpp" in report["modes"]["cold"]
-    header = ["mode", "mean ms", "p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix", "p50/decode step",
-              "computed@submit", "wasted tokens", "answer tokens ready", f"p50 total ms ({{n}} tokens)",
-              "p99 total ms", "p50 total/prefix"] + (["p50/llamacpp", "p50 total/llamacpp"] if vs_peer else [])
+    header = ["mode", "TTFT mean ms", "TTFT p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix",
+              "p50/decode step", "computed@submit", "wasted tokens", "answer tokens ready", "answer tokens p50 (max)",
+              "complete answer p50 ms", "complete p99 ms", "complete p50/prefix"] + (
+                  ["TTFT p50/llamacpp", "complete p50/llamacpp"] if vs_peer else [])
     rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
              f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
              f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}",
-             f"{s['answer_tokens_ready_mean']:.1f}", s["total_p50_ms"], s["total_p99_ms"],
-             f"{s['total_p50_vs_prefix']:.3f}"]
+             f"{s['answer_tokens_ready_mean']:.1f}", f"{s['answer_tokens_p50']:.0f} ({s['answer_tokens_max']})",
+             s["total_p50_ms"], s["total_p99_ms"], f"{s['total_p50_vs_prefix']:.3f}"]
             + ([f"{s['p50_vs_llamacpp']:.3f}", f"{s['total_p50_vs_llamacpp']:.3f}"] if vs_peer else [])
             for m, s in report["modes"].items()]
-    header[11] = header[11].format(n=report["config"]["max_new_tokens"])
     peer_line = ("llamacpp mode: not run (no llama.cpp server available, or --llamacpp off)\n" if peer is None else
                  f"llamacpp ran on {peer['server']} ({peer['threads']} threads, GGUF "
                  f"{(peer.get('gguf_decode') or {}).get('gguf_type', 'f32')}); "
@@ -240,7 +242,8 @@ def _write(report: dict, out: Path) -> None:
     table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads, fast path "
              f"{c.get('fast_path', 'off')}), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
-             f"seed {c['seed']}\n\n" + markdown_table(header, rows) +
+             f"seed {c['seed']}; answers end at EOS (cap {c['max_new_tokens']} tokens)\n\n"
+             + markdown_table(header, rows) +
              f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms"
              + (" (median of one sample per question, each right after llama.cpp's answer)"
                 if peer and (peer.get("gguf_decode") or {}).get("rounds", {}).get("ours_ms") else "") + "; "

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from headstart.config import MAX_ANSWER_TOKENS
 from headstart.models.catalogue import DEFAULT_MODEL
 from headstart.models.cli import model_app
 from headstart.peer.cli import peer_app
@@ -47,7 +48,7 @@ def replay(
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads"),
-    max_new_tokens: int = typer.Option(64),
+    max_new_tokens: int = typer.Option(MAX_ANSWER_TOKENS, help="the cap on the answer's tokens (it ends at EOS)"),
     speed: float = typer.Option(1.0, help="replay speed: 4 = four times faster than recorded"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the result as JSON here"),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
@@ -110,7 +111,7 @@ def demo(
     try:
         for mode in ("cold", "prefix", "session"):
             typer.secho(f"\n== {mode}: replaying {trace.submit_t:.1f} s of typing", bold=True)
-            _print_result(trace, replay_in_mode(runtime, db, trace, mode, max_new_tokens=24))
+            _print_result(trace, replay_in_mode(runtime, db, trace, mode, max_new_tokens=MAX_ANSWER_TOKENS))
     finally:
         runtime.shutdown()
     if then_serve:
@@ -182,7 +183,8 @@ def bench_ttft(
     dtype: str = typer.Option("float32"),
     device: str = typer.Option("cpu"),
     threads: Optional[int] = typer.Option(2),
-    max_new_tokens: int = typer.Option(32, help="answer tokens per question: the table shows the p50 time to the last one per mode"),
+    max_new_tokens: int = typer.Option(MAX_ANSWER_TOKENS, help="the cap on an answer's tokens (answers end at EOS): "
+                                       "the table shows the p50 time to the complete answer per mode"),
     out: Path = typer.Option(Path("bench-out/ttft")),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
     llamacpp: str = typer.Option("auto", help="llama.cpp peer mode: auto (when a llama.cpp server is available), on, off"),
@@ -277,7 +279,7 @@ def bench_serve(
     rounds: int = typer.Option(3, help="questions per typist and mode; the modes alternate round by round"),
     wpm: float = typer.Option(60.0),
     pause: float = typer.Option(0.3),
-    max_new_tokens: int = typer.Option(32),
+    max_new_tokens: int = typer.Option(MAX_ANSWER_TOKENS, help="the cap on an answer's tokens (answers end at EOS)"),
     db: str = typer.Option("world_1"),
     seed: int = typer.Option(0),
     out: Path = typer.Option(Path("bench-out/serve")),

@@ -14,6 +14,11 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+# The cap on an answer's tokens where a command does not say (answers end at the model's EOS first:
+# a Spider query with its code fence is ~15-60 tokens of the Qwen2.5 vocabulary).
+MAX_ANSWER_TOKENS = 256
+
+
 class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADSTART_", extra="forbid", protected_namespaces=())
 

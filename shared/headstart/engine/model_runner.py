@@ -122,12 +122,18 @@ def extend_rows(model, calls: list) -> list[bool]:
     cos, sin = decoder.rotary_emb(hidden, positions[None])
     live = _Rows(list(range(len(calls))), starts, counts)
     states = [c.state for c in calls]
+    fused = getattr(ops, "decoder_layer", None)  # quant: a whole layer in one kernel call
     for index, layer in enumerate(decoder.layers):
         leaving = _rows_leaving(live, calls)
         if len(leaving) == len(live.rows):
             return [False] * len(calls)
         if leaving:
             hidden, cos, sin = _drop_rows(live, leaving, hidden, cos, sin)
+        if fused is not None:
+            live.new_kv.append({})
+            hidden = fused(index, hidden, cos, sin, list(zip(live.rows, live.starts, live.counts)), states,
+                           live.new_kv[-1])
+            continue
         attn = layer.self_attn
         q, k, v = _by_row(lambda h: ops.qkv(index, h), live, invariant, hidden)
         shape = (1, hidden.shape[1], -1, attn.head_dim)

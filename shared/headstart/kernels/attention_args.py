@@ -39,7 +39,7 @@ def attention_arrays(q: torch.Tensor, rows, dtypes: tuple[torch.dtype, ...]):
         for keys, values in pieces:
             if keys.dtype != dtype or values.dtype != dtype or keys.shape[1] != kv_heads or keys.shape[-1] != dim:
                 raise ValueError("native attention: every piece must have the first piece's dtype and shape")
-            held.append((_token_rows(keys), _token_rows(values)))
+            held.append((token_rows(keys), token_rows(values)))
         nqs.append(nq)
         nsegs.append(len(pieces))
     n = len(held)
@@ -51,7 +51,7 @@ def attention_arrays(q: torch.Tensor, rows, dtypes: tuple[torch.dtype, ...]):
     return held, arrays, nqs, nsegs, kv_heads
 
 
-def _token_rows(t: torch.Tensor) -> torch.Tensor:
+def token_rows(t: torch.Tensor) -> torch.Tensor:
     """`t` [1, kv_heads, L, dim] with each token's values contiguous (a copy only if not)."""
     if t.stride(-1) == 1 and (t.shape[-2] <= 1 or t.stride(-2) == t.shape[-1]):
         return t

@@ -73,6 +73,8 @@ inline V16 vfnma(V16 a, V16 b, V16 c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}
 inline V16 vround(V16 a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
 inline V16 vabs(V16 a) { return {_mm512_abs_ps(a.v)}; }
 inline V16 vmax(V16 a, V16 b) { return {_mm512_max_ps(a.v, b.v)}; }
+inline V16 vmin(V16 a, V16 b) { return {_mm512_min_ps(a.v, b.v)}; }
+inline V16 vdiv(V16 a, V16 b) { return {_mm512_div_ps(a.v, b.v)}; }
 // lanes where a < b hold 0, others a
 inline V16 vzero_below(V16 a, V16 x, float limit) {
   return {_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x.v, _mm512_set1_ps(limit), _CMP_GE_OQ), a.v)};
@@ -99,6 +101,8 @@ inline V16 vadd(V16 a, V16 b) { return HS_V2(_mm256_add_ps); }
 inline V16 vsub(V16 a, V16 b) { return HS_V2(_mm256_sub_ps); }
 inline V16 vmul(V16 a, V16 b) { return HS_V2(_mm256_mul_ps); }
 inline V16 vmax(V16 a, V16 b) { return HS_V2(_mm256_max_ps); }
+inline V16 vmin(V16 a, V16 b) { return HS_V2(_mm256_min_ps); }
+inline V16 vdiv(V16 a, V16 b) { return HS_V2(_mm256_div_ps); }
 #undef HS_V2
 inline V16 vfma(V16 a, V16 b, V16 c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
 inline V16 vfnma(V16 a, V16 b, V16 c) {
@@ -134,10 +138,11 @@ inline float vhsum(V16 a) {
   return _mm_cvtss_f32(s1);
 }
 
-// e^x for x <= 0 (a softmax's scores less their maximum): x = n ln 2 + r, |r| <= ln 2 / 2
-// (Cody-Waite), e^r by its degree-6 Taylor polynomial, times 2^n; 0 below -87 (where expf
-// leaves the normal floats). Within a few ulp of expf; the same operations on every build.
+// e^x: x = n ln 2 + r, |r| <= ln 2 / 2 (Cody-Waite), e^r by its degree-6 Taylor polynomial,
+// times 2^n; 0 below -87 (where expf leaves the normal floats), e^88 above 88. Within a few ulp
+// of expf; the same operations on every build.
 inline V16 vexp(V16 x) {
+  x = vmin(x, vset1(88.f));  // e^88 < FLT_MAX: larger arguments give e^88, not inf
   const V16 n = vround(vmul(x, vset1(1.44269504088896341f)));
   V16 r = vfnma(n, vset1(0.693145751953125f), x);
   r = vfnma(n, vset1(1.428606765330187045e-06f), r);
@@ -497,11 +502,149 @@ void attend_batch(const float* q, int nrows, const int* nq, int heads, int kv_he
   }
 }
 
+
+// ---- one decoder layer of a Llama-family model (Qwen2), fused ----
+// What model_runner.extend_rows does per layer with the model's modules, in one call: RMSNorm,
+// q/k/v (one matmul, biases in it), RoPE (rotate-half, as transformers: x * cos + rot(x) * sin,
+// each product rounded), the rows' causal attention over their caches and their new keys,
+// o projection and residual, RMSNorm, gate/up (one matmul), SiLU(gate) * up, down and residual.
+// Every step is elementwise or sums in a fixed order in V16 lanes: the same bits on every build.
+struct LayerWeights {
+  const float* norm1;
+  const float* norm2;
+  const Segment* qkv;  // q, k, v
+  const Segment* o;
+  const Segment* gate_up;  // gate, up
+  const Segment* down;
+  int32_t nqkv, ngate_up;
+};
+
+struct LayerShape {
+  int64_t hidden, inter;
+  int32_t heads, kv_heads, dim;
+  float eps, scale;
+};
+
+// out = w * (x * (1 / sqrt(mean(x^2) + eps))), per token
+void rms_norm(const float* x, const float* w, int64_t T, int64_t H, float eps, float* out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (T >= 8)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * H;
+    V16 acc = vzero();
+    for (int64_t i = 0; i < H; i += 16) {
+      const V16 v = vload(xt + i);
+      acc = vfma(v, v, acc);
+    }
+    const float r = 1.f / sqrtf(vhsum(acc) / (float)H + eps);
+    float* ot = out + t * H;
+    for (int64_t i = 0; i < H; i += 16) vstore(ot + i, vmul(vload(w + i), vmul(vload(xt + i), vset1(r))));
+  }
+}
+
+// x (dim values) rotated in place: x * cos + rotate_half(x) * sin
+inline void rope(float* x, const float* c, const float* s, int dim) {
+  const int half = dim / 2;
+  float rot[256];
+  for (int i = 0; i < half; ++i) {
+    rot[i] = -x[i + half];
+    rot[i + half] = x[i];
+  }
+  for (int i = 0; i < dim; i += 16) vstore(x + i, vadd(vmul(vload(x + i), vload(c + i)), vmul(vload(rot + i), vload(s + i))));
+}
+
+void quantized_matmul(const float* x, int64_t T, int64_t K, const Segment* segs, int nseg, float* y, int64_t ldy,
+                      int threads, std::vector<int8_t>& xq, std::vector<float>& xs, std::vector<float>& xsum) {
+  xq.resize(T * K);
+  xs.resize(T * K / 32);
+  xsum.resize(T * K / 16);
+  quantize_rows(x, T, K, xq.data(), xs.data(), xsum.data(), threads);
+  matmul(xq.data(), xs.data(), xsum.data(), T, K, segs, nseg, y, ldy, threads);
+}
+
+// hidden [T, H] in place. Rows: nrows rows of nq[r] tokens each (packed in order); row r has
+// nseg[r] cache pieces (keys/values/lengths/strides as attend_batch's, listed row after row)
+// before its new tokens. new_k, new_v: [kv_heads, T, dim] out: the new tokens' keys (after RoPE)
+// and values, which the caller appends to each row's cache. cos, sin: [T, dim].
+void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerShape& sh, const float* cos,
+                   const float* sin, int nrows, const int* nq, const int* nseg, const float* const* keys,
+                   const float* const* values, const int64_t* lengths, const int64_t* kstride,
+                   const int64_t* vstride, float* new_k, float* new_v, int threads) {
+  const int64_t H = sh.hidden, I = sh.inter;
+  const int heads = sh.heads, kvh = sh.kv_heads, dim = sh.dim;
+  const int64_t qw = (int64_t)heads * dim, kw = (int64_t)kvh * dim, width = qw + 2 * kw;
+  std::vector<float> xn(T * H), qkv(T * width), att(T * qw), mlp(T * 2 * I), act(T * I), proj(T * H);
+  std::vector<int8_t> xq;
+  std::vector<float> xs, xsum;
+  rms_norm(hidden, w.norm1, T, H, sh.eps, xn.data(), threads);
+  quantized_matmul(xn.data(), T, H, w.qkv, w.nqkv, qkv.data(), width, threads, xq, xs, xsum);
+  // RoPE on q and k; k and v to [kv_heads, T, dim]
+  std::vector<float> q(T * qw);
+#pragma omp parallel for num_threads(threads) schedule(static) if (T >= 8)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = qkv.data() + t * width;
+    const float* c = cos + t * dim;
+    const float* s = sin + t * dim;
+    for (int h = 0; h < heads; ++h) {
+      float* qh = q.data() + (t * heads + h) * dim;
+      memcpy(qh, row + h * dim, dim * sizeof(float));
+      rope(qh, c, s, dim);
+    }
+    for (int g = 0; g < kvh; ++g) {
+      float* kg = new_k + ((int64_t)g * T + t) * dim;
+      memcpy(kg, row + qw + g * dim, dim * sizeof(float));
+      rope(kg, c, s, dim);
+      memcpy(new_v + ((int64_t)g * T + t) * dim, row + qw + kw + g * dim, dim * sizeof(float));
+    }
+  }
+  // each row's pieces: its cache pieces, then its new tokens (in new_k / new_v)
+  int total_pieces = 0;
+  for (int r = 0; r < nrows; ++r) total_pieces += nseg[r] + 1;
+  std::vector<const float*> pk(total_pieces), pv(total_pieces);
+  std::vector<int64_t> plen(total_pieces), pks(total_pieces), pvs(total_pieces);
+  std::vector<int> pseg(nrows);
+  for (int r = 0, src = 0, dst = 0, tok = 0; r < nrows; ++r) {
+    for (int i = 0; i < nseg[r]; ++i, ++src, ++dst) {
+      pk[dst] = keys[src];
+      pv[dst] = values[src];
+      plen[dst] = lengths[src];
+      pks[dst] = kstride[src];
+      pvs[dst] = vstride[src];
+    }
+    pk[dst] = new_k + (int64_t)tok * dim;
+    pv[dst] = new_v + (int64_t)tok * dim;
+    plen[dst] = nq[r];
+    pks[dst] = T * dim;
+    pvs[dst] = T * dim;
+    ++dst;
+    pseg[r] = nseg[r] + 1;
+    tok += nq[r];
+  }
+  attend_batch(q.data(), nrows, nq, heads, kvh, dim, sh.scale, pseg.data(), pk.data(), pv.data(), plen.data(),
+               pks.data(), pvs.data(), att.data(), threads);
+  quantized_matmul(att.data(), T, qw, w.o, 1, proj.data(), H, threads, xq, xs, xsum);
+  for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj.data() + i)));
+  rms_norm(hidden, w.norm2, T, H, sh.eps, xn.data(), threads);
+  quantized_matmul(xn.data(), T, H, w.gate_up, w.ngate_up, mlp.data(), 2 * I, threads, xq, xs, xsum);
+#pragma omp parallel for num_threads(threads) schedule(static) if (T >= 8)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* g = mlp.data() + t * 2 * I;
+    const float* u = g + I;
+    float* a = act.data() + t * I;
+    for (int64_t i = 0; i < I; i += 16) {
+      const V16 gv = vload(g + i);
+      const V16 silu = vdiv(gv, vadd(vset1(1.f), vexp(vsub(vzero(), gv))));
+      vstore(a + i, vmul(silu, vload(u + i)));
+    }
+  }
+  quantized_matmul(act.data(), T, I, w.down, 1, proj.data(), H, threads, xq, xs, xsum);
+  for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj.data() + i)));
+}
+
 }  // namespace
 
 extern "C" {
 // The ABI version quant_kernel.py checks: bump it when a signature changes.
-int hs_q_abi_version(void) { return 1; }
+int hs_q_abi_version(void) { return 2; }
 
 // Which build this is: 2 (AVX2), 5 (AVX-512), 6 (AVX-512 with VNNI).
 int hs_q_isa(void) {
@@ -527,5 +670,13 @@ void hs_q_attend_batch(const float* q, int nrows, const int* nq, int heads, int 
                        const int* nseg, const float* const* keys, const float* const* values, const int64_t* lengths,
                        const int64_t* kstride, const int64_t* vstride, float* out, int threads) {
   attend_batch(q, nrows, nq, heads, kv_heads, dim, scale, nseg, keys, values, lengths, kstride, vstride, out, threads);
+}
+
+void hs_q_layer(float* hidden, int64_t T, const LayerWeights* w, const LayerShape* shape, const float* cos,
+                const float* sin, int nrows, const int* nq, const int* nseg, const float* const* keys,
+                const float* const* values, const int64_t* lengths, const int64_t* kstride, const int64_t* vstride,
+                float* new_k, float* new_v, int threads) {
+  decoder_layer(hidden, T, *w, *shape, cos, sin, nrows, nq, nseg, keys, values, lengths, kstride, vstride, new_k,
+                new_v, threads);
 }
 }

@@ -17,13 +17,13 @@ import torch
 
 from headstart.kernels import cpu_isa
 from headstart.kernels.build import KernelBuildError, build_and_load
-from headstart.kernels.attention_args import attention_arrays
+from headstart.kernels.attention_args import token_rows, attention_arrays
 from headstart.kernels.packing import PackedMatrix
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("quant.cpp")
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _lock = threading.Lock()
 _loaded: dict[str, "QuantKernel"] = {}
@@ -42,6 +42,42 @@ class _Segment(ctypes.Structure):
 
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+class _LayerWeights(ctypes.Structure):
+    # kernels/quant.cpp: struct LayerWeights
+    _fields_ = [("norm1", ctypes.c_void_p), ("norm2", ctypes.c_void_p), ("qkv", ctypes.c_void_p),
+                ("o", ctypes.c_void_p), ("gate_up", ctypes.c_void_p), ("down", ctypes.c_void_p),
+                ("nqkv", ctypes.c_int32), ("ngate_up", ctypes.c_int32)]
+
+
+class _LayerShape(ctypes.Structure):
+    # kernels/quant.cpp: struct LayerShape
+    _fields_ = [("hidden", ctypes.c_int64), ("inter", ctypes.c_int64), ("heads", ctypes.c_int32),
+                ("kv_heads", ctypes.c_int32), ("dim", ctypes.c_int32), ("eps", ctypes.c_float),
+                ("scale", ctypes.c_float)]
+
+
+class FusedLayer:
+    """One decoder layer's weights and shape as `QuantKernel.decoder_layer` reads them
+    (built once; holds the tensors and ctypes structures alive)."""
+
+    def __init__(self, norm1: torch.Tensor, norm2: torch.Tensor, qkv: "FusedSegments", o: "FusedSegments",
+                 gate_up: "FusedSegments", down: "FusedSegments", heads: int, kv_heads: int, dim: int, eps: float,
+                 scale: float):
+        hidden, inter = norm1.numel(), down.k
+        if any(x % 16 for x in (hidden, inter, dim)) or dim > 256 or heads % kv_heads:
+            raise ValueError(f"fused layer: hidden {hidden}, intermediate {inter} and head dim {dim} must be "
+                             "multiples of 16 (head dim at most 256), heads a multiple of kv heads")
+        if qkv.padded or gate_up.padded or qkv.width != (heads + 2 * kv_heads) * dim or gate_up.width != 2 * inter:
+            raise ValueError("fused layer: q/k/v and gate/up must be unpadded and of the layer's shape")
+        self.norm1, self.norm2 = norm1.float().contiguous(), norm2.float().contiguous()
+        self.parts = (qkv, o, gate_up, down)
+        self.weights = _LayerWeights(self.norm1.data_ptr(), self.norm2.data_ptr(), ctypes.addressof(qkv.array),
+                                     ctypes.addressof(o.array), ctypes.addressof(gate_up.array),
+                                     ctypes.addressof(down.array), qkv.count, gate_up.count)
+        self.shape = _LayerShape(hidden, inter, heads, kv_heads, dim, eps, scale)
+        self.heads, self.kv_heads, self.dim, self.hidden = heads, kv_heads, dim, hidden
 
 
 class QuantizedActivations:
@@ -106,6 +142,12 @@ class QuantKernel:
                                  + [ctypes.c_float] + [ctypes.c_void_p] * 6 + [ctypes.c_void_p, ctypes.c_int])
         self._attend.restype = None
 
+        self._layer = library.hs_q_layer
+        self._layer.argtypes = ([ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p] * 4
+                                + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_void_p] * 7
+                                + [ctypes.c_int])
+        self._layer.restype = None
+
     @property
     def name(self) -> str:
         return self.level.name
@@ -150,6 +192,43 @@ class QuantKernel:
                      (ctypes.c_int * len(rows))(*nsegs), *arrays, out.data_ptr(), torch.get_num_threads())
         del held
         return out
+
+
+    def decoder_layer(self, layer: FusedLayer, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                      rows: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]]
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder layer over the packed tokens of several rows, in place.
+
+        hidden: float32 [T, hidden] contiguous, overwritten with the layer's
+        output; cos, sin: float32 [T, dim] (the rows' positions); `rows`: each
+        row's (new tokens, cache pieces), pieces [1, kv_heads, L, dim] float32
+        with each token's values contiguous, read in place. Returns the new
+        tokens' (keys after RoPE, values), each [kv_heads, T, dim]."""
+        t = hidden.shape[0]
+        if (hidden.dtype != torch.float32 or not hidden.is_contiguous() or hidden.shape[1] != layer.hidden
+                or sum(n for n, _ in rows) != t or cos.shape != (t, layer.dim) or sin.shape != (t, layer.dim)):
+            raise ValueError(f"decoder layer: hidden float32 contiguous [T, {layer.hidden}] and cos/sin [T, "
+                             f"{layer.dim}] for the rows' {sum(n for n, _ in rows)} tokens expected")
+        cos, sin = cos.float().contiguous(), sin.float().contiguous()
+        held = []
+        for _, pieces in rows:
+            for keys, values in pieces:
+                if keys.dtype != torch.float32 or keys.shape[1] != layer.kv_heads or keys.shape[-1] != layer.dim:
+                    raise ValueError("decoder layer: cache pieces must be float32 [1, kv_heads, L, dim]")
+                held.append((token_rows(keys), token_rows(values)))
+        n = len(held)
+        new_k = torch.empty(layer.kv_heads, t, layer.dim, dtype=torch.float32)
+        new_v = torch.empty(layer.kv_heads, t, layer.dim, dtype=torch.float32)
+        self._layer(hidden.data_ptr(), t, ctypes.addressof(layer.weights), ctypes.addressof(layer.shape),
+                    cos.data_ptr(), sin.data_ptr(), len(rows), (ctypes.c_int * len(rows))(*(r[0] for r in rows)),
+                    (ctypes.c_int * len(rows))(*(len(r[1]) for r in rows)),
+                    (ctypes.c_void_p * max(n, 1))(*(k.data_ptr() for k, _ in held)),
+                    (ctypes.c_void_p * max(n, 1))(*(v.data_ptr() for _, v in held)),
+                    (ctypes.c_int64 * max(n, 1))(*(k.shape[-2] for k, _ in held)),
+                    (ctypes.c_int64 * max(n, 1))(*(k.stride(1) for k, _ in held)),
+                    (ctypes.c_int64 * max(n, 1))(*(v.stride(1) for _, v in held)),
+                    new_k.data_ptr(), new_v.data_ptr(), torch.get_num_threads())
+        return new_k, new_v
 
 
 def load(level: str | cpu_isa.IsaLevel | None = None) -> QuantKernel:

@@ -7,32 +7,36 @@ import threading
 
 import typer
 
+from headstart.models.catalogue import DEFAULT_MODEL
+
 peer_app = typer.Typer(no_args_is_help=True, help="Peer engines on the same weights (llama.cpp), for benchmarks.")
 
 
 @peer_app.command("llamacpp")
 def llamacpp(
-    model: str = typer.Option("random:qwen2.5-coder-0.5b", help="random:<preset> (exported and converted) or a .gguf"),
+    model: str = typer.Option(DEFAULT_MODEL, help="a catalogue model (its own GGUF file, served as it is), a .gguf "
+                                                  "file, or random:<preset> (exported and converted)"),
     port: int = typer.Option(0, help="port on 127.0.0.1 (0: a free one)"),
     dtype: str = typer.Option("f32", help="GGUF type: f32 or f16"),
     threads: int = typer.Option(2, help="threads for prompt and decode"),
     server: str = typer.Option("auto", help="cpp (llama-server, parallel slots), python (llama-cpp-python, one "
                                             "request at a time) or auto (cpp when built)"),
     parallel: int = typer.Option(1, "--parallel", "-np", help="slots of the C++ server (concurrent requests)"),
-    cache_type: str = typer.Option("f32", help="attention numerics of the C++ server: f32 (KV f32, flash attention off: as ours) or f16 "
-                                               "(llama.cpp's defaults: KV f16, flash attention auto)"),
+    cache_type: str = typer.Option("auto", help="attention numerics of the C++ server: default (llama.cpp's own: KV "
+                                                "f16, flash attention auto), f32 (KV f32, flash attention off), f16, "
+                                                "or auto (default for a trained GGUF, f32 for a random preset)"),
     seed: int = typer.Option(0, help="seed of the random weights (as our engine's)"),
     convert_only: bool = typer.Option(False, help="write the GGUF (cached under the run dir), print its path, exit"),
 ):
-    """Convert the model to GGUF with llama.cpp's converter and serve it with
-    llama.cpp's OpenAI-compatible server (prompt cache on) until Ctrl-C."""
+    """Serve the model's GGUF file (a trained model's own; a random preset converted with llama.cpp's
+    converter) with llama.cpp's OpenAI-compatible server (prompt cache on) until Ctrl-C."""
     from headstart.models import ModelLoadError
-    from headstart.peer.gguf_convert import PeerUnavailable, convert_to_gguf
+    from headstart.peer.gguf_convert import PeerUnavailable, model_gguf
     from headstart.peer.llama_server_cpp import peer_server
 
     try:
         if convert_only:
-            typer.echo(convert_to_gguf(model, dtype, seed, say=typer.echo))
+            typer.echo(model_gguf(model, dtype, seed, say=typer.echo))
             return
         proc = peer_server(model, server=server, parallel=parallel, threads=threads, gguf_type=dtype, seed=seed,
                            port=port, cache_type=cache_type, say=typer.echo)

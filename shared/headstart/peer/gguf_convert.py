@@ -124,3 +124,35 @@ def convert_to_gguf(spec: str, gguf_type: str = "f32", seed: int = 0, force: boo
         raise PeerUnavailable(f"convert_hf_to_gguf.py failed ({done.returncode}): {done.stderr.strip()[-800:]}")
     partial.rename(out)
     return out
+
+
+def model_gguf(spec: str, gguf_type: str = "f32", seed: int = 0, say=print) -> Path:
+    """The GGUF file a peer serves for `spec`: a catalogue model's own file (the very weights we
+    serve), a `.gguf` path as given, or a `random:<preset>` exported and converted (`convert_to_gguf`).
+
+    Raises:
+        PeerUnavailable: the file cannot be had (a catalogue model not installed, a missing path,
+            a failed conversion).
+    """
+    from headstart.models.catalogue import catalogue_model
+    from headstart.models.install import ModelInstallError, ensure_model
+
+    if catalogue_model(spec) is not None:
+        try:
+            return ensure_model(spec)
+        except ModelInstallError as exc:
+            raise PeerUnavailable(str(exc)) from exc
+    if spec.lower().endswith(".gguf"):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise PeerUnavailable(f"GGUF file {spec!r} does not exist")
+        return path
+    return convert_to_gguf(spec, gguf_type, seed, say=say)
+
+
+def is_trained_gguf(spec: str) -> bool:
+    """A catalogue model or a user's .gguf file (served by llama.cpp with its own defaults), not a
+    random preset converted for the comparison (served with f32 attention, as ours)."""
+    from headstart.models.catalogue import catalogue_model
+
+    return catalogue_model(spec) is not None or spec.lower().endswith(".gguf")

