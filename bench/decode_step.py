@@ -27,6 +27,9 @@ from pathlib import Path
 
 import torch
 
+from headstart.models.gguf_model import packed_bytes
+from headstart.models.quantized import is_quantized
+
 from bench.common import markdown_table, write_json
 from headstart.engine.kv import KVState, extend, prefill
 from headstart.engine.model_runner import (
@@ -38,12 +41,15 @@ from headstart.engine.model_runner import (
 )
 from headstart.models.loader import load_model
 
-CASES = ("off", "eager", "onednn", "native", "inductor", "auto")
+CASES = ("off", "eager", "onednn", "native", "inductor", "quant", "auto")
 
 
 def _weights_bytes(model) -> int:
     """Bytes one decode step reads: every layer's weights and the LM head (the
-    embedding table is indexed, not read; with tied weights it is the head)."""
+    embedding table is indexed, not read; with tied weights it is the head).
+    A quantized model's: its packed matrices (the head's included)."""
+    if is_quantized(model):
+        return packed_bytes(model)
     layers = sum(p.numel() * p.element_size() for p in model.model.layers.parameters())
     head = model.lm_head.weight
     return layers + head.numel() * head.element_size()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from headstart.engine.native_kernel import unavailable_reason
 from headstart.typist import Typist
 
 HEADSTART = [sys.executable, "-m", "headstart.cli"]
@@ -89,9 +90,13 @@ def test_bench_decode_step_plumbing(tmp_path):
     report = json.loads((out / "decode_step.json").read_text())
     cases = [(r["case"], r["rows"]) for r in report["results"]]
     assert cases == [(c, n) for c in ("off", "eager", "onednn", "native", "auto") for n in (1, 3)]
-    assert all(r["same_tokens"] and r["min_ms"] > 0 for r in report["results"])
+    # native needs AVX-512 (and HEADSTART_CPU_ISA not restricting it): elsewhere its rows say why they were skipped
+    native_missing = unavailable_reason() is not None
+    ran = [r for r in report["results"] if not (native_missing and r["case"] == "native")]
+    assert all("skipped" in r for r in report["results"] if r not in ran)
+    assert all(r["same_tokens"] and r["min_ms"] > 0 for r in ran)
     # a cold prefill per kernel set; auto on random:tiny is `off`, untimed
-    assert [r["prefill_ms"] is not None for r in report["results"]] == [True, False] * 5
+    assert [r["prefill_ms"] is not None for r in ran] == [True, False] * (len(ran) // 2)
     assert {(r["installed"], r["auto"]["measured"]) for r in report["results"] if r["case"] == "auto"} == {("off", False)}
     assert (out / "decode_step.md").read_text().count("\n|") >= 7 and (out / "decode_step.png").stat().st_size > 1000
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--kernels", "fastest", "--out", str(out)], tmp_path)

@@ -58,8 +58,9 @@ def test_start_commit_crops_and_prepares_the_row(tiny_runtime):
 
 def test_one_decode_step_for_answers_and_answer_ahead(tiny_runtime):
     """`decode_row`: once the row ran, the token picked from the new logits
-    (greedy: the argmax) is handed on; a row that left the forward hands on
-    None with the cache unchanged; a forward error is raised to the job."""
+    (greedy: the argmax) is handed on (as a list of one); a row that left the
+    forward hands on None with the cache unchanged; a forward error is raised
+    to the job."""
     from headstart.engine.decode import decode_row
     from headstart.engine.kv import prefill
     from headstart.engine.steps import RowResult, run_rows
@@ -74,6 +75,43 @@ def test_one_decode_step_for_answers_and_answer_ahead(tiny_runtime):
     row = decode_row(model, kv, 4, None, lambda t: tokens.append(t) or False)
     results, _ = run_rows([row], 8)
     assert row.commit(results[0]) is False and kv.ids == [1, 2, 3, 4]
-    assert tokens[-1] == int(torch.argmax(reference.last_logits))
+    assert tokens[-1] == [int(torch.argmax(reference.last_logits))]
     with pytest.raises(ValueError):
         row.commit(RowResult(False, ValueError("forward failed")))
+
+
+def test_a_drafted_decode_step_keeps_what_one_at_a_time_steps_pick(tiny_runtime):
+    """With a draft, one forward checks every drafted token: the tokens kept are the
+    greedy ones (up to the first wrong guess, plus the model's own token after it),
+    the cache holds what precedes the last kept token and its logits; a stop id or
+    the limit ends the kept tokens early."""
+    from headstart.engine.decode import decode_row
+    from headstart.engine.kv import extend, prefill
+    from headstart.engine.steps import run_rows
+
+    model = tiny_runtime.model
+    prompt = [11, 12, 13]
+    greedy, reference = [], prefill(model, prompt + [14])
+    for _ in range(4):
+        greedy.append(int(torch.argmax(reference.last_logits)))
+        extend(model, reference, [greedy[-1]])
+
+    def step(guess, limit=8, stop=frozenset()):
+        kv, kept = prefill(model, prompt), []
+        row = decode_row(model, kv, 14, None, lambda t: kept.append(t) or True, draft=guess, limit=limit,
+                         stop_ids=stop)
+        results, _ = run_rows([row], 64)
+        row.commit(results[0])
+        return kept[0], kv
+
+    right = greedy[:3]
+    kept, kv = step(right)  # every guess right: the three and the model's fourth token
+    assert kept == greedy[:4] and kv.ids == prompt + [14] + greedy[:3]
+    assert torch.equal(torch.argmax(kv.last_logits), torch.tensor(greedy[3]))
+    wrong = [greedy[0], (greedy[1] + 1) % 1000, greedy[2]]
+    kept, kv = step(wrong)  # the second guess wrong: its own token replaces it
+    assert kept == greedy[:2] and kv.ids == prompt + [14, greedy[0]]
+    kept, _ = step(right, limit=2)
+    assert kept == greedy[:2]
+    kept, kv = step(right, stop={greedy[1]})
+    assert kept == greedy[:2] and kv.ids == prompt + [14, greedy[0]]

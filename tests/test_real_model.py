@@ -92,3 +92,18 @@ def test_every_kernel_level_gives_the_same_bits(real):
         finally:
             ops.kernel = saved
         assert torch.equal(logits, best), level.name
+
+
+def test_prompt_lookup_drafts_keep_the_greedy_tokens_in_fewer_forwards(real):
+    question = "What are the names and countries of singers older than 30?"
+    saved = real.draft_tokens
+    try:
+        real.draft_tokens = 0
+        plain = real.complete("concert_singer", question, "prefix", 96)
+        real.draft_tokens = 4
+        drafted = real.complete("concert_singer", question, "prefix", 96)
+    finally:
+        real.draft_tokens = saved
+    assert drafted.token_ids == plain.token_ids
+    assert plain.extra["decode_forwards"] == len(plain.token_ids) - 1 + (plain.finish_reason == "stop")
+    assert drafted.extra["decode_forwards"] < plain.extra["decode_forwards"]  # SQL copies the schema's names

@@ -113,7 +113,12 @@ class EngineSettings(BaseSettings):
         "for finding where latency goes under load; off when unset)"
     )
     debounce_ms: float = Field(300.0, ge=0, description="the paper policy's debounce")
-    answer_ahead_tokens: int = Field(32, ge=0, description="greedy answer tokens decoded while the user pauses (0 = off)")
+    answer_ahead_tokens: int = Field(
+        MAX_ANSWER_TOKENS, ge=0, description="greedy answer tokens decoded while the user pauses, up to the "
+        "answer's end (0 = off)")
+    draft_tokens: int = Field(
+        4, ge=0, le=16, description="prompt-lookup draft tokens verified per greedy decode step (speculative "
+        "decoding from the prompt: the same tokens, fewer forwards; the quantized kernels only; 0 = off)")
 
     # -- table cache (papers/tablecache.md; headstart.tables) ------------------
     table_cache: Literal["off", "pfk", "independent"] = Field(

@@ -71,7 +71,7 @@ class Answer:
         """The next step's row: the question (keeping its logits), then one decode step."""
         if not self.asked:
             return Row(self.model, self.kv, self.question_ids, True, None, self._asked)
-        return decode_row(self.model, self.kv, self.tokens[-1], None, self._on_token)
+        return decode_row(self.model, self.kv, self.tokens[-1], None, self._on_tokens)
 
     def _asked(self, result: RowResult) -> bool:
         if result.error is not None:
@@ -80,6 +80,9 @@ class Answer:
             return True
         self.asked = True
         return self._on_token(int(torch.argmax(self.kv.last_logits)))
+
+    def _on_tokens(self, tokens: list[int] | None) -> bool:
+        return True if tokens is None else self._on_token(tokens[0])
 
     def _on_token(self, token: int | None) -> bool:
         if token is None:

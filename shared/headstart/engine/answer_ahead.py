@@ -19,13 +19,15 @@ from typing import Callable
 
 from headstart.engine.decode import decode_row, pick_token
 from headstart.engine.kv import KVState
+from headstart.engine.prompt_lookup import draft
 from headstart.engine.steps import Row
 
 
 class AnswerAhead:
-    def __init__(self, max_tokens: int, stop_ids: set[int]):
+    def __init__(self, max_tokens: int, stop_ids: set[int], draft_tokens: int = 0):
         self.max_tokens = max_tokens
         self.stop_ids = stop_ids
+        self.draft_tokens = draft_tokens  # prompt-lookup drafts per step (`prompt_lookup`; 0: none)
         self.tokens: list[int] = []
 
     def reset(self) -> None:
@@ -47,18 +49,20 @@ class AnswerAhead:
         thread; no forward pass). Requires `wants_more` and no token yet."""
         self.tokens.append(pick_token(kv.last_logits))
 
-    def step_row(self, model, kv: KVState, should_abort: Callable[[], bool] | None,
-                 then: Callable[[bool], bool]) -> Row:
-        """The decode step for one more token (after `take_first`). Once it
-        ran, the token is kept and `then(True)` says whether the job goes
-        on; `then(False)` when it left the forward (cache unchanged)."""
+    def step_row(self, model, kv: KVState, prompt_ids: list[int], should_abort: Callable[[], bool] | None,
+                 then: Callable[[int], bool]) -> Row:
+        """The decode step for one more token, or several with a draft (after
+        `take_first`). Once it ran, the tokens are kept and `then(how many)`
+        says whether the job goes on; `then(0)` when it left the forward
+        (cache unchanged)."""
 
-        def on_token(token: int | None) -> bool:
-            if token is not None:
-                self.tokens.append(token)
-            return then(token is not None)
+        def on_tokens(tokens: list[int] | None) -> bool:
+            self.tokens.extend(tokens or [])
+            return then(len(tokens or []))
 
-        return decode_row(model, kv, self.tokens[-1], should_abort, on_token)
+        guess = draft(prompt_ids + self.tokens, self.draft_tokens) if self.draft_tokens else []
+        return decode_row(model, kv, self.tokens[-1], should_abort, on_tokens, None, None, guess,
+                          self.max_tokens - len(self.tokens), self.stop_ids)
 
     def usable_for(self, kv_ids: list[int], prompt_ids: list[int]) -> list[int]:
         """The tokens that start the greedy answer to `prompt_ids`, or [].

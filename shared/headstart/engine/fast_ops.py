@@ -124,6 +124,21 @@ class OneDNNOps(EagerOps):
 
 
 def onednn_supports(model) -> bool:
-    """oneDNN packed matmuls run float32 and bfloat16 on a CPU (not float64)."""
+    """oneDNN packed matmuls run float32 on a CPU, and bfloat16 where its bf16 path runs: AVX-512
+    BW/VL/DQ (or AVX-NE-CONVERT; on an AVX2-only CPU its weight reorder fails). `HEADSTART_CPU_ISA`
+    restricts it as it restricts our kernels (avx2: no bfloat16 oneDNN), so an AVX-512 machine tests
+    what an AVX2 one runs."""
     param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype in ONEDNN_DTYPES and torch.backends.mkldnn.is_available()
+    if param.device.type != "cpu" or param.dtype not in ONEDNN_DTYPES or not torch.backends.mkldnn.is_available():
+        return False
+    return param.dtype != torch.bfloat16 or _bf16_runs()
+
+
+def _bf16_runs() -> bool:
+    from headstart.kernels import cpu_isa
+
+    try:
+        level = cpu_isa.select()
+    except (ValueError, cpu_isa.IsaUnavailable):
+        return False
+    return level.name != "avx2" and torch.ops.mkldnn._is_mkldnn_bf16_supported()

@@ -27,6 +27,7 @@ from headstart.engine.commit import Commit, start_commit
 from headstart.engine.decode import decode_row, pick_token  # noqa: F401 (pick_token: re-exported)
 from headstart.engine.errors import Cancelled
 from headstart.engine.kv import KVState
+from headstart.engine.prompt_lookup import draft
 from headstart.engine.states import RequestState, advance
 from headstart.engine.steps import Row, RowResult
 from headstart.prompt import common_prefix_len, uncached_tokens
@@ -90,6 +91,7 @@ class GenerationRequest:
         ahead: Callable[[], list[int]] | None = None,
         known: list[int] | None = None,
         expected_cached: int = 0,
+        draft_tokens: int = 0,
     ):
         self.model, self._decode = model, decode
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
@@ -98,6 +100,8 @@ class GenerationRequest:
         self.token_ids: list[int] = []
         self._ahead = ahead  # greedy answer tokens decoded before the submit
         self._expected_cached = expected_cached  # what `prepare` will hold (a cost hint)
+        self.draft_tokens = draft_tokens  # prompt-lookup drafts per decode step (greedy; 0: none)
+        self.forwards = 0  # decode forwards run (with drafts, fewer than tokens)
         self.ahead_used = 0
         self._known: list[int] = []
         self.status = RequestState.QUEUED
@@ -158,7 +162,7 @@ class GenerationRequest:
             computed_tokens_at_submit=self.computed_at_submit,
             wasted_tokens=self.wasted_before + self.dropped_at_submit,
             finish_reason=self.finish_reason,
-            extra={"answer_tokens_ready_at_submit": self.ahead_used},
+            extra={"answer_tokens_ready_at_submit": self.ahead_used, "decode_forwards": self.forwards},
         )
 
     # -- worker side --------------------------------------------------------
@@ -278,14 +282,17 @@ class GenerationRequest:
         return self._emit(pick_token(self.state.last_logits, self.params, self._generator))
 
     def _decode_step(self) -> Row:
+        limit = self.params.max_new_tokens - len(self.token_ids)
+        guess = draft(self.prompt_ids + self.token_ids, self.draft_tokens) if self.draft_tokens else []
         return decode_row(self.model, self.state, self.token_ids[-1], self._yield_requested, self._decoded,
-                          self.params, self._generator)
+                          self.params, self._generator, guess, limit, self.stop_ids)
 
-    def _decoded(self, token: int | None) -> bool:
-        if token is None:
+    def _decoded(self, tokens: list[int] | None) -> bool:
+        if tokens is None:
             self.decode_yields += 1
             return True  # a new submit came first; the cache is unchanged, the step runs again
-        return self._emit(token)
+        self.forwards += 1
+        return all(self._emit(token) for token in tokens)
 
     def _emit(self, token: int) -> bool:
         if self.first_token_at is None:

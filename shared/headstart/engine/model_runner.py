@@ -79,6 +79,8 @@ class RowExtension:
     new_ids: list[int]
     want_logits: bool = True
     should_abort: Callable[[], bool] | None = None
+    logits_positions: int = 1  # the last positions whose logits are kept (into `position_logits`)
+    position_logits: torch.Tensor | None = None
 
 
 @dataclass
@@ -186,18 +188,29 @@ def _by_row(fn, live: _Rows, invariant: bool, *packed: torch.Tensor):
 
 
 def _row_logits(model, ops, calls, live: _Rows, hidden, invariant: bool = False) -> dict[int, torch.Tensor]:
-    """The LM head on the last position of each running row that wants logits."""
-    wanted = [(i, b) for i, b in enumerate(live.rows) if calls[b].want_logits]
+    """The LM head on the last position of each running row that wants logits (the last
+    `logits_positions` of a row asking for several: into its `position_logits`)."""
+    wanted = [(i, b, _positions(calls[b], live.counts[i])) for i, b in enumerate(live.rows) if calls[b].want_logits]
     if not wanted:
         return {}
-    last = torch.tensor([live.starts[i] + live.counts[i] - 1 for i, _ in wanted], device=hidden.device)
-    picked = hidden.index_select(0, last)  # [rows wanting logits, hidden]
-    # batch-invariant: one row per call, as a lone extension's head runs
-    rows = torch.cat([ops.head(picked[j:j + 1]) for j in range(len(wanted))]) if invariant else ops.head(picked)
+    index = [live.starts[i] + live.counts[i] - p + j for i, _, p in wanted for j in range(p)]
+    picked = hidden.index_select(0, torch.tensor(index, device=hidden.device))  # [positions wanting logits, hidden]
+    # batch-invariant: one position per call, as a lone extension's head runs
+    rows = torch.cat([ops.head(picked[j:j + 1]) for j in range(len(index))]) if invariant else ops.head(picked)
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:  # as the causal-LM classes that have it apply it (Gemma 2)
         rows = torch.tanh(rows / cap) * cap
-    return {b: kept_logits(rows[j]) for j, (_, b) in enumerate(wanted)}
+    out, at = {}, 0
+    for _, b, p in wanted:
+        if p > 1:
+            calls[b].position_logits = kept_logits(rows[at:at + p])
+        out[b] = kept_logits(rows[at + p - 1])
+        at += p
+    return out
+
+
+def _positions(call, new_tokens: int) -> int:
+    return max(1, min(getattr(call, "logits_positions", 1), new_tokens))
 
 
 def _append(state: KVState, new_kv: list[dict], b: int) -> None:

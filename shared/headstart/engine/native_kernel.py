@@ -1,12 +1,12 @@
 """Builds and loads headstart's native kernels (kernels/native.cpp): a small-M
 linear layer and the rows' few new tokens' attention over their caches.
 
-The kernel is C++ with AVX-512 intrinsics, compiled on the machine it runs
-on (`-O3 -march=native`, about a second with g++) the first time a model
-asks for it, and cached under `<run dir>/kernels/<hash>/` (the hash covers
-the source, the flags and the CPU's flags, so a changed source or another
-CPU builds anew). A build goes to a temporary name and is renamed into
-place, so replicas starting together never load a half-written library.
+The kernel is C++ with AVX-512 intrinsics, built for the instruction-set
+level `kernels.cpu_isa` selects (explicit flags per level, never
+`-march=native`; the LM head's screening pass only at `avx512vnni`) the
+first time a model asks for it, and cached (`kernels.build`). On a CPU
+without AVX-512, or with `HEADSTART_CPU_ISA=avx2`, it is unavailable and the
+engine runs oneDNN's kernels, saying why.
 
 No torch headers and no Python C-API: the library exports plain C functions
 called through ctypes with the tensors' data pointers (a call costs a few
@@ -21,29 +21,26 @@ to the oneDNN kernels and say why.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import shutil
-import subprocess
 import threading
 from pathlib import Path
 
 import torch
 
+from headstart.kernels import cpu_isa
 from headstart.kernels.attention_args import attention_arrays
+from headstart.kernels.build import KernelBuildError, build_and_load
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "native.cpp"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+# the instruction-set levels it is built for (cpu_isa.LEVELS; HEADSTART_CPU_ISA=avx2 turns it off)
+AVX512_LEVELS = ("avx512", "avx512vnni")
 ABI_VERSION = 5
-# the CPU features the source needs (its #error says the same)
-REQUIRED_CPU_FLAGS = ("avx512f", "fma")
 
 _lock = threading.Lock()
-_loaded: NativeKernel | None = None
-_failure: str | None = None
+_loaded: dict[str, "NativeKernel"] = {}
+_failures: dict[str, str] = {}
 
 
 class NativeKernelUnavailable(RuntimeError):
@@ -176,18 +173,27 @@ class NativeKernel:
 def load() -> NativeKernel:
     """The kernel, built on first use and cached (module doc); raises
     `NativeKernelUnavailable` with the reason when it cannot run here."""
-    global _loaded, _failure
+    try:
+        level = cpu_isa.select()
+    except (ValueError, cpu_isa.IsaUnavailable) as exc:
+        raise NativeKernelUnavailable(str(exc)) from exc
+    if level.name not in AVX512_LEVELS:
+        raise NativeKernelUnavailable(f"the native kernel needs AVX-512; the kernels run at {cpu_isa.describe(level)}")
     with _lock:
-        if _loaded is not None:
-            return _loaded
-        if _failure is not None:
-            raise NativeKernelUnavailable(_failure)
+        if level.name in _loaded:
+            return _loaded[level.name]
+        if level.name in _failures:
+            raise NativeKernelUnavailable(_failures[level.name])
         try:
-            _loaded = _build_and_load()
-            return _loaded
-        except NativeKernelUnavailable as exc:
-            _failure = str(exc)
-            raise
+            library = build_and_load(SOURCE, level.compiler_flags, f"native-{level.name}")
+        except KernelBuildError as exc:
+            _failures[level.name] = str(exc)
+            raise NativeKernelUnavailable(str(exc)) from exc
+        if library.hs_abi_version() != ABI_VERSION:
+            raise NativeKernelUnavailable(f"native kernel has ABI {library.hs_abi_version()}, expected {ABI_VERSION}")
+        kernel = _loaded[level.name] = NativeKernel(library, Path(library._name))
+        log.info("native kernel (%s) loaded from %s", level.name, library._name)
+        return kernel
 
 
 def unavailable_reason() -> str | None:
@@ -197,62 +203,3 @@ def unavailable_reason() -> str | None:
     except NativeKernelUnavailable as exc:
         return str(exc)
     return None
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-
-
-def _build_and_load() -> NativeKernel:
-    if os.uname().machine not in ("x86_64", "AMD64"):
-        raise NativeKernelUnavailable("the native kernel is x86-64 only")
-    flags = _cpu_flags()
-    missing = [f for f in REQUIRED_CPU_FLAGS if f not in flags]
-    if missing:
-        raise NativeKernelUnavailable(f"this CPU lacks {', '.join(missing)}")
-    compiler = _compiler()
-    if compiler is None:
-        raise NativeKernelUnavailable("no C++ compiler (g++, c++ or clang++; or set CXX)")
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()
-                            + " ".join(sorted(flags)).encode()).hexdigest()[:16]
-    from headstart.paths import run_dir
-
-    target = run_dir() / "kernels" / digest / "native.so"
-    if not target.exists():
-        _compile(compiler, target)
-    try:
-        library = ctypes.CDLL(str(target))
-    except OSError as exc:
-        raise NativeKernelUnavailable(f"could not load {target}: {exc}") from exc
-    if library.hs_abi_version() != ABI_VERSION:
-        raise NativeKernelUnavailable(f"{target} has ABI {library.hs_abi_version()}, expected {ABI_VERSION}")
-    log.info("native linear kernel loaded from %s", target)
-    return NativeKernel(library, target)
-
-
-def _compile(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    command = [compiler, *FLAGS, str(SOURCE), "-o", str(partial)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NativeKernelUnavailable(f"building the native kernel failed: {exc}") from exc
-    if done.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise NativeKernelUnavailable(f"building the native kernel failed ({' '.join(command)}): "
-                                      f"{done.stderr.strip()[-2000:]}")
-    os.replace(partial, target)  # atomic: a concurrent loader sees the whole file or none
-    log.info("built the native linear kernel: %s", target)

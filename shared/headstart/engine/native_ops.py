@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from headstart.engine.fast_ops import EagerOps, OneDNNOps, PackedLinear
+from headstart.engine.fast_ops import EagerOps, OneDNNOps, PackedLinear, onednn_supports
 from headstart.engine.huge_pages import huge_page_copies
 from headstart.engine.native_kernel import NativeKernel, load
 from headstart.engine.screened_head import ScreenedHead, screens
@@ -149,6 +149,6 @@ def native_supports(model) -> str | None:
     param = next(model.parameters())
     if param.device.type != "cpu" or param.dtype not in (torch.float32, torch.bfloat16):
         return "the native kernel runs float32 and bfloat16 on a CPU"
-    if not torch.backends.mkldnn.is_available():
-        return "no oneDNN for the forwards above the native kernel's token count"
+    if not onednn_supports(model):
+        return "no oneDNN kernels for this dtype here (the forwards above the native kernel's token count)"
     return unavailable_reason()

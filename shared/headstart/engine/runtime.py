@@ -82,9 +82,12 @@ class EngineRuntime:
         self.fast_path_choice = fast_path_choice(self.loaded.model)
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
+        # drafts only where a position's logits do not depend on the forward it is in (the quantized
+        # kernels): there a drafted token is kept only if one-at-a-time decoding picks it too
+        self.draft_tokens = settings.draft_tokens if self.fast_path == "quant" else 0
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
                                     settings.answer_ahead_tokens, settings.typing_settle_ms / 1000.0,
-                                    settings.typing_bulk_tokens)
+                                    settings.typing_bulk_tokens, self.draft_tokens)
         self.kv_memory = KVMemory(settings.kv_budget_bytes, self.loaded.kv_bytes_per_token(),
                                   settings.kv_session_reserve_tokens)
         self.sessions = SessionTable(settings.max_sessions, self.kv_memory, self.p0_store.states)
@@ -226,6 +229,7 @@ class EngineRuntime:
             self.loaded.model, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=chunk_tokens or self.limits.chunk_tokens, prepare=hit.prepare, started=started,
             expected_cached=hit.cached_tokens, on_finish=(lambda _request: release()) if release else None,
+            draft_tokens=self.draft_tokens,
         )
         try:
             request.enqueue_on(self.worker, priority, name, owner=f"request-{id(request)}", tenant=tenant,

@@ -69,7 +69,8 @@ class Session(SessionSteps):
         self._generation: GenerationRequest | None = None
         self._inflight: InFlight | None = None
         self.aborted_extensions = 0
-        self._ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids)
+        self._ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids,
+                                  limits.draft_tokens)
         self._ahead_prompt: list[int] = []
         self.computed_tokens = 0
         self.wasted_tokens = 0
@@ -128,7 +129,7 @@ class Session(SessionSteps):
                 self.model, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
                 started=started, known=known,
-                ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids),
+                ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids), draft_tokens=self.limits.draft_tokens,
             )
             if not request.finished_early:
                 request.enqueue_on(self.worker, Priority.SUBMIT, f"submit:{self.session_id}", owner=self.session_id)

@@ -208,12 +208,12 @@ class SessionSteps:
             if self.status is not S.ANSWERING_AHEAD:
                 return False
             inflight = self._inflight = InFlight(None, self._kv.num_tokens)
-        return self._ahead.step_row(self.model, self._kv, lambda: self._should_stop(inflight, job),
-                                    lambda stepped: self._ahead_committed(job, inflight, stepped))
+        return self._ahead.step_row(self.model, self._kv, self._ahead_prompt, lambda: self._should_stop(inflight, job),
+                                    lambda kept: self._ahead_committed(job, inflight, kept))
 
-    def _ahead_committed(self, job: Job | None, inflight: InFlight, stepped: bool) -> bool:
-        if stepped:
-            self.computed_tokens += 1
+    def _ahead_committed(self, job: Job | None, inflight: InFlight, kept: int) -> bool:
+        if kept:
+            self.computed_tokens += kept  # the cache grew by the step's token and the drafted ones kept
         with self._lock:
             if self._inflight is inflight:
                 self._inflight = None

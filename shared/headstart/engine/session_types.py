@@ -28,6 +28,8 @@ class SessionLimits:
     typing_settle_s: float = 0.3
     # ... and settled words only once this many of them are new (`policy.riding_target`)
     typing_bulk_tokens: int = 16
+    # prompt-lookup drafts per greedy decode step (`engine.prompt_lookup`; 0: none)
+    draft_tokens: int = 0
 
 
 @dataclass

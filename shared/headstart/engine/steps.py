@@ -59,6 +59,10 @@ class Row:
     want_logits: bool
     should_abort: Callable[[], bool] | None
     commit: Callable[[RowResult], bool]
+    # the last positions whose logits are kept (a decode step with a draft: all of them), and
+    # where the runner puts them [logits_positions, vocab] when more than one
+    logits_positions: int = 1
+    position_logits: object = None
 
     @property
     def num_tokens(self) -> int:
@@ -90,7 +94,8 @@ def run_forward(rows: list[Row]) -> list[RowResult]:
     row, the packed path for several (a model the packed path cannot run
     extends them one by one, each on the lone path)."""
     try:
-        if len(rows) > 1 and supports_packed_rows(rows[0].model):
+        packed = len(rows) > 1 or rows[0].logits_positions > 1  # the logits of several positions: the runner's
+        if packed and supports_packed_rows(rows[0].model):
             done = extend_rows(rows[0].model, rows)
         else:
             done = [extend(r.model, r.state, r.new_ids, r.want_logits, r.should_abort) for r in rows]

@@ -91,8 +91,11 @@ class EngineGenerator:
 
     def generate(self, question: EvalQuestion) -> Generation:
         result = self._call(question)
-        extra: dict[str, Any] = {"num_tokens": len(result.token_ids)}
+        extra: dict[str, Any] = {"num_tokens": len(result.token_ids),
+                                 # the answer's tokens, comparable across modes and runs (session = cold)
+                                 "tokens_sha256": hashlib.sha256(repr(list(result.token_ids)).encode()).hexdigest()}
         extra.update({k: getattr(result, k) for k in _RESULT_DETAILS if hasattr(result, k)})
+        extra.update(getattr(result, "extra", None) or {})  # decode forwards, answer tokens ready at submit
         if self.mode == "session":
             extra["typist_seed"] = question_seed(self.settings.seed, question.question_id)
         return Generation(text=result.text, ttft_ms=result.ttft_ms, extra=extra)

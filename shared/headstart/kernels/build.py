@@ -24,7 +24,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-BASE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno")
+# -ffp-contract=off: no multiply-add the source does not write (the kernels promise the same bits
+# on every instruction set; a fused multiply-add the compiler chose for one build would break it)
+BASE_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-ffp-contract=off")
 
 
 class KernelBuildError(RuntimeError):
