@@ -16,7 +16,6 @@ to `out_dir`. A benchmark, not a test: it never fails on a timing.
 
 from __future__ import annotations
 
-from headstart.models.catalogue import DEFAULT_MODEL
 import asyncio
 import json
 import os
@@ -28,7 +27,8 @@ from bench.common import percentile as common_percentile
 from bench.common import spider_questions
 from bench.peer_llamacpp import start_peer
 from bench.serve_typists import Sample, grpc_typist, ws_typist
-from headstart.config import EngineSettings
+from headstart.config import MAX_ANSWER_TOKENS, EngineSettings
+from headstart.models.catalogue import DEFAULT_MODEL
 from headstart.models.loader import CPU_BLAS_ENV
 from headstart.typist import Typist
 
@@ -117,7 +117,7 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
 
 def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str = "float32",
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
-                    rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = 32,
+                    rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = MAX_ANSWER_TOKENS,
                     db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto",
                     llamacpp_server: str = "auto") -> dict:
     """Run the benchmark on a local stack it starts and stops; returns the JSON it writes.

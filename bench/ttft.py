@@ -126,6 +126,10 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                     "wasted_tokens": result.wasted_tokens, "total_ms": result.total_ms,
                     "num_tokens": len(result.token_ids),
                     "answer_tokens_ready_at_submit": result.extra.get("answer_tokens_ready_at_submit", 0),
+                    # the whole answer (its stop token included) decoded ahead, before Enter
+                    "complete_at_submit": result.finish_reason == "stop" and result.extra.get(
+                        "answer_tokens_ready_at_submit", 0) > len(result.token_ids),
+                    "decode_forwards": result.extra.get("decode_forwards"),
                     "typing_s": trace.submit_t, "keystrokes": len(trace.events),
                 })
                 print(f"  q{i} {q['db_id']:8s} {mode:9s} ttft {result.ttft_ms:8.1f} ms  computed@submit "
@@ -169,6 +173,13 @@ def _mean(values) -> float:
     return statistics.fmean(known) if known else float("nan")
 
 
+def _per_forward(rows: list[dict]) -> float | None:
+    known = [r for r in rows if r.get("decode_forwards")]
+    forwards = sum(r["decode_forwards"] for r in known)
+    # each forward gives the tokens after the first, and the stop token's (one per answer)
+    return (sum(r["num_tokens"] for r in known)) / forwards if forwards else None
+
+
 def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict | None = None) -> dict:
     modes = {}
     for mode in MODES + tuple(sorted({r["mode"] for r in rows} - set(MODES))):
@@ -181,6 +192,9 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             "total_p99_ms": summarize_ms([r["total_ms"] for r in mine])["p99_ms"],
             "answer_tokens_ready_mean": statistics.fmean(r["answer_tokens_ready_at_submit"] for r in mine),
             "answer_tokens_p50": statistics.median(r["num_tokens"] for r in mine),
+            "complete_at_submit_rate": statistics.fmean(bool(r.get("complete_at_submit")) for r in mine),
+            # answer tokens per decode forward after the first token (prompt-lookup drafts: > 1)
+            "tokens_per_forward": _per_forward(mine),
             "answer_tokens_max": max(r["num_tokens"] for r in mine),
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
         }
@@ -220,13 +234,15 @@ def _write(report: dict, out: Path) -> None:
     peer = report.get("llamacpp")
     vs_peer = peer is not None and "p50_vs_llamacpp" in report["modes"]["cold"]
     header = ["mode", "TTFT mean ms", "TTFT p50 ms", "p90 ms", "p99 ms", "p50/cold", "p50/prefix",
-              "p50/decode step", "computed@submit", "wasted tokens", "answer tokens ready", "answer tokens p50 (max)",
+              "p50/decode step", "computed@submit", "wasted tokens", "answer tokens ready", "complete at Enter",
+              "answer tokens p50 (max)",
               "complete answer p50 ms", "complete p99 ms", "complete p50/prefix"] + (
                   ["TTFT p50/llamacpp", "complete p50/llamacpp"] if vs_peer else [])
     rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
              f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
              f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}",
-             f"{s['answer_tokens_ready_mean']:.1f}", f"{s['answer_tokens_p50']:.0f} ({s['answer_tokens_max']})",
+             f"{s['answer_tokens_ready_mean']:.1f}", f"{s['complete_at_submit_rate']:.0%}",
+             f"{s['answer_tokens_p50']:.0f} ({s['answer_tokens_max']})",
              s["total_p50_ms"], s["total_p99_ms"], f"{s['total_p50_vs_prefix']:.3f}"]
             + ([f"{s['p50_vs_llamacpp']:.3f}", f"{s['total_p50_vs_llamacpp']:.3f}"] if vs_peer else [])
             for m, s in report["modes"].items()]
@@ -243,7 +259,7 @@ def _write(report: dict, out: Path) -> None:
              f"{c.get('fast_path', 'off')}), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
              f"seed {c['seed']}; answers end at EOS (cap {c['max_new_tokens']} tokens)\n\n"
-             + markdown_table(header, rows) +
+             + markdown_table(header, rows) + _forwards_line(report) +
              f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms"
              + (" (median of one sample per question, each right after llama.cpp's answer)"
                 if peer and (peer.get("gguf_decode") or {}).get("rounds", {}).get("ours_ms") else "") + "; "
@@ -252,6 +268,11 @@ def _write(report: dict, out: Path) -> None:
     (out / "ttft.md").write_text(table)
     print("\n" + table)
     _plot(report, out / "ttft.png")
+
+
+def _forwards_line(report: dict) -> str:
+    parts = [f"{m} {s['tokens_per_forward']:.2f}" for m, s in report["modes"].items() if s.get("tokens_per_forward")]
+    return ("\nanswer tokens per decode forward (prompt-lookup drafts): " + ", ".join(parts)) if parts else ""
 
 
 def _choice_line(choice: dict | None) -> str:

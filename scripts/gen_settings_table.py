@@ -57,6 +57,11 @@ PLAIN = (
      "shared/headstart/paths.py"),
     ("HEADSTART_BIRD_DIR", "`$HEADSTART_SHARED/data/bird`", "BIRD data folder (`eval --dataset bird-dev`)",
      "shared/headstart/paths.py"),
+    ("HEADSTART_MODELS", "`$HEADSTART_HOME/models`", "where catalogue models' GGUF files are assembled "
+     "(`headstart model install`)", "shared/headstart/models/install.py"),
+    ("HEADSTART_CPU_ISA", "`auto` (the best this CPU runs)", "restrict the kernels to an instruction-set level: "
+     "`avx2`, `avx512`, `avx512vnni` (an AVX-512 machine runs and tests the AVX2 kernels; a level the CPU lacks is "
+     "refused)", "shared/headstart/kernels/cpu_isa.py"),
     ("HEADSTART_HOME", "`.headstart/`", "run directory: P0 caches, Ray temp files, logs, peer exports",
      "shared/headstart/paths.py"),
     ("HEADSTART_CATALOGUE_SPIDER", "`1`", "`0` leaves the Spider ids out of the catalogue",

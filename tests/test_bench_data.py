@@ -9,7 +9,7 @@ from bench.data_sessions import run_data_bench
 
 
 def test_bench_data_writes_its_report_and_rebuild_is_exact(tmp_path):
-    report = run_data_bench(tmp_path, dtype="float64", threads=1, steps=[0, 6], repeats=1, new_tokens=4,
+    report = run_data_bench(tmp_path, model="random:tiny", dtype="float64", threads=1, steps=[0, 6], repeats=1, new_tokens=4,
                             retention_rows=24, retention_batch=6, bound=200)
     assert {p.name for p in tmp_path.iterdir()} >= {"data.json", "data.md", "data.png"}
     saved = json.loads((tmp_path / "data.json").read_text())

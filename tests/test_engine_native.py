@@ -273,22 +273,35 @@ def test_a_kernel_that_cannot_build_falls_back_to_onednn(monkeypatch, tmp_path):
     reason kept on the choice; the build error names the command."""
     monkeypatch.setenv("HEADSTART_HOME", str(tmp_path))
     monkeypatch.setenv("CXX", "/bin/false")
-    with pytest.raises(native_kernel.NativeKernelUnavailable, match="building the native kernel failed"):
-        native_kernel._build_and_load()
+    monkeypatch.setattr(native_kernel, "_loaded", {})
+    monkeypatch.setattr(native_kernel, "_failures", {})
+    with pytest.raises(native_kernel.NativeKernelUnavailable, match="building native.cpp failed"):
+        native_kernel.load()
     assert not list(tmp_path.glob("kernels/*/*.so*")), "a failed build leaves no library behind"
-    monkeypatch.setattr(native_kernel, "_loaded", None)
-    monkeypatch.setattr(native_kernel, "_failure", "no C++ compiler (test)")
     model = load_model("random:tiny", "float32").model
     assert enable_fast_path(model, "native") == "onednn"
-    assert fast_path_choice(model).reason == "no C++ compiler (test)"
+    assert "building native.cpp failed" in fast_path_choice(model).reason
     enable_fast_path(model, "off")
 
 
 def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
     monkeypatch.setenv("HEADSTART_HOME", str(tmp_path))
-    first = native_kernel._build_and_load()
-    built = list(tmp_path.glob("kernels/*/native.so"))
+    monkeypatch.setattr(native_kernel, "_loaded", {})
+    first = native_kernel.load()
+    built = list(tmp_path.glob("kernels/*/native-*.so"))
     assert built == [first.path]
     mtime = first.path.stat().st_mtime_ns
-    second = native_kernel._build_and_load()  # found, not rebuilt
+    monkeypatch.setattr(native_kernel, "_loaded", {})
+    second = native_kernel.load()  # found, not rebuilt
     assert second.path == first.path and first.path.stat().st_mtime_ns == mtime
+
+
+def test_an_avx2_restriction_turns_native_off(monkeypatch):
+    """HEADSTART_CPU_ISA=avx2 on an AVX-512 machine: no native kernel (an AVX2 CPU has none),
+    and a float32 model's `native` resolves to oneDNN with that reason."""
+    monkeypatch.setenv("HEADSTART_CPU_ISA", "avx2")
+    assert "needs AVX-512" in native_kernel.unavailable_reason()
+    model = load_model("random:tiny", "float32").model
+    assert enable_fast_path(model, "native") == "onednn"
+    assert "needs AVX-512" in fast_path_choice(model).reason
+    enable_fast_path(model, "off")

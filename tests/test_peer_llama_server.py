@@ -9,6 +9,7 @@ minutes of C++); the paths without it (clear errors) are tested everywhere.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,7 +24,11 @@ import torch
 from headstart.peer.server_build import find_llama_server
 
 HAS_SERVER = find_llama_server() is not None
-needs_server = pytest.mark.skipif(not HAS_SERVER, reason="llama-server (C++) is not built: headstart peer build-server")
+# the random weights these tests serve are converted to GGUF by llama.cpp's converter (the `peer` extra)
+HAS_CONVERTER = importlib.util.find_spec("sentencepiece") is not None
+needs_server = pytest.mark.skipif(not (HAS_SERVER and HAS_CONVERTER),
+                                  reason="llama-server (C++) is not built (headstart peer build-server) or the peer "
+                                         "extra's converter dependencies are missing")
 # The GGUF carries the model's generation_config (repetition_penalty 1.05), which llama-server applies
 # by default: greedy means saying no penalties (as the benches' OpenAI requests do).
 NO_PENALTIES = {"repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "dry_multiplier": 0.0}
@@ -182,7 +187,8 @@ def test_cpp_server_command_sets_slots_context_cache_and_threads(run_home, tmp_p
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"")
     binary = tmp_path / "llama-server"
-    server = LlamaServerCpp(str(gguf), parallel=4, threads=3, ctx_per_slot=1024, binary=binary, port=1234)
+    server = LlamaServerCpp(str(gguf), parallel=4, threads=3, ctx_per_slot=1024, binary=binary, port=1234,
+                            cache_type="f32")
     cmd = server.command()
     flag = lambda name: cmd[cmd.index(name) + 1]  # noqa: E731
     assert cmd[0] == str(binary) and flag("--model") == str(gguf) and flag("--port") == "1234"
@@ -190,8 +196,11 @@ def test_cpp_server_command_sets_slots_context_cache_and_threads(run_home, tmp_p
     assert flag("--threads") == flag("--threads-batch") == "3"
     assert "--cont-batching" in cmd and "--cache-prompt" in cmd and flag("--cache-reuse") == "0"
     assert flag("--cache-type-k") == flag("--cache-type-v") == "f32" and flag("--flash-attn") == "off"
-    defaults = LlamaServerCpp(str(gguf), cache_type="f16", binary=binary).command()  # llama.cpp's own numerics
-    assert defaults[defaults.index("--flash-attn") + 1] == "auto" and defaults[defaults.index("--cache-type-k") + 1] == "f16"
+    f16 = LlamaServerCpp(str(gguf), cache_type="f16", binary=binary).command()
+    assert f16[f16.index("--flash-attn") + 1] == "auto" and f16[f16.index("--cache-type-k") + 1] == "f16"
+    # a trained GGUF (a user's file, a catalogue model): llama.cpp's own defaults, no attention flags
+    defaults = LlamaServerCpp(str(gguf), binary=binary).command()
+    assert "--cache-type-k" not in defaults and "--flash-attn" not in defaults
     assert server.describe() == "llama-server (C++) -np 4"
 
 

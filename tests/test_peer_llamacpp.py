@@ -122,7 +122,7 @@ def test_bench_ttft_skips_the_llamacpp_mode_with_a_note_without_the_extra(tmp_pa
     assert "llamacpp mode skipped" in notes[0] and "peer extra" in notes[0] and "build-server" in notes[0]
     # The report and its table without the mode (what run_ttft_bench writes then).
     rows = [{"mode": m, "ttft_ms": 5.0, "total_ms": 9.0, "computed_tokens_at_submit": 1, "wasted_tokens": 0,
-             "answer_tokens_ready_at_submit": 0, "prompt_tokens": 50, "identical_to_cold": True}
+             "answer_tokens_ready_at_submit": 0, "prompt_tokens": 50, "identical_to_cold": True, "num_tokens": 4}
             for m in ("cold", "prefix", "paper", "headstart")]
     report = _report(rows, 3.0, {"model": "random:tiny", "dtype": "float32", "device": "cpu", "threads": 2,
                                  "dbs": ["world_1"], "questions": 1, "wpm": 40, "typo_rate": 0, "pause": 0,

@@ -360,10 +360,11 @@ def bench_stream(
 
 def _mount_eval() -> None:
     """`headstart eval` and `headstart eval-compare` (issue: evaluation harness)."""
-    from headstart.eval.cli import compare_cli, eval_cli
+    from headstart.eval.cli import compare_cli, eval_cli, rescore_cli
 
     app.command("eval", help="Execution accuracy of a serving mode on Spider/BIRD (SQLite or PostgreSQL).")(eval_cli)
     app.command("eval-compare", help="Paired comparison (flips, McNemar) of several eval runs.")(compare_cli)
+    app.command("eval-rescore", help="Score a finished run's answers again under other rules.")(rescore_cli)
 
 
 _mount_eval()

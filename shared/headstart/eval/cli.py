@@ -28,6 +28,7 @@ from headstart.eval.harness import run_eval
 from headstart.eval.records import QuestionResult
 from headstart.eval.report import write_run
 from headstart.eval.summary import summarize
+from headstart.models.catalogue import DEFAULT_MODEL
 
 POSTGRES_DSN_ENV = "HEADSTART_POSTGRES_DSN"
 
@@ -136,11 +137,12 @@ def _progress_printer(total: int):
 
 # -- typer wrappers (options and printing only) --------------------------------
 
-MODEL_HELP = "model dir, hub id, or random:<preset> (not needed for --mode gold)"
+MODEL_HELP = ("a catalogue model, a .gguf file, a model dir, a hub id, or random:<preset> "
+              f"(default {DEFAULT_MODEL}; not used by --mode gold)")
 
 
 def eval_cli(
-    model: str = typer.Option("", help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dataset: str = typer.Option("spider-dev", help="spider-dev | bird-dev | FILE.json ({question, query, db_id} list)"),
     mode: str = typer.Option("gold", help=f"serving path: {' | '.join(MODES)}"),
     out: Path = typer.Option(Path("out/eval"), help="folder for eval.json, eval.md, eval.png"),
@@ -198,3 +200,22 @@ def compare_cli(
         typer.secho(f"error [{exc.code}]: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
     typer.echo((out / "compare.md").read_text(encoding="utf-8"))
+
+
+def rescore_cli(
+    run: Path = typer.Argument(..., help="a run folder (or its eval.json) to score again"),
+    rules: str = typer.Option("spider-official", help="the rule set to score it under: spider | spider-official | bird"),
+    out: Path = typer.Option(Path("out/eval-rescored"), help="folder for the rescored eval.json, eval.md, eval.png"),
+) -> None:
+    """Score a finished run's recorded answers again under other rules (nothing is generated again)."""
+    from headstart.eval.errors import EvalError
+    from headstart.eval.report import HEADLINE_HEADER, HEADLINE_RULE, headline_row
+    from headstart.eval.rescore import rescore_command
+
+    try:
+        summary = rescore_command(run, rules, out)
+    except EvalError as exc:
+        typer.secho(f"error [{exc.code}]: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
+    typer.echo("\n".join([HEADLINE_HEADER, HEADLINE_RULE, headline_row(summary["config"]["mode"], summary)]))
+    typer.echo(f"wrote {out}/eval.json, eval.md, eval.png ({rules} rules)")

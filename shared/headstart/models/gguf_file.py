@@ -156,6 +156,15 @@ class GgufHeader:
         data = self._map[start:start + rows * row_bytes].reshape(rows, row_bytes)
         return TensorInfo(name, dims, ggml_type, offset, rows * row_bytes, data)
 
+    def own_map(self, name: str) -> np.ndarray:
+        """Tensor `name`'s bytes [rows, row bytes] in a memory map of their own: the pages a
+        reader touches there are all this process keeps of the file once the header (and
+        its whole-file map) is dropped."""
+        t = self.tensors[name]
+        rows, row_bytes = t.data.shape
+        return np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.data_start + t.offset,
+                         shape=(rows, row_bytes))
+
     def value(self, key: str, default=None):
         """A metadata value (arrays are read now, as lists)."""
         value = self._values.get(key, default)

@@ -142,7 +142,10 @@ def load_gguf_model(path: Path, kernel: QuantKernel):
         mlp.down_proj = linear(b + "ffn_down.weight")
     decoder.norm = norm("output_norm.weight")
     embed = file.tensor("token_embd.weight")
-    decoder.embed_tokens = QuantEmbedding(embed.data, embed.ggml_type, config.vocab_size, config.hidden_size)
+    # rows read from a map of the embedding alone: the whole file's map goes with `file`, and with it
+    # the ~0.5 GB of file pages packing read (they would count in this process's RSS)
+    decoder.embed_tokens = QuantEmbedding(file.own_map("token_embd.weight"), embed.ggml_type, config.vocab_size,
+                                          config.hidden_size)
     # a tied head (Qwen2.5 1.5B/3B) is the embedding's matrix, packed for the kernels
     model.lm_head = linear("token_embd.weight" if config.tie_word_embeddings else "output.weight")
     with torch.device("cpu"):

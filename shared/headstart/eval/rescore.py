@@ -1,0 +1,68 @@
+"""Score a finished run again under other rules, without generating anything again.
+
+A Spider run takes an hour of model time; its answers do not depend on the
+rule set that scores them. `rescore_command(run, rules, out)` replays the
+run's recorded answers (`RecordedGenerator`: each question's raw answer
+text, TTFT and details as generated) through the same harness with another
+rule set, on the same questions (re-loaded from the run's own config), and
+writes a new run folder whose config says where its answers came from.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from headstart.eval.compare import get_rule
+from headstart.eval.dataset import load_dataset
+from headstart.eval.errors import DatasetError
+from headstart.eval.executors import ExecLimits, build_executor
+from headstart.eval.harness import run_eval
+from headstart.eval.records import EvalQuestion, Generation
+from headstart.eval.report import load_run, write_run
+from headstart.eval.summary import summarize
+
+
+class RecordedGenerator:
+    """Answers with what a finished run generated for each question (by question id)."""
+
+    def __init__(self, run: dict[str, Any]):
+        self.mode = run["config"].get("mode", "recorded")
+        self._answers = {q["question_id"]: q for q in run["questions"] if q.get("status") != "skipped"}
+
+    def warmup(self, question: EvalQuestion) -> None:
+        return None
+
+    def generate(self, question: EvalQuestion) -> Generation:
+        recorded = self._answers.get(question.question_id)
+        if recorded is None:
+            raise DatasetError(f"the run has no answer for question {question.question_id}")
+        return Generation(text=recorded.get("pred_text", ""), ttft_ms=recorded.get("ttft_ms"),
+                          extra=recorded.get("extra") or {})
+
+    def close(self) -> None:
+        return None
+
+
+def rescore_command(run: Path, rules: str, out: Path) -> dict[str, Any]:
+    """The run at `run` scored under `rules`, written under `out`; returns the summary."""
+    rule = get_rule(rules)
+    data = load_run(Path(run))
+    config = dict(data["config"])
+    if config.get("executor", "sqlite") != "sqlite":
+        raise DatasetError("rescore replays SQLite runs only (a PostgreSQL run needs its migrated schemas)")
+    dataset = load_dataset(config.get("dataset", "spider-dev"),
+                           db_dir=Path(config["db_dir"]) if config.get("db_dir") else None,
+                           dbs=config.get("dbs"), limit=config.get("limit"))
+    limits = ExecLimits(timeout_s=config.get("timeout_s", 30.0), row_limit=config.get("row_limit", 100_000))
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        runner = build_executor("sqlite", limits)
+        stack.callback(runner.close)
+        rows = run_eval(dataset.questions, RecordedGenerator(data), runner, rule)
+    summary = summarize(rows)
+    config.update(rules=rules, rescored_from=str(run), rescore_s=round(time.perf_counter() - started, 3))
+    write_run(Path(out), config, summary, rows)
+    return {**summary, "config": config}
