@@ -276,91 +276,148 @@ inline int32_t x4_at(const int8_t* x) {
   return v;
 }
 
+// The four GGUF formats (packing.py FORMATS): value = d[superblock] * sc[group] * (q - offset)
+// (- dmin[superblock] * m[group] for Q4_K); sc = 1 for Q8_0 and Q5_0, whose group is the super-block.
+enum Kind : int32_t { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
+
 struct Segment {
-  const uint8_t* data;     // the packed blocks
-  const float* scale;      // [N/16][groups][16]
-  const float* minimum;    // 4-bit: [N/16][groups][16]; else null
-  const float* offset;     // 8-bit: [N/16][16]; else null
-  const uint8_t* wide;     // 8-bit: [N/16] 1 where a block's bytes exceed 128; else null
-  const float* bias;       // [N] or null
-  int64_t n;               // rows (a multiple of 16)
-  int64_t col;             // first output column in y
-  int32_t group;           // 16 or 32 (8-bit), 32 (4-bit)
-  int32_t bits;            // 8 or 4
+  const uint8_t* data;   // the blocks' units: [N/16][K/32][unit bytes]
+  const uint16_t* d;     // fp16 [N/16][K/superblock][16]
+  const uint8_t* sc;     // Q6_K int8, Q4_K uint8: [N/16][K/group][16]; else null
+  const uint16_t* dmin;  // Q4_K: fp16 [N/16][K/256][16]
+  const uint8_t* m;      // Q4_K: uint8 [N/16][K/32][16]
+  const uint8_t* wide;   // [N/16]: 1 where a block holds bytes above 128 (Q8_0)
+  const float* bias;     // [N] or null
+  int64_t n;             // rows (a multiple of 16)
+  int64_t col;           // first output column in y
+  int32_t kind;
+  int32_t reserved;
 };
 
-// The 16 rows of block `b` of `s` for tokens m0 .. m0 + MT - 1 (mt of them real).
-template <int MT, bool WIDE>
-void block_u8(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
-              int mt, float* y, int64_t ldy) {
-  const int64_t groups = K / s.group;
-  const uint8_t* w = s.data + b * (K / 4) * CHUNK;
-  const float* sc = s.scale + b * groups * ROWS;
-  const V16 off = vload(s.offset + b * ROWS);
-  V16 facc[MT];
-  for (int m = 0; m < MT; ++m) facc[m] = vzero();
-  const int steps = s.group / 4;  // 4-k chunks per group
-  for (int64_t g = 0; g < groups; ++g) {
-    I16 acc[MT];
-    for (int m = 0; m < MT; ++m) acc[m] = izero();
-    const int64_t k0 = g * s.group;
-    for (int c = 0; c < steps; ++c) {
-      const Chunk wc = load_chunk(w + (k0 / 4 + c) * CHUNK);
-      for (int m = 0; m < MT; ++m)
-        if (m < mt) dot_chunk<WIDE>(acc[m], wc, x4_at(xq + m * K + k0 + 4 * c));
-    }
-    const V16 sg = vload(sc + g * ROWS);
-    for (int m = 0; m < MT; ++m) {
-      if (m >= mt) break;
-      const float xsg = xs[m * (K / 32) + k0 / 32];
-      float xsum = xsum16[m * (K / 16) + k0 / 16];
-      if (s.group == 32) xsum += xsum16[m * (K / 16) + k0 / 16 + 1];
-      V16 d = icvt(acc[m]);
-#if defined(HS_VNNI)
-      d = vfnma(off, vset1(xsum), d);  // the offset's share, exactly (every term an integer < 2^24)
+constexpr int UNIT_BYTES[4] = {512, 320, 384, 256};
+
+// 16 fp16 as floats (exact), 16 int8 / uint8 as floats (exact)
+#if defined(HS_AVX512)
+inline V16 vload_f16(const uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p))}; }
+inline V16 vload_i8(const uint8_t* p) {
+  return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)))};
+}
+inline V16 vload_u8(const uint8_t* p) {
+  return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)))};
+}
 #else
-      if (!WIDE) d = vfnma(off, vset1(xsum), d);  // WIDE sums were taken on q - 128 already
+inline V16 vload_f16(const uint16_t* p) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 8)))};
+}
+inline V16 vload_i8(const uint8_t* p) {
+  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p))),
+          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(p + 8))))};
+}
+inline V16 vload_u8(const uint8_t* p) {
+  return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p))),
+          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(p + 8))))};
+}
 #endif
-      facc[m] = vfma(d, vmul(sg, vset1(xsg)), facc[m]);
+
+// A chunk's extra bit plane (8 bytes: bit 4r + i for row r, k i) as `value` where set, else 0.
+#if defined(HS_AVX512)
+inline Chunk plane(const uint8_t* p, char value) {
+  uint64_t bits;
+  memcpy(&bits, p, 8);
+  return _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(value));
+}
+inline Chunk chunk_or(Chunk a, Chunk b) { return _mm512_or_si512(a, b); }
+#else
+// 32 bits -> 32 bytes, 0xFF where set (byte j: bit j)
+inline __m256i bytes_from_bits(uint32_t bits) {
+  const __m256i shuffle = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                             0x0303030303030303);
+  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuffle);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+inline Chunk plane(const uint8_t* p, char value) {
+  uint32_t lo, hi;
+  memcpy(&lo, p, 4);
+  memcpy(&hi, p + 4, 4);
+  const __m256i v = _mm256_set1_epi8(value);
+  return {_mm256_and_si256(bytes_from_bits(lo), v), _mm256_and_si256(bytes_from_bits(hi), v)};
+}
+inline Chunk chunk_or(Chunk a, Chunk b) { return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }
+#endif
+
+// Chunk c (0..7: k 4c .. 4c+3 of the unit) of a unit's values, unpacked to one byte per value.
+template <int KIND>
+inline Chunk unit_chunk(const uint8_t* unit, int c) {
+  if constexpr (KIND == Q8_0) {
+    return load_chunk(unit + c * CHUNK);
+  } else {
+    const Chunk packed = load_chunk(unit + (c / 2) * CHUNK);
+    Chunk v = (c & 1) ? high_nibbles(packed) : low_nibbles(packed);
+    if constexpr (KIND == Q5_0) v = chunk_or(v, plane(unit + 256 + c * 8, 0x10));
+    if constexpr (KIND == Q6_K) {
+      v = chunk_or(v, plane(unit + 256 + c * 16, 0x10));
+      v = chunk_or(v, plane(unit + 256 + c * 16 + 8, 0x20));
     }
-  }
-  for (int m = 0; m < mt; ++m) {
-    V16 out = facc[m];
-    if (s.bias) out = vadd(out, vload(s.bias + b * ROWS));
-    vstore(y + m * ldy + s.col + b * ROWS, out);
+    return v;
   }
 }
 
-// 4-bit blocks: groups of 32, a minimum per group; 8 k (two 4-k chunks, low and high nibbles) per 64 bytes.
-template <int MT>
-void block_u4(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
-              int mt, float* y, int64_t ldy) {
-  const int64_t groups = K / 32;
-  const uint8_t* w = s.data + b * (K / 8) * CHUNK;
-  const float* sc = s.scale + b * groups * ROWS;
-  const float* mn = s.minimum + b * groups * ROWS;
+constexpr int OFFSET[4] = {128, 16, 32, 0};
+
+// The 16 rows of block `b` of `s` for tokens m0 .. m0 + MT - 1 (mt of them real). Per 32-k unit:
+// the integer sums (per group of 16 for Q6_K), then the groups combined in float in order.
+template <int KIND, int MT, bool WIDE>
+void block_q(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
+             int mt, float* y, int64_t ldy) {
+  const int64_t units = K / 32;
+  const uint8_t* w = s.data + b * units * UNIT_BYTES[KIND];
+  const int64_t supers = KIND == Q6_K || KIND == Q4_K ? K / 256 : units;
+  const uint16_t* d = s.d + b * supers * ROWS;
+  const V16 off = vset1((float)OFFSET[KIND]);
   V16 facc[MT];
   for (int m = 0; m < MT; ++m) facc[m] = vzero();
-  for (int64_t g = 0; g < groups; ++g) {
-    I16 acc[MT];
-    for (int m = 0; m < MT; ++m) acc[m] = izero();
-    const int64_t k0 = g * 32;
-    for (int c = 0; c < 4; ++c) {
-      const Chunk packed = load_chunk(w + (k0 / 8 + c) * CHUNK);
-      const Chunk lo = low_nibbles(packed), hi = high_nibbles(packed);
+  for (int64_t u = 0; u < units; ++u) {
+    const uint8_t* unit = w + u * UNIT_BYTES[KIND];
+    constexpr int HALVES = KIND == Q6_K ? 2 : 1;  // Q6_K: two groups of 16 per unit
+    I16 acc[HALVES][MT];
+    for (int h = 0; h < HALVES; ++h)
+      for (int m = 0; m < MT; ++m) acc[h][m] = izero();
+    for (int c = 0; c < 8; ++c) {
+      const Chunk wc = unit_chunk<KIND>(unit, c);
+      const int h = HALVES == 2 ? c / 4 : 0;
+      for (int m = 0; m < MT; ++m)
+        if (m < mt) dot_chunk<WIDE>(acc[h][m], wc, x4_at(xq + m * K + u * 32 + 4 * c));
+    }
+    for (int h = 0; h < HALVES; ++h) {
+      V16 sg;  // the scale of this group for the 16 rows: d (x sc), exact
+      if constexpr (KIND == Q6_K)
+        sg = vmul(vload_f16(d + (u / 8) * ROWS), vload_i8(s.sc + (b * (K / 16) + 2 * u + h) * ROWS));
+      else if constexpr (KIND == Q4_K)
+        sg = vmul(vload_f16(d + (u / 8) * ROWS), vload_u8(s.sc + (b * units + u) * ROWS));
+      else
+        sg = vload_f16(d + u * ROWS);
+      V16 mg = vzero();
+      if constexpr (KIND == Q4_K)
+        mg = vmul(vload_f16(s.dmin + (b * supers + u / 8) * ROWS), vload_u8(s.m + (b * units + u) * ROWS));
       for (int m = 0; m < MT; ++m) {
         if (m >= mt) break;
-        dot_chunk<false>(acc[m], lo, x4_at(xq + m * K + k0 + 8 * c));
-        dot_chunk<false>(acc[m], hi, x4_at(xq + m * K + k0 + 8 * c + 4));
+        const float xsg = xs[m * units + u];
+        const float* sums = xsum16 + m * (K / 16) + 2 * u;
+        const float xsum = HALVES == 2 ? sums[h] : sums[0] + sums[1];
+        V16 dv = icvt(acc[h][m]);
+        if constexpr (KIND == Q4_K) {
+          facc[m] = vfma(dv, vmul(sg, vset1(xsg)), facc[m]);
+          facc[m] = vfnma(vmul(mg, vset1(xsg)), vset1(xsum), facc[m]);
+          continue;
+        }
+#if defined(HS_VNNI)
+        dv = vfnma(off, vset1(xsum), dv);  // the offset's share, exactly (every term an integer < 2^24)
+#else
+        if (!WIDE) dv = vfnma(off, vset1(xsum), dv);  // WIDE sums were taken on q - 128 already
+#endif
+        facc[m] = vfma(dv, vmul(sg, vset1(xsg)), facc[m]);
       }
-    }
-    const V16 sg = vload(sc + g * ROWS), mg = vload(mn + g * ROWS);
-    for (int m = 0; m < MT; ++m) {
-      if (m >= mt) break;
-      const V16 xsg = vset1(xs[m * (K / 32) + g]);
-      const float xsum = xsum16[m * (K / 16) + 2 * g] + xsum16[m * (K / 16) + 2 * g + 1];
-      facc[m] = vfma(icvt(acc[m]), vmul(sg, xsg), facc[m]);
-      facc[m] = vfnma(vmul(mg, xsg), vset1(xsum), facc[m]);
     }
   }
   for (int m = 0; m < mt; ++m) {
@@ -376,6 +433,15 @@ constexpr int MT = 8;  // tokens per pass over a block: 8 int + 8 float accumula
 constexpr int MT = 2;  // 2 x (2 int + 2 float) ymm accumulators of 16
 #endif
 
+template <int KIND>
+void run_kind(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
+              int mt, float* y, int64_t ldy) {
+  if (KIND == Q8_0 && s.wide[b])
+    block_q<KIND, MT, true>(s, b, xq, xs, xsum16, K, mt, y, ldy);
+  else
+    block_q<KIND, MT, false>(s, b, xq, xs, xsum16, K, mt, y, ldy);
+}
+
 void run_block(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t M,
                int64_t K, float* y, int64_t ldy) {
   for (int64_t m0 = 0; m0 < M; m0 += MT) {
@@ -384,12 +450,12 @@ void run_block(const Segment& s, int64_t b, const int8_t* xq, const float* xs, c
     const float* xsm = xs + m0 * (K / 32);
     const float* xsumm = xsum16 + m0 * (K / 16);
     float* ym = y + m0 * ldy;
-    if (s.bits == 4)
-      block_u4<MT>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy);
-    else if (s.wide[b])
-      block_u8<MT, true>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy);
-    else
-      block_u8<MT, false>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy);
+    switch (s.kind) {
+      case Q8_0: run_kind<Q8_0>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy); break;
+      case Q5_0: run_kind<Q5_0>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy); break;
+      case Q6_K: run_kind<Q6_K>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy); break;
+      default: run_kind<Q4_K>(s, b, xqm, xsm, xsumm, K, mt, ym, ldy); break;
+    }
   }
 }
 
@@ -401,7 +467,7 @@ void matmul(const int8_t* xq, const float* xs, const float* xsum16, int64_t M, i
   double total = 0;
   for (int i = 0; i < nseg; ++i) {
     first[i + 1] = first[i] + segs[i].n / ROWS;
-    cost[i] = segs[i].bits == 4 ? 0.6 : 1.0;  // a 4-bit block: half the bytes, some unpacking
+    cost[i] = UNIT_BYTES[segs[i].kind] / 512.0 + 0.15;  // a block's bytes, and a little for its unpacking
     total += cost[i] * (double)(segs[i].n / ROWS);
   }
 #pragma omp parallel num_threads(threads)
@@ -644,7 +710,7 @@ void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerS
 
 extern "C" {
 // The ABI version quant_kernel.py checks: bump it when a signature changes.
-int hs_q_abi_version(void) { return 2; }
+int hs_q_abi_version(void) { return 3; }
 
 // Which build this is: 2 (AVX2), 5 (AVX-512), 6 (AVX-512 with VNNI).
 int hs_q_isa(void) {

@@ -23,7 +23,7 @@ from headstart.kernels.packing import PackedMatrix
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("quant.cpp")
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 _lock = threading.Lock()
 _loaded: dict[str, "QuantKernel"] = {}
@@ -35,9 +35,10 @@ class QuantKernelUnavailable(RuntimeError):
 
 class _Segment(ctypes.Structure):
     # kernels/quant.cpp: struct Segment
-    _fields_ = [("data", ctypes.c_void_p), ("scale", ctypes.c_void_p), ("minimum", ctypes.c_void_p),
-                ("offset", ctypes.c_void_p), ("wide", ctypes.c_void_p), ("bias", ctypes.c_void_p),
-                ("n", ctypes.c_int64), ("col", ctypes.c_int64), ("group", ctypes.c_int32), ("bits", ctypes.c_int32)]
+    _fields_ = [("data", ctypes.c_void_p), ("d", ctypes.c_void_p), ("sc", ctypes.c_void_p),
+                ("dmin", ctypes.c_void_p), ("m", ctypes.c_void_p), ("wide", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("n", ctypes.c_int64), ("col", ctypes.c_int64), ("kind", ctypes.c_int32),
+                ("reserved", ctypes.c_int32)]
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -108,8 +109,8 @@ class FusedSegments:
         col = 0
         segs = []
         for m in matrices:
-            segs.append(_Segment(_ptr(m.data), _ptr(m.scale), _ptr(m.minimum), _ptr(m.offset), _ptr(m.wide),
-                                 _ptr(m.bias), m.n, col, m.group, m.bits))
+            segs.append(_Segment(_ptr(m.data), _ptr(m.d), _ptr(m.sc), _ptr(m.dmin), _ptr(m.m), _ptr(m.wide),
+                                 _ptr(m.bias), m.n, col, m.format.code, 0))
             col += m.n
         self.array = (_Segment * len(segs))(*segs)
         self.count = len(segs)

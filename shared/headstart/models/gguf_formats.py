@@ -7,10 +7,10 @@ per-group minimum for Q4_K):
 
 | GGUF type | block | serving form (`IntGroups`) | value |
 |---|---|---|---|
-| Q8_0 | 32: fp16 d, 32 int8 | u8 = q + 128, group 32 | d * (u - 128) |
-| Q5_0 | 32: fp16 d, 32 5-bit | u8 in 0..31, group 32 | d * (u - 16) |
-| Q6_K | 256: 16 int8 sub-scales, fp16 d, 6-bit | u8 in 0..63, group 16 | (d * sc) * (u - 32) |
-| Q4_K | 256: 8 6-bit scales/mins, fp16 d, dmin, 4-bit | u4 in 0..15, group 32, min | (d * sc) * u - dmin * m |
+| Q8_0 | 32: fp16 d, 32 int8 | u = q + 128 (8 bits), group 32 | d * (u - 128) |
+| Q5_0 | 32: fp16 d, 32 5-bit | u in 0..31, group 32 | d * (u - 16) |
+| Q6_K | 256: 16 int8 sub-scales, fp16 d, 6-bit | u in 0..63, group 16 | (d * sc) * (u - 32) |
+| Q4_K | 256: 8 6-bit scales/mins, fp16 d, dmin, 4-bit | u in 0..15, group 32, min | (d * sc) * u - dmin * m |
 
 Every scale and minimum is a product of an fp16 and an integer of at most 8
 bits, exact in float32, so `IntGroups.dequantize()` gives the very floats
@@ -58,7 +58,7 @@ def decode_q8_0(data: np.ndarray, k: int) -> IntGroups:
     b = _blocks(data, Q8_0, k)
     d = _fp16(b[..., 0:2].reshape(*b.shape[:2], 2))
     q = (b[..., 2:34].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
-    return IntGroups(q.reshape(b.shape[0], k), d, 32, 128, 8)
+    return IntGroups("q8_0", q.reshape(b.shape[0], k), d)
 
 
 def decode_q5_0(data: np.ndarray, k: int) -> IntGroups:
@@ -69,7 +69,7 @@ def decode_q5_0(data: np.ndarray, k: int) -> IntGroups:
     low = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # [N, blocks, 32]
     high = ((qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
     q = low | (high << 4)
-    return IntGroups(q.reshape(b.shape[0], k), d, 32, 16, 8)
+    return IntGroups("q5_0", q.reshape(b.shape[0], k), d)
 
 
 def _k4_scales_mins(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,10 +92,8 @@ def decode_q4_k(data: np.ndarray, k: int) -> IntGroups:
     sc, mn = _k4_scales_mins(b[..., 4:16])
     qs = b[..., 16:144].reshape(n, nb, 4, 32)  # four 64-element chunks: sub-block 2j low nibbles, 2j+1 high
     q = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, nb, 256)
-    # (d * sc) and (dmin * m) in float32, as ggml computes them
-    scale = (d[..., None] * sc.astype(np.float32)).astype(np.float32)
-    minimum = (dmin[..., None] * mn.astype(np.float32)).astype(np.float32)
-    return IntGroups(q.reshape(n, k), scale.reshape(n, k // 32), 32, 0, 4, minimum.reshape(n, k // 32))
+    # the scale d * sc and the minimum dmin * m of each group (float32 products, as ggml computes them)
+    return IntGroups("q4_k", q.reshape(n, k), d, sc.reshape(n, k // 32), dmin, mn.reshape(n, k // 32))
 
 
 def decode_q6_k(data: np.ndarray, k: int) -> IntGroups:
@@ -109,8 +107,7 @@ def decode_q6_k(data: np.ndarray, k: int) -> IntGroups:
     parts = [(lo & 0x0F) | ((qh & 3) << 4), (hi & 0x0F) | (((qh >> 2) & 3) << 4),
              (lo >> 4) | (((qh >> 4) & 3) << 4), (hi >> 4) | (((qh >> 6) & 3) << 4)]
     q = np.concatenate(parts, axis=-1).reshape(n, nb, 256)  # each half: elements l, l+32, l+64, l+96
-    scale = (d[..., None] * sc.astype(np.float32)).astype(np.float32)
-    return IntGroups(q.reshape(n, k).astype(np.uint8), scale.reshape(n, k // 16), 16, 32, 8)
+    return IntGroups("q6_k", q.reshape(n, k).astype(np.uint8), d, sc.reshape(n, k // 16).copy())
 
 
 DECODERS = {Q8_0: decode_q8_0, Q5_0: decode_q5_0, Q4_K: decode_q4_k, Q6_K: decode_q6_k}

@@ -39,7 +39,7 @@ class QuantLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         m = self.matrix
-        return f"in={m.k}, out={m.n_real}, {m.bits}-bit groups of {m.group}, kernels={self.kernel.name}"
+        return f"in={m.k}, out={m.n_real}, {m.kind} ({m.format.bits}-bit), kernels={self.kernel.name}"
 
 
 class QuantEmbedding(torch.nn.Module):
