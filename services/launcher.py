@@ -1,6 +1,7 @@
 """`headstart serve`: the whole local stack in one command.
 
-Starts a local Ray (temp files under the run directory, auth off), the engine
+Starts a local Ray (temp files under the run directory, Ray's token auth on:
+services/engine/ray_auth.py), the engine
 deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
 /metrics, public gRPC), the flash worker (`python -m services.flash`, a child
 process) and the Redis that data sessions need (rows log,
@@ -84,7 +85,6 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
         host = "127.0.0.1"
     elif not token_map:
         say("no --token configured: no authentication, listening on loopback only")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     stack_exit = contextlib.ExitStack()
     try:
         redis_url = _redis(redis_url or os.environ.get(REDIS_URL_ENV), stack_exit, say)
@@ -95,7 +95,8 @@ def serve_command(model: str = "random:tiny", dtype: str = "float32", host: str 
         threads = threads or default_replica_threads(device, replicas)
         per_replica = f", {threads} torch thread(s) each" if threads else ""
         say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model}{per_replica} ...")
-        start_ray(temp)
+        ray_auth = start_ray(temp)
+        stack_exit.callback(ray_auth.cleanup)  # runs after stop_engine (an ExitStack unwinds backwards)
         stack_exit.callback(stop_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
                                   table_cache=table_cache, redis_url=redis_url)

@@ -1,6 +1,6 @@
 """A real serving stack for integration tests, started once per test session.
 
-`serve_stack`: a local Ray (private temp dir, auth off), Ray Serve with the
+`serve_stack`: a local Ray (private temp dir, Ray's token auth on), Ray Serve with the
 engine app (2 replicas, CPU, random:tiny in float64, at most 4 attached
 sessions per replica) behind Serve's gRPC proxy, and a gateway (HTTP +
 WebSocket + public gRPC on free ports) with two tenants. Both use the
@@ -45,6 +45,7 @@ class TestEngine:
     secret: str
     db_root: Path
     redis_url: str = ""
+    ray_auth: object = None  # services.engine.ray_auth.RayAuth: Ray's token file
 
     def metadata(self, session_id: str | None = None) -> tuple[tuple[str, str], ...]:
         from services.engine.ray_stack import EngineStack
@@ -75,7 +76,7 @@ def serve_engine(tmp_path_factory, redis_url):
     from tests.tenant_dbs import make_tenant_dbs
 
     ray_dir = Path(tempfile.mkdtemp(prefix="hsr", dir="/tmp"))  # short: Ray's socket paths
-    start_ray(ray_dir, num_cpus=2)
+    ray_auth = start_ray(ray_dir, num_cpus=2)
     settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
                               p0_cache_dir=tmp_path_factory.mktemp("serve-p0"), kv_budget_bytes=KV_BUDGET_BYTES,
                               redis_url=redis_url)
@@ -83,9 +84,10 @@ def serve_engine(tmp_path_factory, redis_url):
     try:
         engine = start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED,
                               catalogue={"sqlite_roots": [str(db_root)]})
-        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root, redis_url)
+        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root, redis_url, ray_auth)
     finally:
         stop_engine()
+        ray_auth.cleanup()
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
