@@ -220,13 +220,6 @@ def test_gpu_requests_follow_gpus_per_replica():
     assert cache.obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
-def _secret_ref(container: dict, env_name: str) -> dict | None:
-    for env in container.get("env", []):
-        if env["name"] == env_name:
-            return env.get("valueFrom", {}).get("secretKeyRef")
-    return None
-
-
 def _pod_specs(obj) -> list[dict]:
     """The pod specs of a Deployment or of a RayService's head and worker groups."""
     spec = obj.obj["spec"]
