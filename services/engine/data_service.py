@@ -130,8 +130,9 @@ class DataService:
     def _build(self, session_id: str, spec: str, tenant: str | None, settings, rows) -> DataSession:
         """A new DataSession, rebuilt from `rows` when given (blocks until it is LIVE)."""
         on_version = self.publisher.listener(session_id, tenant) if self.publisher is not None else None
+        on_failure = self.publisher.failure_listener(session_id) if self.publisher is not None else None
         return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, rows=rows,
-                           on_version=on_version)
+                           on_version=on_version, on_failure=on_failure)
 
     @staticmethod
     def _query(session: DataSession, question: str, max_new_tokens: int, execute: bool) -> engine_pb2.DataAnswer:

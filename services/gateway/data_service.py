@@ -87,14 +87,20 @@ class DataService:
         except ValueError as exc:  # an empty flash question
             raise ApiError("INVALID_ARGUMENT", str(exc)) from None
 
-    async def _session(self, tenant: str, sid: object) -> tuple[str, dict]:
-        """(engine id, meta) of the tenant's session `sid`; NOT_FOUND for unknown and other tenants' ids."""
+    async def _session(self, tenant: str, sid: object, usable: bool = True) -> tuple[str, dict]:
+        """(engine id, meta) of the tenant's session `sid`; NOT_FOUND for unknown and other tenants' ids.
+
+        With `usable`, a session whose ingestion failed is SESSION_FAILED with the replica's reason
+        (describe, close, listing and the events still work: they report it).
+        """
         if not isinstance(sid, str) or not sid:
             raise ApiError("INVALID_ARGUMENT", "session_id must be a non-empty string")
         eid = engine_session_id(tenant, sid)
-        meta = await self._io(self.store.meta, eid)
+        meta, failure = await self._io(self.store.meta_and_failure, eid)
         if meta is None or meta.get("tenant") != tenant:
             raise ApiError("NOT_FOUND", f"no data session {sid!r}")
+        if usable and failure is not None:
+            raise ApiError("SESSION_FAILED", f"data session {sid!r} failed: {failure} (close it and open another)")
         return eid, meta
 
     def _lock(self, eid: str) -> asyncio.Lock:
@@ -160,13 +166,13 @@ class DataService:
         return {"session_id": sid, "db": db, "data_version": info.version}
 
     async def describe(self, tenant: str, sid: object) -> dict:
-        eid, meta = await self._session(tenant, sid)
+        eid, meta = await self._session(tenant, sid, usable=False)
         info = await self._call("DataDescribe", engine_pb2.DataRef(session_id=eid), tenant, eid, meta)
         return describe_json(meta, sid, info)
 
     async def close(self, tenant: str, sid: object) -> dict:
         """Forget the session: its replica cache, rows log, meta, flash questions and events."""
-        eid, meta = await self._session(tenant, sid)
+        eid, meta = await self._session(tenant, sid, usable=False)
         try:
             await self.engine.call_once("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
         except ApiError as exc:
@@ -281,11 +287,11 @@ class DataService:
 
     async def list_flash(self, tenant: str, sid: object) -> list[dict]:
         """[{id, question, answer?}]: each registered question with its latest stored answer."""
-        eid, _ = await self._session(tenant, sid)
+        eid, _ = await self._session(tenant, sid, usable=False)
         return [{k: v for k, v in item.items() if v is not None} for item in await self._io(self.store.list_flash, eid)]
 
     async def delete_flash(self, tenant: str, sid: object, qid: object) -> dict:
-        eid, _ = await self._session(tenant, sid)
+        eid, _ = await self._session(tenant, sid, usable=False)
         if not isinstance(qid, str) or not qid:
             raise ApiError("INVALID_ARGUMENT", "a flash question id is a non-empty string")
         if not await self._io(self.store.delete_flash, eid, qid):

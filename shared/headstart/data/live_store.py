@@ -8,6 +8,8 @@ engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
     P:data:S:seq         string  last row sequence number handed out (INCRBY)
     P:data:S:rows        zset    JSON [seq, row] scored by seq: the rebuild source, newest `max_rows`
     P:data:S:meta        string  JSON dict (db, tenant, settings: the gateway's)
+    P:data:S:failed      string  why the session failed (set once by its replica; every call but
+                                 describe and close is then SESSION_FAILED)
     P:data:S:version     string  current data version (only ever moves forward)
     P:data:S:events      stream  kind, payload (JSON); MAXLEN ~ `max_events`: SSE / Subscribe
     P:data:S:flash       hash    qid -> question (normalized), at most `max_flash`
@@ -47,9 +49,9 @@ from headstart.data.live_versions import VERSIONS_GROUP, VersionEntry, VersionsC
 from headstart.engine.errors import InvalidInput
 
 _EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
-EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped")
-_SESSION_KEYS = ("seq", "rows", "meta", "version", "events", "flash", "flash_norm", "flash_seq", "answers",
-                 "answer_ver")
+EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped", "session_failed")
+_SESSION_KEYS = ("seq", "rows", "meta", "failed", "version", "events", "flash", "flash_norm", "flash_seq",
+                 "answers", "answer_ver")
 
 
 class LiveEvent(NamedTuple):
@@ -181,6 +183,26 @@ class LiveStore(VersionsConsumer):
     def meta(self, sid: str) -> dict | None:
         raw = self.client.get(self.key(sid, "meta"))
         return None if raw is None else json.loads(raw)
+
+    @guarded
+    def meta_and_failure(self, sid: str) -> tuple[dict | None, str | None]:
+        """The session's meta and why it failed (None: it did not), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(self.key(sid, "meta"))
+        pipe.get(self.key(sid, "failed"))
+        raw, failed = pipe.execute()
+        return (None if raw is None else json.loads(raw)), (None if failed is None else as_str(failed))
+
+    @guarded
+    def mark_failed(self, sid: str, reason: str) -> str:
+        """The session failed (its replica says so, once): the `failed` key and a `session_failed`
+        event in one step; returns the event's id."""
+        payload = json.dumps({"code": "SESSION_FAILED", "reason": reason})
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.key(sid, "failed"), reason)
+        pipe.xadd(self.key(sid, "events"), {"kind": "session_failed", "payload": payload},
+                  maxlen=self.max_events, approximate=True)
+        return as_str(pipe.execute()[1])
 
     @guarded
     def delete_session(self, sid: str) -> None:
