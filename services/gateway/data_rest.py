@@ -19,6 +19,7 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from services.gateway.rest import json_body
 from services.gateway.service import GatewayService
@@ -86,6 +87,16 @@ def build_data_router(service: GatewayService) -> APIRouter:
         last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
         stream = await data.subscribe(who, sid, last_id)
         service.quotas.connections.acquire(who)  # a subscriber holds a socket and a reader: its tenant's share
+        released = False
+
+        async def release():
+            """Once, from whichever runs first: the stream's end, or the response's background task
+            (a client gone before the first byte leaves the generator never started)."""
+            nonlocal released
+            if not released:
+                released = True
+                service.quotas.connections.release(who)
+                await stream.aclose()
 
         async def frames():
             quiet = 0
@@ -99,10 +110,9 @@ def build_data_router(service: GatewayService) -> APIRouter:
                         continue
                     yield sse_frame(*item)
             finally:
-                service.quotas.connections.release(who)
-                await stream.aclose()
+                await release()
 
-        return StreamingResponse(frames(), media_type="text/event-stream",
+        return StreamingResponse(frames(), media_type="text/event-stream", background=BackgroundTask(release),
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return router

@@ -79,11 +79,14 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
             return
         # A session has one listener: attaching takes it over (the previous stream gets SESSION_MOVED).
         events = session.attach_listener() if sid else session.listener
-        yield headstart_pb2.TypeResponse(ready=headstart_pb2.Ready(session_id=session.session_id, db=session.db))
-        pending = _Pending()
-        reader = asyncio.create_task(self._read(request_iterator, session, pending, events))
+        reader = None
         input_done = taken_over = False
         try:
+            # NOTE: inside the try: a client that cancels now (the stream is closed at this
+            # yield) must have its session closed all the same (issue 29: they leaked)
+            yield headstart_pb2.TypeResponse(ready=headstart_pb2.Ready(session_id=session.session_id, db=session.db))
+            pending = _Pending()
+            reader = asyncio.create_task(self._read(request_iterator, session, pending, events))
             # Runs until the client half-closes and no submit awaits its result.
             while not (input_done and not pending.seq):
                 event = await events.get()
@@ -105,17 +108,11 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
                 if response is not None:
                     yield response
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             session.detach_listener(events)
-            if taken_over:
-                pass  # the session goes on with its new connection
-            elif session.ephemeral:
-                try:
-                    await self.service.close(session.tenant, session.session_id)
-                except ApiError:
-                    pass
-            elif session.link is not None:
-                await session.link.cancel_generation()
+            if not taken_over:  # taken over: the session goes on with its new connection
+                await self.service.release(session)
 
     async def _first(self, request_iterator):
         """The open message, within type_open_timeout_s (a stream that never opens is not held)."""

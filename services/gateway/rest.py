@@ -49,11 +49,13 @@ def build_router(service: GatewayService) -> APIRouter:
 
     @router.get("/healthz")
     async def healthz():
-        return {"status": "ok", "auth": service.auth.enabled, "sessions": service.sessions.count()}
+        return {"status": "ok", "auth": service.auth.enabled, "sessions": service.sessions.count(),
+                "connections": service.quotas.connections.total()}
 
     @router.get("/metrics")
     async def metrics():
         await service.refresh_engine_kv()
+        service.metrics.connections.set(service.quotas.connections.total())
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @router.get("/v1/databases")

@@ -32,6 +32,7 @@ from services.gateway.tenancy import TenantQuotas
 
 log = logging.getLogger(__name__)
 MODES = ("prefix", "cold")
+REAP_PERIOD_S = 5.0  # how often the reaper looks (the idle timeout itself is session_idle_s)
 OPEN_ATTEMPTS = 12  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
 # Runs in worker processes at the idle CPU priority (services/gateway/runs.py:
 # on threads they shared the event loop's GIL).
@@ -81,13 +82,19 @@ class GatewayService:
         self.data.stop()
 
     async def _reap_idle_sessions(self) -> None:
-        """Close sessions opened by REST/gRPC OpenSession that nobody used for session_idle_s."""
-        period = min(30.0, max(0.05, self.settings.session_idle_s / 4))
+        """Close every session no client holds any more: one opened by REST/gRPC OpenSession that
+        nobody used for session_idle_s, and a connection's own (ephemeral) session whose
+        connection is gone without closing it (each edge closes its own on every way out;
+        this is the net under a way that was missed, issue 29)."""
+        period = min(REAP_PERIOD_S, max(0.05, self.settings.session_idle_s / 4))
         while True:
             await asyncio.sleep(period)
             for session in self.sessions.all():
-                if not session.ephemeral and session.idle_for() > self.settings.session_idle_s:
-                    log.info("closing idle session %s of %s", session.session_id, session.tenant)
+                leaked = session.ephemeral and session.orphaned() and session.link is not None
+                if leaked or (not session.ephemeral and session.idle_for() > self.settings.session_idle_s):
+                    log.info("closing %s session %s of %s", "leaked" if leaked else "idle", session.session_id,
+                             session.tenant)
+                    self.metrics.sessions_reaped.labels("leaked" if leaked else "idle").inc()
                     try:
                         await self.close(session.tenant, session.session_id)
                     except ApiError:
@@ -123,11 +130,13 @@ class GatewayService:
         )
         try:
             await link.start()
-        except grpc.aio.AioRpcError as exc:
+        except BaseException as exc:
+            # NOTE: also when the caller left (CancelledError) after the replica attached:
+            # the stream must not stay open holding a replica slot (close() never awaits)
             self.sessions.pop(tenant, session.session_id)
-            raise ApiError("UNAVAILABLE", f"engine unreachable: {exc.details()}") from exc
-        except BaseException:
-            self.sessions.pop(tenant, session.session_id)
+            await link.close()
+            if isinstance(exc, grpc.aio.AioRpcError):
+                raise ApiError("UNAVAILABLE", f"engine unreachable: {exc.details()}") from exc
             raise
         session.link = link
         self.metrics.sessions.set(self.sessions.count())
@@ -135,6 +144,23 @@ class GatewayService:
 
     def get(self, tenant: str, session_id: str) -> GatewaySession:
         return self.sessions.get(tenant, session_id)
+
+    async def release(self, session: GatewaySession) -> None:
+        """The edge connection of `session` ended (any way: closed, aborted, cancelled): close
+        the session when it was the connection's own, else stop its answer (nobody reads it).
+
+        Shielded: the edge's own task may be cancelled while this runs (a gRPC stream the
+        client cancelled), and a close cut halfway would leave the replica's stream open."""
+        if session.ephemeral:
+            work = self.close(session.tenant, session.session_id)
+        elif session.link is not None:
+            work = session.link.cancel_generation()
+        else:
+            return
+        try:
+            await asyncio.shield(asyncio.ensure_future(work))
+        except (ApiError, asyncio.CancelledError):
+            pass  # closed already (NOT_FOUND), or the edge was cancelled: the shielded close goes on
 
     async def close(self, tenant: str, session_id: str, free_engine: bool = True) -> None:
         """Forget the session; the replica drops its cache (NOT_FOUND if unknown)."""
