@@ -34,6 +34,7 @@ from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import data_wire
 from services.engine.data_events import VersionPublisher
+from services.engine.data_reconcile import DataReconciler
 from services.engine.data_registry import DataRegistry
 from services.engine.guard import EngineGuard, EngineUnauthenticated, tenant_of
 
@@ -61,6 +62,8 @@ class DataService:
         self.runtime, self.replica, self.guard, self.prepare = core.runtime, replica, guard, prepare
         self.registry: DataRegistry = core.data_sessions
         self.publisher = publisher
+        # caches whose session Redis no longer has are dropped (services/engine/data_reconcile.py)
+        self.reconciler = DataReconciler(self.registry, publisher.store) if publisher is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(DATA_THREADS, thread_name_prefix="headstart-data")
 
     # -- RPCs -----------------------------------------------------------------------------
@@ -175,7 +178,9 @@ class DataService:
         return empty
 
     def shutdown(self) -> None:
-        """Stop publishing and the pool (the sessions are the core's: ReplicaCore.shutdown closes them)."""
+        """Stop publishing, reconciling and the pool (the sessions are the core's: ReplicaCore.shutdown closes them)."""
+        if self.reconciler is not None:
+            self.reconciler.close()
         if self.publisher is not None:
             self.publisher.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

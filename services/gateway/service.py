@@ -79,7 +79,7 @@ class GatewayService:
             await self._channel.close()
         await self.direct.close()
         self._runs.shutdown()
-        self.data.stop()
+        await self.data.stop()
 
     async def _reap_idle_sessions(self) -> None:
         """Close every session no client holds any more: one opened by REST/gRPC OpenSession that

@@ -18,6 +18,7 @@ engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
     P:data:S:answers     hash    qid -> JSON answer {question, version, sql, ..., computed_at}
     P:data:S:answer_ver  hash    qid -> version of the stored answer
     P:data:versions      stream  sid, tenant, version, rows_added, dropped_total; group `flash`
+    P:data:tenant:T:sessions  set  the open sessions of tenant T (its share, counted across gateways)
 
 Every check-then-write (a version moving forward, the flash bound, an answer
 never replaced by an older one) is one Lua script (`live_scripts`), so
@@ -165,6 +166,11 @@ class LiveStore(VersionsConsumer):
         pipe.execute()
 
     @guarded
+    def unlog_rows(self, sid: str, first: int, last: int) -> None:
+        """Take rows `first..last` out of the log again (a push that failed as a whole)."""
+        self.client.zremrangebyscore(self.key(sid, "rows"), first, last)
+
+    @guarded
     def rows(self, sid: str) -> list[tuple[int, dict]]:
         """The kept rows, oldest first: `[(seq, {"table": ..., "values": {...}})]`."""
         out = []
@@ -209,6 +215,27 @@ class LiveStore(VersionsConsumer):
         """Remove all of a session's keys (its entries in the versions stream stay: the
         worker finds no question for them and acks them)."""
         self.client.delete(*(self.key(sid, name) for name in _SESSION_KEYS))
+
+    # ---- tenants' shares -------------------------------------------------------------
+
+    def _tenant_key(self, tenant: str) -> str:
+        return f"{self.prefix}:data:tenant:{tenant}:sessions"
+
+    @guarded
+    def admit_session(self, tenant: str, sid: str, share: int) -> bool:
+        """Count `sid` among the tenant's open sessions; False (and not counted) past `share`."""
+        key = self._tenant_key(tenant)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.sadd(key, sid)
+        pipe.scard(key)
+        if pipe.execute()[1] > share:
+            self.client.srem(key, sid)
+            return False
+        return True
+
+    @guarded
+    def release_session(self, tenant: str, sid: str) -> None:
+        self.client.srem(self._tenant_key(tenant), sid)
 
     # ---- versions -------------------------------------------------------------------
 
