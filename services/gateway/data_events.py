@@ -26,6 +26,7 @@ runs with an append-only file, so the events are still there).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 
 import redis
@@ -37,6 +38,7 @@ from headstart.data.live_store import LiveEvent
 
 MAX_ID_PART = (1 << 64) - 1  # a Redis stream id is two unsigned 64-bit numbers
 READ_COUNT = 100
+CLIENT_NAME = "hs-events"  # + ":tenant": whose subscribers a connection serves (Redis CLIENT LIST)
 POOL_WAIT_S = 5.0  # a subscriber never waits for its pool (it is as large as the share), but never forever
 
 
@@ -89,7 +91,7 @@ class EventStreams:
         if client is None:
             pool = aioredis.BlockingConnectionPool.from_url(
                 self._url, max_connections=self._share, timeout=POOL_WAIT_S, socket_timeout=self._timeout,
-                socket_connect_timeout=2.0)
+                socket_connect_timeout=2.0, client_name=f"{CLIENT_NAME}:{re.sub(r'[^A-Za-z0-9_.-]', '_', tenant)}")
             client = self._clients[tenant] = aioredis.Redis(connection_pool=pool)
         return client
 

@@ -41,6 +41,7 @@ from services.gateway.tenancy import TenantSlots
 log = logging.getLogger(__name__)
 REDIS_URL_ENV = "HEADSTART_REDIS_URL"
 RETENTIONS = ("", "shift", "rebuild")
+STORE_CLIENT_NAME = "hs-gateway"  # the pool every data call uses (subscribers have their own: data_events)
 MAX_RETENTION_TOKENS = 1 << 20
 MAX_BUFFER_ROWS = 1 << 16
 
@@ -65,7 +66,7 @@ class DataService:
             from headstart.data.live_store import LiveStore  # imports redis: only when configured
             from services.gateway.data_events import EventStreams
 
-            self.store = LiveStore(url)
+            self.store = LiveStore(url, client_name=STORE_CLIENT_NAME)
             self.events = EventStreams(url, self.store.key, self.gw.quotas.connections.share)
 
     async def stop(self) -> None:

@@ -86,6 +86,7 @@ class LiveStore(VersionsConsumer):
         max_connections / socket_timeout_s: the pool built from a URL. A
             blocking read holds a connection for its `block_ms`, which is kept
             below `socket_timeout_s`.
+        client_name: the name its connections give Redis (CLIENT LIST shows who holds what).
     """
 
     def __init__(
@@ -99,6 +100,7 @@ class LiveStore(VersionsConsumer):
         max_version_events: int = 100_000,
         max_connections: int = 64,
         socket_timeout_s: float = 30.0,
+        client_name: str | None = None,
     ) -> None:
         for name, value in (("max_rows", max_rows), ("max_events", max_events), ("max_flash", max_flash),
                             ("max_version_events", max_version_events)):
@@ -107,7 +109,7 @@ class LiveStore(VersionsConsumer):
         if isinstance(redis_url_or_client, str):
             pool = redis.BlockingConnectionPool.from_url(
                 redis_url_or_client, max_connections=max_connections, timeout=socket_timeout_s,
-                socket_timeout=socket_timeout_s, socket_connect_timeout=2.0)
+                socket_timeout=socket_timeout_s, socket_connect_timeout=2.0, client_name=client_name)
             self.client = redis.Redis(connection_pool=pool)
             self._owns_client = True
         else:
