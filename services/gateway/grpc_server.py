@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status
 from headstart.v1 import engine_pb2, headstart_pb2, headstart_pb2_grpc, types_pb2
 from services.gateway.data_grpc import DataServicerMixin
-from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked
+from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked, sampling_of
 from services.gateway.limits import RateLimiter
 from services.gateway.service import GatewayService
 from services.gateway.sessions import TAKEN_OVER
@@ -141,7 +141,8 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
                     elif kind == "submit":
                         s = request.submit
                         pending.seq = s.seq  # before the write: the result may come back at once
-                        await self.service.submit(session, s.seq, s.text, s.params.max_new_tokens or None)
+                        await self.service.submit(session, s.seq, s.text, s.params.max_new_tokens or None,
+                                                  sampling_of(s.params))
                     else:
                         raise ApiError("INVALID_ARGUMENT", f"unexpected {kind!r} after open")
                 except ApiError as exc:
@@ -159,7 +160,7 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
             params = request.params
             async for event in self.service.complete(tenant, request.db, request.question,
                                                      params.max_new_tokens or None, request.mode or "prefix",
-                                                     list(request.tables)):
+                                                     list(request.tables), sampling=sampling_of(params)):
                 kind = event.WhichOneof("kind")
                 if kind == "error":
                     raise ApiError(event.error.code, event.error.message)

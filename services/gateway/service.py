@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -59,6 +60,7 @@ class GatewayService:
         # How late the loop wakes a 5 ms sleeper: diagnostics (bench neighbour reads it per phase).
         self.loop_lag = LoopLagProbe()
         self._reaper: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()  # fire-and-forget calls (a task needs a reference)
         self.data = DataService(self)  # data sessions (issue 12): their state is in Redis
 
     async def start(self) -> None:
@@ -196,7 +198,7 @@ class GatewayService:
 
     async def input(self, session: GatewaySession, seq: object, text: object) -> bool:
         """A snapshot; False when `seq` is not newer (ignored, as the engine would)."""
-        seq, text = check_seq(seq), check_text(text, self.settings.max_text_chars)
+        seq, text = check_seq(seq, session.seq), check_text(text, self.settings.max_text_chars)
         self._check_link(session)
         if not session.accept(seq):
             return False
@@ -206,12 +208,16 @@ class GatewayService:
         await session.link.send_snapshot(seq, text)
         return True
 
-    async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None) -> None:
-        seq, text = check_seq(seq), check_text(text, self.settings.max_text_chars)
+    async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None,
+                     sampling: types_pb2.SamplingParams | None = None) -> None:
+        """Enter: answer `text`. `sampling` (temperature, top_p, seed; checked by the edge): greedy when absent."""
+        seq, text = check_seq(seq, session.seq), check_text(text, self.settings.max_text_chars)
         self._check_link(session)
         if seq < session.seq:
             raise ApiError("STALE_SEQUENCE", f"submit seq {seq} is older than snapshot {session.seq}")
         params = self.params(max_new_tokens)
+        if sampling is not None:
+            params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
         self.quotas.work.spend(session.tenant, new_chars(session.text, text))
         session.touch()
         session.seq, session.text, session.submitted_seq = seq, text, seq
@@ -245,11 +251,15 @@ class GatewayService:
         params = self.params(max_new_tokens)
         if sampling is not None:
             params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
+        # NOTE: the request id is also its routing key (metadata session_id), so the
+        # CancelComplete sent when the client leaves reaches the replica running it
+        rid = uuid.uuid4().hex
         request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=params,
-                                                   mode=mode, tables=tables or [])
+                                                   mode=mode, tables=tables or [], request_id=rid)
         async with self.quotas.completes.slot(tenant):
             self.quotas.work.spend(tenant, len(question))
-            call = self._stub.Complete(request, metadata=(*self._engine_md, (TENANT_METADATA_KEY, tenant)))
+            call = self._stub.Complete(request, metadata=(*self._engine_md, (TENANT_METADATA_KEY, tenant),
+                                                          ("session_id", rid)))
             outcome = "error"
             try:
                 async for event in call:
@@ -257,12 +267,27 @@ class GatewayService:
                 outcome = "done"
             except asyncio.CancelledError:
                 outcome = "cancelled"  # the client left (REST disconnect, gRPC cancel)
+                self._cancel_complete(rid)
                 raise
             except grpc.aio.AioRpcError as exc:
                 raise ApiError("UNAVAILABLE", f"engine: {exc.details()}") from exc
             finally:
                 call.cancel()
                 self.metrics.completions.labels(outcome).inc()
+
+    def _cancel_complete(self, rid: str) -> None:
+        """Tell the replica a Complete's client left (Serve's proxy does not pass every cancellation
+        on: services/engine/completes.py). Sent on a task of its own: the caller is being cancelled."""
+        async def send():
+            try:
+                await self._stub.CancelComplete(engine_pb2.CompleteRef(request_id=rid), timeout=10,
+                                                metadata=(*self._engine_md, ("session_id", rid)))
+            except grpc.aio.AioRpcError as exc:  # the replica is gone: so is the request
+                log.debug("CancelComplete %s: %s", rid, exc.details())
+
+        task = asyncio.ensure_future(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def list_databases(self) -> list[DatabaseInfo]:
         if self._databases is None:
