@@ -13,6 +13,7 @@ and the SQLite files of `tenant_db_root` (`blobs`: see tests/tenant_dbs.py).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -66,6 +67,33 @@ def _gateway(engine, **overrides):
     server = GatewayServer(settings).start()
     return server, ServeStack(engine.grpc_target, engine.app_name, f"http://127.0.0.1:{server.http_port}",
                               f"ws://127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}", server)
+
+
+@contextlib.contextmanager
+def own_engine_app(engine: TestEngine, app: str, settings, **gateway_settings):
+    """An engine app of its own (one replica, `settings`) on the session's Ray Serve, with a gateway
+    of its own (`gateway_settings`: more GatewaySettings) in front of it; yields the gateway server.
+    For tests that break what an engine depends on (its Redis) without touching the shared one."""
+    from ray import serve
+
+    from services.engine.deployment import engine_app
+    from services.engine.ray_stack import EngineStack, wait_ready
+    from services.gateway.app import GatewayServer
+    from services.gateway.settings import GatewaySettings
+
+    serve.run(engine_app(settings, num_replicas=1, max_attached=4, secret=engine.secret),
+              name=app, route_prefix="/" + app, blocking=False)
+    gateway = None
+    try:
+        wait_ready(EngineStack(engine.grpc_target, app, engine.secret), timeout_s=300)
+        gateway = GatewayServer(GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, tokens=TOKENS,
+                                                engine_target=engine.grpc_target, engine_app=app,
+                                                engine_secret=engine.secret, **gateway_settings)).start()
+        yield gateway
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        serve.delete(app)
 
 
 @pytest.fixture(scope="session")

@@ -189,15 +189,7 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     are recorded, with no failure anywhere, a noisy tenant at its limits included."""
     if importlib.util.find_spec("locust") is None:
         pytest.skip("locust is not installed (pip install -e .[loadtest])")
-    out = tmp_path / "mixed"
-    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    log = tmp_path / "loadtest.log"
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
-                               "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
-                               "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3"],
-                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    out = _run_short_mixed(tmp_path, "mixed")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0", list(csv.DictReader((out / "locust_failures.csv").open()))
     for producer in ("data_producer", "grpc_data_producer"):
@@ -211,6 +203,21 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     assert subscriber["data_updated_p50_ms"] > 0
     assert subscriber["num_flash_answers"] > 0 and subscriber["flash_ready_p50_ms"] > 0
     assert "ack→flash_ready p50 ms" in (out / "loadtest.md").read_text()
+
+
+def _run_short_mixed(tmp_path: Path, name: str, *more: str) -> Path:
+    """`headstart loadtest mixed` for 45 s on random:tiny (5 users, world_1 and pets_1); its output
+    folder, once it exited 0 (else the log and the engine's warnings fail the test)."""
+    out = tmp_path / name
+    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
+    log = tmp_path / "loadtest.log"
+    with log.open("w") as sink:
+        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
+                               "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
+                               "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3", *more],
+                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
+    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    return out
 
 
 def _engine_warnings(home: Path) -> str:
@@ -259,16 +266,7 @@ def test_short_mixed_run_survives_a_redis_restart(tmp_path):
     kept down 4 s; no acknowledged row is lost and every failed request has an API code (issue 29)."""
     if importlib.util.find_spec("locust") is None:
         pytest.skip("locust is not installed (pip install -e .[loadtest])")
-    out = tmp_path / "faults"
-    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    log = tmp_path / "loadtest.log"
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
-                               "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
-                               "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3",
-                               "--faults", "redis-restart", "--fault-down-s", "4"],
-                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    out = _run_short_mixed(tmp_path, "faults", "--faults", "redis-restart", "--fault-down-s", "4")
     faults = json.loads((out / "loadtest.json").read_text())["meta"]["faults"]
     (restart,) = faults["injected"]
     assert restart["restarted"] and restart["back_at_s"] - restart["killed_at_s"] >= 4

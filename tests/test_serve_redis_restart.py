@@ -30,7 +30,7 @@ from headstart.v1 import engine_pb2, engine_pb2_grpc
 from services.engine.guard import TENANT_METADATA_KEY
 from services.gateway.data_events import parse_event_id
 from services.gateway.sessions import engine_session_id
-from tests.serve_fixture import TOKENS
+from tests.serve_fixture import own_engine_app
 from tests.test_gateway_data import ALICE, QUESTION, cities, ok
 
 pytestmark = pytest.mark.slow
@@ -49,31 +49,13 @@ def aof_redis(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stack(serve_engine, aof_redis, tmp_path_factory):
-    """(gateway HTTP URL, engine target, secret) of an engine app and a gateway on `aof_redis`."""
-    from ray import serve
-
+    """The HTTP URL of a gateway and an engine app of their own on `aof_redis`."""
     from headstart.config import EngineSettings
-    from services.engine.deployment import engine_app
-    from services.engine.ray_stack import EngineStack, wait_ready
-    from services.gateway.app import GatewayServer
-    from services.gateway.settings import GatewaySettings
 
     settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
                               p0_cache_dir=tmp_path_factory.mktemp("p0-redis"), redis_url=aof_redis.url)
-    serve.run(engine_app(settings, num_replicas=1, max_attached=4, secret=serve_engine.secret),
-              name=APP, route_prefix="/" + APP, blocking=False)
-    gateway = None
-    try:
-        wait_ready(EngineStack(serve_engine.grpc_target, APP, serve_engine.secret), timeout_s=300)
-        gateway = GatewayServer(GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, tokens=TOKENS,
-                                                engine_target=serve_engine.grpc_target, engine_app=APP,
-                                                engine_secret=serve_engine.secret, redis_url=aof_redis.url,
-                                                reconnect_timeout_s=90)).start()
+    with own_engine_app(serve_engine, APP, settings, redis_url=aof_redis.url, reconnect_timeout_s=90) as gateway:
         yield f"http://127.0.0.1:{gateway.http_port}"
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        serve.delete(APP)
 
 
 def _wait(predicate, what: str, timeout_s: float = 60.0):
