@@ -94,13 +94,13 @@ class GatewayService:
             for session in self.sessions.all():
                 leaked = session.ephemeral and session.orphaned() and session.link is not None
                 if leaked or (not session.ephemeral and session.idle_for() > self.settings.session_idle_s):
-                    log.info("closing %s session %s of %s", "leaked" if leaked else "idle", session.session_id,
-                             session.tenant)
-                    self.metrics.sessions_reaped.labels("leaked" if leaked else "idle").inc()
                     try:
                         await self.close(session.tenant, session.session_id)
                     except ApiError:
-                        pass
+                        continue  # closed meanwhile (its edge got there first)
+                    log.info("closed %s session %s of %s", "leaked" if leaked else "idle", session.session_id,
+                             session.tenant)
+                    self.metrics.sessions_reaped.labels("leaked" if leaked else "idle").inc()
 
     # -- sessions -----------------------------------------------------------
 
