@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-out/replica-memory-serve"))
     args = ap.parse_args(argv)
     ray_dir = Path(tempfile.mkdtemp(prefix="hsm", dir="/tmp"))
-    start_ray(ray_dir, num_cpus=2)
+    ray_auth = start_ray(ray_dir, num_cpus=2)
     rows = []
     try:
         settings = EngineSettings(model=args.model, dtype="float32", threads=2, max_sessions=args.max_sessions,
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
                     _print_detail(rows)
     finally:
         stop_engine()
+        ray_auth.cleanup()
         shutil.rmtree(ray_dir, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "replica_memory_serve.json", {"config": vars(args) | {"out": str(args.out)}, "rows": rows})

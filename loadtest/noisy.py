@@ -23,7 +23,7 @@ import time
 import requests
 from locust import constant, task
 
-from loadtest.users import SETTINGS, HeadstartUser
+from loadtest.users import SETTINGS, HeadstartUser, http_error
 from headstart.client import ApiError
 
 BAD_BODIES = (
@@ -69,7 +69,7 @@ class NoisyTenant(HeadstartUser):
         elif response.status_code == 200:
             self.fire("completed", started)
         else:
-            self.fire("completed", started, exception=ApiError(str(response.status_code), response.text[:200]))
+            self.fire("completed", started, exception=http_error(response))
 
     @task(1)
     def bad_input(self) -> None:

@@ -114,6 +114,17 @@ def data_table_rows(summary: dict[str, dict]) -> list[list]:
             for user, s in summary.items() if s.get("is_data_user")]
 
 
+def faults_text(faults: dict) -> str:
+    """The faults injected (loadtest/faults.py) and what they cost."""
+    lines = [f"- {f['kind']}: killed at {f.get('killed_at_s', '?')} s, back at {f.get('back_at_s', '?')} s"
+             for f in faults["injected"]]
+    acked, errors = faults["acked"], faults["errors"]
+    lines.append(f"- acknowledged rows lost: {acked['lost_rows']} of {acked['acked_rows']} "
+                 f"({acked['sessions']} data sessions; behind their newest ack: {len(acked['sessions_behind'])})")
+    lines.append(f"- failed requests: {errors['errors']}, untyped: {errors['untyped']}; by code: {errors['by_code']}")
+    return "faults:\n\n" + "\n".join(lines) + "\n"
+
+
 # trend key -> row label; replica_heap: glibc's bytes in use inside the replica
 # (its probe), which a leak grows and allocator fragmentation does not
 MEMORY_ROWS = {"gateway": "gateway", "replicas": "replicas", "replica_heap": "replica heap in use"}
@@ -134,12 +145,15 @@ def write_report(out_dir: Path, meta: dict, memory: list[dict] | None = None, tr
     samples = load_samples(out_dir / "samples.jsonl")
     summary = summarize(samples)
     totals = locust_totals(out_dir / "locust")
-    md = f"# load test `{meta.get('scenario')}`\n\n" + ", ".join(f"{k}={v}" for k, v in meta.items()) + "\n\n"
+    md = f"# load test `{meta.get('scenario')}`\n\n" + ", ".join(f"{k}={v}" for k, v in meta.items()
+                                                              if k != "faults") + "\n\n"
     md += markdown_table(HEADER, table_rows(summary))
     data_rows = data_table_rows(summary)
     if data_rows:
         md += "\n" + markdown_table(DATA_HEADER, data_rows)
     md += f"\nLocust: {totals.get('num_requests', '?')} request events, {totals.get('num_failures', '?')} failures\n"
+    if meta.get("faults"):
+        md += "\n" + faults_text(meta["faults"])
     if trend is not None:
         md += "\n" + memory_table(trend)
     write_json(out_dir / "loadtest.json", {"meta": meta, "users": summary, "locust": totals,

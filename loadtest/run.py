@@ -82,6 +82,10 @@ def loadtest_cli(
     data_rows_per_push: int = typer.Option(5, help="rows in one push of a data user"),
     data_push_interval: float = typer.Option(1.0, help="seconds between a data producer's pushes"),
     flash_push_interval: float = typer.Option(5.0, help="seconds between a flash subscriber's pushes"),
+    faults: list[str] = typer.Option([], help="faults injected mid-run (local stack only): redis-restart = the "
+                                              "stack's Redis killed halfway through, down --fault-down-s, restarted; "
+                                              "the run then fails on any lost acknowledged row or untyped error"),
+    fault_down_s: float = typer.Option(5.0, help="how long a redis-restart keeps Redis down"),
 ):
     """Run a Locust load-test scenario headless and write its CSVs, HTML report, TTFT table and plot."""
     try:
@@ -89,6 +93,7 @@ def loadtest_cli(
         defaults = scenario_defaults(path)
         run_time = time_limit or defaults.get("run_time", "60s")
         seconds = run_time_s(run_time)
+        _check_faults(faults, host)
     except (ValueError, SyntaxError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2)
@@ -99,7 +104,9 @@ def loadtest_cli(
     settings = LoadSettings(tokens=list(token), dbs=list(db), max_new_tokens=max_new_tokens, wpm=wpm, seed=seed,
                             timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()), data_db=data_db,
                             data_rows_per_push=data_rows_per_push, data_push_interval_s=data_push_interval,
-                            flash_push_interval_s=flash_push_interval)
+                            flash_push_interval_s=flash_push_interval,
+                            acked_path=str((out / "acked.jsonl").resolve()) if faults else "")
+    (out / "acked.jsonl").unlink(missing_ok=True)
     meta = {"scenario": path.stem, "users": n_users, "spawn_rate": rate, "run_time": run_time, "seed": seed,
             "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
     stack = sampler = None
@@ -116,7 +123,10 @@ def loadtest_cli(
             meta.update(host=host, tenants=len(token))
         if warmup:
             _warm_up(settings)
-        rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
+        injected = [_start_fault(name, stack, seconds / 2, fault_down_s) for name in faults]
+        rc = locust_rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
+        if injected:
+            meta["faults"], rc = _fault_verdict(injected, stack, settings, out)
     finally:
         memory = sampler.stop() if sampler else None
         if stack is not None:
@@ -124,10 +134,46 @@ def loadtest_cli(
     from loadtest.memory import memory_trend
     from loadtest.report import write_report
 
-    meta["locust_exit_code"] = rc
+    meta["locust_exit_code"] = locust_rc
     typer.echo(write_report(out, meta, memory, memory_trend(memory) if memory else None))
     typer.echo(f"wrote {out}/locust_stats.csv, locust.html, loadtest.json, loadtest.md, loadtest.png")
     raise typer.Exit(rc)
+
+
+def _check_faults(faults: list[str], host: str | None) -> None:
+    from loadtest.faults import FAULTS
+
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault(s) {unknown}; valid: {', '.join(FAULTS)}")
+    if faults and host is not None:
+        raise ValueError("--faults needs the local stack (it restarts the stack's own Redis): drop --host")
+
+
+def _start_fault(name: str, stack, at_s: float, down_s: float):
+    from loadtest.faults import RedisRestart
+
+    return RedisRestart(stack, at_s, down_s, say=typer.echo).start()
+
+
+def _fault_verdict(injected: list, stack, settings: LoadSettings, out: Path) -> tuple[dict, int]:
+    """What the faults cost: lost acknowledged rows and untyped errors; the exit code fails the run on
+    either (Locust's own fails it on any failed request, and typed errors are what a fault must give)."""
+    from loadtest.faults import acked_rows, check_acked, typed_errors
+    from loadtest.report import load_samples
+
+    for fault in injected:
+        fault.wait()
+    tenants = {token: f"tenant{i}" for i, token in enumerate(settings.tokens)}  # as _start_local named them
+    rows = check_acked(stack.http_url, stack.redis_url, tenants, acked_rows(out / "acked.jsonl"))
+    errors = typed_errors(load_samples(out / "samples.jsonl"))
+    verdict = {"injected": [f.record for f in injected], "acked": rows, "errors": errors}
+    ok = all(f.record["restarted"] for f in injected) and rows["lost_rows"] == 0 and not rows["sessions_behind"] \
+        and errors["untyped"] == 0
+    typer.echo(f"faults: {rows['lost_rows']} of {rows['acked_rows']} acknowledged rows lost "
+               f"({rows['sessions']} sessions); {errors['errors']} failed requests, {errors['untyped']} untyped "
+               f"{errors['by_code']}: {'PASS' if ok else 'FAIL'}")
+    return verdict, 0 if ok else 1
 
 
 def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int, max_sessions: int, seconds: int):

@@ -38,6 +38,9 @@ class LoadSettings:
         flash_push_interval_s: a flash subscriber pushes once per this many seconds
             (slower: each push is a new version whose questions the flash worker re-answers).
         flash_question: the question a flash subscriber registers.
+        acked_path: JSON lines of every acknowledged push ({token, sid, seqs}); when set (a run
+            with faults) the data users also leave their sessions open at the end, so the
+            command can check that no acknowledged row was lost (loadtest/faults.py).
     """
 
     grpc_target: str = "127.0.0.1:50051"
@@ -56,6 +59,7 @@ class LoadSettings:
     data_push_interval_s: float = 1.0
     flash_push_interval_s: float = 5.0
     flash_question: str = "How many cities are there?"
+    acked_path: str = ""
 
     def to_env(self) -> dict[str, str]:
         out = {}

@@ -58,15 +58,34 @@ QUESTIONS_PER_DB = 50
 _user_numbers = itertools.count()
 _questions: dict[str, list[str]] = {}
 _samples = open(SETTINGS.samples_path, "a", buffering=1) if SETTINGS.samples_path else None
+_acked = open(SETTINGS.acked_path, "a", buffering=1) if SETTINGS.acked_path else None
 
 
 @events.request.add_listener
 def _record_sample(request_type, name, response_time, response_length, exception=None, **_):
-    """Every event, exact, for our report (Locust's CSV rounds its percentiles)."""
+    """Every event, exact, for our report (Locust's CSV rounds its percentiles); a failure's API code
+    when it has one (loadtest/faults.py: every client error must be typed)."""
     if _samples is not None:
         _samples.write(json.dumps({"t": time.time(), "user": request_type, "name": name, "ms": response_time,
                                    "length": response_length,
-                                   "error": None if exception is None else type(exception).__name__}) + "\n")
+                                   "error": None if exception is None else type(exception).__name__,
+                                   "code": getattr(exception, "code", None)}) + "\n")
+
+
+def http_error(response) -> ApiError:
+    """A REST failure as the API's typed error (its JSON `code`; the bare status when it has none)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    code = body.get("code") if isinstance(body, dict) else None
+    return ApiError(code or str(response.status_code), (body.get("message") if code else response.text or "")[:200])
+
+
+def record_acked(token: str | None, sid: str, seqs) -> None:
+    """An acknowledged push, for the check that none of it was lost (runs with faults)."""
+    if _acked is not None:
+        _acked.write(json.dumps({"token": token or "", "sid": sid, "seqs": [int(s) for s in seqs]}) + "\n")
 
 
 def questions_of(db: str) -> list[str]:
@@ -337,7 +356,7 @@ class RestCompleter(HeadstartUser):
             self.fire("rejected", started)
             return
         if response.status_code != 200:
-            self.fire("last_token", started, exception=ApiError(str(response.status_code), response.text[:200]))
+            self.fire("last_token", started, exception=http_error(response))
             return
         data = response.json()
         # NOTE: REST's answer does not say how much was computed at submit: length 0, shown as "-"
@@ -360,7 +379,7 @@ class DataUser(HeadstartUser):
         self.sid: str | None = None
 
     def on_stop(self) -> None:
-        if self.sid:
+        if self.sid and not SETTINGS.acked_path:  # with faults, the command checks the rows, then closes it
             try:
                 self.http.delete(f"{self.url}/v1/data/{self.sid}", timeout=SETTINGS.timeout_s)
             except requests.RequestException:
@@ -383,7 +402,7 @@ class DataUser(HeadstartUser):
             self.fire("rejected", started)
             return None, ended
         if response.status_code != 200:
-            self.fire(name, started, exception=ApiError(str(response.status_code), response.text[:200]))
+            self.fire(name, started, exception=http_error(response))
             return None, ended
         return response.json(), ended
 
@@ -404,6 +423,7 @@ class DataUser(HeadstartUser):
         if ack is None:
             return None
         self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
+        record_acked(self.token, self.sid, ack["seqs"])
         return max(ack["seqs"]), ended
 
 
@@ -485,7 +505,7 @@ class FlashSubscriber(DataUser):
                 self.response = self.http.get(f"{self.url}/v1/data/{sid}/events", headers=headers, stream=True,
                                               timeout=(SETTINGS.timeout_s, 60.0))
                 if self.response.status_code != 200:
-                    raise ApiError(str(self.response.status_code), self.response.text[:200])
+                    raise http_error(self.response)
                 if not self.subscribed.is_set():
                     self.fire("subscribe", started)
                     self.subscribed.set()
@@ -498,6 +518,10 @@ class FlashSubscriber(DataUser):
             gevent.sleep(1.0)
 
     def _on_event(self, kind: str, payload: dict) -> None:
+        if kind == "error":  # the stream's last event (Redis away: UNAVAILABLE); the loop resumes it
+            self.fire("subscribe", time.perf_counter(), exception=ApiError(payload.get("code", "?"),
+                                                                            payload.get("message", "")))
+            return
         clock = self.clocks.get(kind)
         if clock is None:
             return  # rows_dropped: counted by the gateway's metrics and the push acks
@@ -517,12 +541,12 @@ class GrpcDataProducer(DataProducer):
         self.client = HeadstartClient(SETTINGS.grpc_target, self.token, timeout_s=SETTINGS.timeout_s)
 
     def on_stop(self) -> None:
-        if self.sid:
+        if self.sid and not SETTINGS.acked_path:  # with faults, the command checks the rows, then closes it
             try:
                 self.client.close_data(self.sid)
             except ApiError:
                 pass  # the run is ending: an unclosed session is the gateway's to expire
-            self.sid = None
+        self.sid = None
         self.client.close()
         super().on_stop()
 
@@ -550,4 +574,5 @@ class GrpcDataProducer(DataProducer):
             return None
         ended = time.perf_counter()
         self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
+        record_acked(self.token, self.sid, ack.seqs)
         return max(ack.seqs), ended

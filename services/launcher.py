@@ -1,13 +1,15 @@
 """`headstart serve`: the whole local stack in one command.
 
-Starts a local Ray (temp files under the run directory, auth off), the engine
+Starts a local Ray (temp files under the run directory, Ray's token auth on:
+services/engine/ray_auth.py), the engine
 deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
 /metrics, public gRPC), the flash worker (`python -m services.flash`, a child
 process) and the Redis that data sessions need (rows log,
 versions, flash answers, events): the one at `--redis` or
 $HEADSTART_REDIS_URL, else an embedded one (`redis-server` or
-`valkey-server`, on a free loopback port, without persistence) that lives as
-long as the stack. A loopback URL with nothing answering there is started
+`valkey-server`, on a free loopback port, with an append-only file fsynced
+every second, restarted by a watchdog if it dies) that lives as long as the
+stack. A loopback URL with nothing answering there is started
 too. Ctrl-C stops everything it started.
 """
 
@@ -43,6 +45,8 @@ class LocalStack:
     engine_target: str
     gateway: GatewayServer
     redis_url: str | None = None
+    redis_server: object | None = None  # the embedded LocalRedis (None: --redis), for fault injection
+    redis_watchdog: object | None = None  # what restarts it when it dies (headstart.redis_server.Watchdog)
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def stop(self) -> None:
@@ -85,10 +89,9 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         host = "127.0.0.1"
     elif not token_map:
         say("no --token configured: no authentication, listening on loopback only")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     stack_exit = contextlib.ExitStack()
     try:
-        redis_url = _redis(redis_url or os.environ.get(REDIS_URL_ENV), stack_exit, say)
+        redis_url, redis_server, watchdog = _redis(redis_url or os.environ.get(REDIS_URL_ENV), stack_exit, say)
         previous = os.environ.get(REDIS_URL_ENV)
         os.environ[REDIS_URL_ENV] = redis_url  # replicas and tools started from here inherit it
         stack_exit.callback(_restore_env, REDIS_URL_ENV, previous)
@@ -96,7 +99,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         threads = threads or default_replica_threads(device, replicas)
         per_replica = f", {threads} torch thread(s) each" if threads else ""
         say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model}{per_replica} ...")
-        start_ray(temp)
+        ray_auth = start_ray(temp)
+        stack_exit.callback(ray_auth.cleanup)  # runs after stop_engine (an ExitStack unwinds backwards)
         stack_exit.callback(stop_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
                                   table_cache=table_cache, redis_url=redis_url)
@@ -121,7 +125,7 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         raise
     shown = "localhost" if host in LOOPBACK else host
     stack = LocalStack(f"http://{shown}:{gateway.http_port}", f"{shown}:{gateway.grpc_port}", engine.grpc_target,
-                       gateway, redis_url, stack_exit)
+                       gateway, redis_url, redis_server, watchdog, stack_exit)
     say(f"headstart is up: page {stack.http_url}/  health {stack.http_url}/healthz  "
         f"gRPC {stack.grpc_target}  (Ctrl-C stops)")
     if not block:
@@ -141,28 +145,31 @@ def catalogue_config() -> dict:
             "postgres": {e.name: e.spec for e in env.entries() if e.kind == "postgres"}}
 
 
-def _redis(url: str | None, stack_exit: contextlib.ExitStack, say) -> str:
-    """The stack's Redis URL: `url` as is when a server answers there (or it is not loopback);
-    a local server started for a loopback `url` with nothing behind it, or for no `url` at all.
+def _redis(url: str | None, stack_exit: contextlib.ExitStack, say):
+    """(URL, server, watchdog) of the stack's Redis: `url` as is when a server answers there (or it
+    is not loopback; no server, no watchdog); else a local server started for a loopback `url` with
+    nothing behind it, or for no `url` at all, with an append-only file (fsync every second: an
+    acknowledged row survives a restart) and a watchdog that restarts it if it dies.
 
     Raises:
         RedisServerError: a server must be started and no binary is installed (the message says how).
     """
-    from headstart.redis_server import local_redis, ping
+    from headstart.redis_server import Watchdog, local_redis, ping
 
-    if not url:
-        server = stack_exit.enter_context(local_redis())
-        say(f"started an embedded redis-server on {server.url} (data sessions; --redis URL to use your own)")
-        return server.url
-    parsed = urlparse(url)
-    if parsed.scheme != "redis":
-        raise ValueError(f"unsupported Redis URL {url!r}: use redis://host:port/db")
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
-    if host not in LOOPBACK or ping(host, port):
-        return url
-    server = stack_exit.enter_context(local_redis(port=port))
-    say(f"started redis-server on {server.url}")
-    return url
+    port = None
+    if url:
+        parsed = urlparse(url)
+        if parsed.scheme != "redis":
+            raise ValueError(f"unsupported Redis URL {url!r}: use redis://host:port/db")
+        host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+        if host not in LOOPBACK or ping(host, port):
+            return url, None, None
+    server = stack_exit.enter_context(local_redis(port=port, aof=True))
+    watchdog = Watchdog(server, say=say)
+    stack_exit.callback(watchdog.close)  # before the server stops (an ExitStack unwinds backwards)
+    say(f"started {'an embedded ' if not url else ''}redis-server on {server.url} (append-only file, "
+        f"fsync every second{'; --redis URL to use your own' if not url else ''})")
+    return url or server.url, server, watchdog
 
 
 def _restore_env(name: str, value: str | None) -> None:

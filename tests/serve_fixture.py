@@ -1,6 +1,6 @@
 """A real serving stack for integration tests, started once per test session.
 
-`serve_stack`: a local Ray (private temp dir, auth off), Ray Serve with the
+`serve_stack`: a local Ray (private temp dir, Ray's token auth on), Ray Serve with the
 engine app (2 replicas, CPU, random:tiny in float64, at most 4 attached
 sessions per replica) behind Serve's gRPC proxy, and a gateway (HTTP +
 WebSocket + public gRPC on free ports) with two tenants. Both use the
@@ -13,6 +13,7 @@ and the SQLite files of `tenant_db_root` (`blobs`: see tests/tenant_dbs.py).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class TestEngine:
     secret: str
     db_root: Path
     redis_url: str = ""
+    ray_auth: object = None  # services.engine.ray_auth.RayAuth: Ray's token file
 
     def metadata(self, session_id: str | None = None) -> tuple[tuple[str, str], ...]:
         from services.engine.ray_stack import EngineStack
@@ -67,6 +69,33 @@ def _gateway(engine, **overrides):
                               f"ws://127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}", server)
 
 
+@contextlib.contextmanager
+def own_engine_app(engine: TestEngine, app: str, settings, **gateway_settings):
+    """An engine app of its own (one replica, `settings`) on the session's Ray Serve, with a gateway
+    of its own (`gateway_settings`: more GatewaySettings) in front of it; yields the gateway server.
+    For tests that break what an engine depends on (its Redis) without touching the shared one."""
+    from ray import serve
+
+    from services.engine.deployment import engine_app
+    from services.engine.ray_stack import EngineStack, wait_ready
+    from services.gateway.app import GatewayServer
+    from services.gateway.settings import GatewaySettings
+
+    serve.run(engine_app(settings, num_replicas=1, max_attached=4, secret=engine.secret),
+              name=app, route_prefix="/" + app, blocking=False)
+    gateway = None
+    try:
+        wait_ready(EngineStack(engine.grpc_target, app, engine.secret), timeout_s=300)
+        gateway = GatewayServer(GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, tokens=TOKENS,
+                                                engine_target=engine.grpc_target, engine_app=app,
+                                                engine_secret=engine.secret, **gateway_settings)).start()
+        yield gateway
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        serve.delete(app)
+
+
 @pytest.fixture(scope="session")
 def serve_engine(tmp_path_factory, redis_url):
     pytest.importorskip("ray")
@@ -75,7 +104,7 @@ def serve_engine(tmp_path_factory, redis_url):
     from tests.tenant_dbs import make_tenant_dbs
 
     ray_dir = Path(tempfile.mkdtemp(prefix="hsr", dir="/tmp"))  # short: Ray's socket paths
-    start_ray(ray_dir, num_cpus=2)
+    ray_auth = start_ray(ray_dir, num_cpus=2)
     settings = EngineSettings(model="random:tiny", dtype="float64", threads=1, chunk_tokens=64, debounce_ms=0.0,
                               p0_cache_dir=tmp_path_factory.mktemp("serve-p0"), kv_budget_bytes=KV_BUDGET_BYTES,
                               redis_url=redis_url)
@@ -83,9 +112,10 @@ def serve_engine(tmp_path_factory, redis_url):
     try:
         engine = start_engine(settings, num_replicas=NUM_REPLICAS, max_attached=MAX_ATTACHED,
                               catalogue={"sqlite_roots": [str(db_root)]})
-        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root, redis_url)
+        yield TestEngine(engine.grpc_target, engine.app_name, engine.secret, db_root, redis_url, ray_auth)
     finally:
         stop_engine()
+        ray_auth.cleanup()
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 

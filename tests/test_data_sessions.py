@@ -75,7 +75,12 @@ def test_malformed_rows_are_rejected_with_the_problem_named(runtime, db):
             ([{"table": "readings", "values": {"sensor": 7}}], "not text"),
             ([{"table": "readings", "values": {"sensor": "a", "id": True}}], "bool values"),
             ([{"table": "readings", "values": {"value": 1.0}}], "NOT NULL"),
-            ([{"table": "readings", "values": {"sensor": "a" * 600}}], "the limit is 512"),
+            ([{"table": "readings", "values": {"sensor": "a" * 600}}], "readings.sensor: text of 600 characters"),
+            # SQLite's INTEGER is 64 bits (issue 29: 2^63 once froze ingestion), in any column
+            ([{"table": "readings", "values": {"id": 1 << 63, "sensor": "a"}}], "readings.id: 9223372036854775808 is "
+                                                                               "outside SQLite's integer range"),
+            ([{"table": "readings", "values": {"id": -(1 << 63) - 1, "sensor": "a"}}], "outside SQLite's integer"),
+            ([{"table": "readings", "values": {"sensor": "a", "value": 1 << 64}}], "readings.value: .* outside"),
             ([{"table": "readings", "values": {"sensor": "x y " * 60}}], "tokens; the limit is 40"),
             (rows(0, 2) + ["not a row"], "row 2"),
             ([], "non-empty list"),
@@ -84,10 +89,12 @@ def test_malformed_rows_are_rejected_with_the_problem_named(runtime, db):
             with pytest.raises(InvalidInput, match=message):
                 session.push(push)
         assert session.describe()["accepted"] == 0  # a bad push keeps nothing, not even its good rows
-        ack = session.push(rows(0, 2))  # the session is still usable
-        assert ack.seqs == (1, 2) and ack.dropped == 0
+        extremes = [{"table": "readings", "values": {"id": v, "sensor": "edge"}} for v in ((1 << 63) - 1, -(1 << 63))]
+        ack = session.push(rows(0, 2) + extremes)  # the session is still usable; the range's ends are in it
+        assert ack.seqs == (1, 2, 3, 4) and ack.dropped == 0
         session.wait_idle()
-        assert session.describe()["rows_in_cache"] == 2
+        assert session.describe()["rows_in_cache"] == 4 and session.describe()["state"] == "live"
+        assert session.execute("SELECT max(id), min(id) FROM readings", 4)[1] == [((1 << 63) - 1, -(1 << 63))]
     finally:
         session.close()
 

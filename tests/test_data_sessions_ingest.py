@@ -115,9 +115,55 @@ def test_a_session_rebuilt_from_its_rows_has_the_same_cache_and_version(runtime,
         original.close()
 
 
+def test_a_rebuild_refuses_the_rows_it_cannot_take_and_goes_on(runtime, db):
+    """A logged row the session cannot take (an int beyond 64 bits, logged before that was refused
+    at the edge; a wrong type) is refused by name as a push is; once it broke every call for good."""
+    log = [(3, rows(0, 1)[0]), (5, {"table": "readings", "values": {"id": 1 << 63, "sensor": "big"}}),
+           (8, {"table": "readings", "values": {"sensor": 1}}), (9, rows(1, 1)[0])]
+    session = DataSession(runtime, db, DataSettings(max_row_tokens=40), rows=log)
+    try:
+        got = session.describe()
+        assert (got["state"], got["refused"], got["rows_in_cache"], session.data_version) == ("live", 2, 2, 9)
+        assert [seq for seq, _ in got["last_refusals"]] == [5, 8]
+        assert "outside SQLite's integer range" in got["last_refusals"][0][1]
+        assert "readings.sensor is TEXT" in got["last_refusals"][1][1]
+        assert session.execute("SELECT count(*) FROM readings WHERE id >= 100", 9)[1] == [(2,)]
+        session.push(rows(2, 1))  # and it goes on after the last seq of the log
+        session.wait_idle()
+        assert session.data_version == 10
+    finally:
+        session.close()
+
+
+def test_an_ingestion_failure_fails_the_session_and_says_so(runtime, db):
+    """Any failure of an ingestion batch (here the working copy's file is corrupted under it, as a
+    failing disk would) moves the session to FAILED: on_failure is told once, describe names the
+    reason, and every call but describe and close is SESSION_FAILED. It used to stop silently."""
+    from headstart.engine.errors import SessionFailed
+
+    failures = []
+    session = DataSession(runtime, db, DataSettings(max_row_tokens=40), on_failure=failures.append)
+    try:
+        session.push(rows(0, 2))
+        session.wait_idle()
+        with open(session.copy.path, "r+b") as f:  # the header's magic string: "file is not a database"
+            f.write(b"\0" * 100)
+        session.push(rows(2, 2))
+        session.wait_idle()
+        got = session.describe()
+        assert got["state"] == "failed" and "not a database" in got["failure"], got
+        assert len(failures) == 1 and failures[0] == got["failure"]
+        assert session.data_version == 2  # the failed batch never reached the cache
+        for call in (lambda: session.push(rows(4, 1)), lambda: session.query(QUESTION, 4),
+                     lambda: session.evaluate([QUESTION], 4), lambda: session.execute("SELECT 1", 2)):
+            with pytest.raises(SessionFailed, match="not a database"):
+                call()
+    finally:
+        session.close()
+    assert session.describe()["state"] == "closed"
+
+
 def test_rebuild_rows_are_validated(runtime, db):
-    with pytest.raises(InvalidInput, match="seq 8: readings.sensor is TEXT"):
-        DataSession(runtime, db, rows=[(3, rows(0, 1)[0]), (8, {"table": "readings", "values": {"sensor": 1}})])
     with pytest.raises(InvalidInput, match="not greater than 3"):
         DataSession(runtime, db, rows=[(3, rows(0, 1)[0]), (3, rows(1, 1)[0])])
     with pytest.raises(InvalidInput, match="pair"):

@@ -166,7 +166,8 @@ def test_flash_worker_and_replicas_share_the_redis_url_and_engine_secret(sets, s
     gateway = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "gateway")
     gateway_env = {e["name"]: e for e in gateway.obj["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert gateway_env["HEADSTART_REDIS_URL"] == env["HEADSTART_REDIS_URL"]  # the data API's rows and answers
-    assert env["HEADSTART_FLASH_ENGINE_SECRET"]["valueFrom"]["secretKeyRef"]["key"] == "secret"
+    assert env["HEADSTART_ENGINE_SECRET_FILE"] == {"name": "HEADSTART_ENGINE_SECRET_FILE",
+                                                  "value": "/etc/headstart/engine/secret"}
     assert container["command"] == ["python", "-m", "services.flash"]
     config = next(o for o in objects if o.kind == "ConfigMap" and component_of(o) == "flash").obj["data"]
     assert config["HEADSTART_FLASH_ENGINE_TARGET"] == "headstart-engine-serve:9000"
@@ -181,3 +182,41 @@ def test_flash_settings_in_the_chart_exist_in_the_code():
     fields = {"HEADSTART_FLASH_" + name.upper() for name in FlashSettings.model_fields}
     assert set(config) <= fields
     FlashSettings(**{k.removeprefix("HEADSTART_FLASH_").lower(): v for k, v in config.items()})
+
+
+def _containers(objects):
+    """(object, pod spec, container) of every pod template the chart renders (Deployments, Jobs, Ray pods)."""
+    for o in objects:
+        spec = o.obj.get("spec", {})
+        templates = [spec.get("template")] if "template" in spec else []
+        cluster = spec.get("rayClusterConfig")
+        if cluster:
+            templates += [cluster["headGroupSpec"]["template"]] + [g["template"] for g in cluster["workerGroupSpecs"]]
+        for template in filter(None, templates):
+            for container in template["spec"]["containers"]:
+                yield o, template["spec"], container
+
+
+def test_engine_secret_is_a_file_never_an_environment_variable():
+    """Issue 29: code of the engine's user could read a secret from any process's environment.
+    Every pod that calls or answers the engine mounts the Secret as a file and names its path."""
+    objects = render(("networkPolicy.enabled=true",))
+    users = set()
+    for o, pod, container in _containers(objects):
+        for e in container.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef", {})
+            assert ref.get("name") != "headstart-engine-secret", (o.name, e)
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if "HEADSTART_ENGINE_SECRET_FILE" in env:
+            users.add(component_of(o))
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert mounts["/etc/headstart/engine"] == "engine-secret"
+            volume = next(v for v in pod["volumes"] if v["name"] == "engine-secret")
+            assert volume["secret"]["secretName"] == "headstart-engine-secret" and volume["secret"]["defaultMode"] == 0o440
+    assert users == {"engine", "gateway", "flash"}
+
+
+@pytest.mark.parametrize("sets, mode", [((), "token"), (("engine.auth.rayToken=false",), None)])
+def test_ray_cluster_runs_with_token_auth(sets, mode):
+    ray = next(o for o in render(sets) if o.kind == "RayService")
+    assert ray.obj["spec"]["rayClusterConfig"].get("authOptions", {}).get("mode") == mode

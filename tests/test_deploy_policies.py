@@ -72,6 +72,8 @@ def test_generated_secrets_stay_out_of_configmaps_and_env_literals(objects):
             for env in container.get("env", []):
                 literal = env.get("value", "")
                 assert not any(s in literal for s in secrets), f"{obj.ref} {container['name']} {env['name']}"
+                if env["name"].endswith("_FILE"):  # a path to a mounted Secret (the engine secret)
+                    continue
                 if any(word in env["name"] for word in ("TOKEN", "PASSWORD", "STORE_URL", "REDIS_URL", "SECRET")):
                     assert "secretKeyRef" in env.get("valueFrom", {}), f"{obj.ref} {env['name']} is not from a Secret"
 
@@ -218,26 +220,35 @@ def test_gpu_requests_follow_gpus_per_replica():
     assert cache.obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
-def _secret_ref(container: dict, env_name: str) -> dict | None:
-    for env in container.get("env", []):
-        if env["name"] == env_name:
-            return env.get("valueFrom", {}).get("secretKeyRef")
-    return None
+def _pod_specs(obj) -> list[dict]:
+    """The pod specs of a Deployment or of a RayService's head and worker groups."""
+    spec = obj.obj["spec"]
+    if "rayClusterConfig" in spec:
+        cluster = spec["rayClusterConfig"]
+        return [cluster["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"]
+                                                                for g in cluster["workerGroupSpecs"]]
+    return [spec["template"]["spec"]]
 
 
 @pytest.mark.parametrize("sets, name", [((), "headstart-engine-secret"),
                                         (("engine.auth.existingSecret=my-engine-secret",), "my-engine-secret")])
 def test_gateway_and_every_ray_pod_read_one_engine_secret(sets, name):
     """The gateway sends the engine secret (services/engine/guard.py) that every replica checks:
-    both read it from the same Secret key, never from a literal; a generated one is rendered."""
+    both read it from the same Secret key, mounted as a file (issue 29: not in an environment),
+    never from a literal; a generated one is rendered."""
     objects = render(sets)
-    gateway = [c for o in objects if o.kind == "Deployment" and component_of(o) == "gateway" for _, c in containers(o)]
-    ray = [c for o in objects if o.kind == "RayService" for _, c in containers(o)]
-    assert gateway and ray
-    refs = [_secret_ref(c, "HEADSTART_GATEWAY_ENGINE_SECRET") for c in gateway]
-    refs += [_secret_ref(c, "HEADSTART_ENGINE_SECRET") for c in ray]
-    assert all(r is not None and r["key"] == "secret" for r in refs), refs
-    assert {r["name"] for r in refs} == {name}
+    pods = [p for o in objects if (o.kind == "Deployment" and component_of(o) == "gateway") or o.kind == "RayService"
+            for p in _pod_specs(o)]
+    assert len(pods) >= 3  # the gateway, the Ray head, the Ray workers
+    refs = []
+    for pod in pods:
+        (container,) = pod["containers"]
+        assert {"name": "HEADSTART_ENGINE_SECRET_FILE", "value": "/etc/headstart/engine/secret"} in container["env"]
+        assert {"name": "engine-secret", "mountPath": "/etc/headstart/engine", "readOnly": True} \
+            in container["volumeMounts"]
+        refs.append(next(v["secret"] for v in pod["volumes"] if v["name"] == "engine-secret"))
+    assert all(r["items"] == [{"key": "secret", "path": "secret"}] for r in refs), refs
+    assert {r["secretName"] for r in refs} == {name}
     rendered = [o for o in objects if o.kind == "Secret" and o.obj["metadata"]["name"] == name]
     assert len(rendered) == (0 if "existingSecret" in " ".join(sets) else 1)
     if rendered:

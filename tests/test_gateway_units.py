@@ -59,6 +59,9 @@ def test_rate_limiter_refills():
     (check_seq, 0, "INVALID_ARGUMENT"),
     (check_seq, True, "INVALID_ARGUMENT"),
     (check_seq, 1.5, "INVALID_ARGUMENT"),
+    (check_seq, 2**62, "INVALID_ARGUMENT"),
+    (check_seq, 2**62 - 1, "INVALID_ARGUMENT"),  # a jump past 2^32 from 0: it would wedge the session (issue 29)
+    (lambda v: check_seq(v, 10), 10 + 2**32 + 1, "INVALID_ARGUMENT"),
     (check_tables, "city", "INVALID_ARGUMENT"),
     (check_tables, ["city", ""], "INVALID_ARGUMENT"),
     (check_tables, ["city", 3], "INVALID_ARGUMENT"),
@@ -102,3 +105,8 @@ def test_registry_scopes_ids_by_tenant():
 ])
 def test_code_mapping(code, grpc_name, http):
     assert (grpc_status(code).name, http_status(code)) == (grpc_name, http)
+
+
+def test_seqs_move_forward_by_at_most_2_to_the_32_per_message():
+    assert check_seq(2**32) == 2**32 and check_seq(2**32 + 10, 10) == 2**32 + 10
+    assert check_seq(3, 50) == 3  # older ones pass: the caller ignores them (or calls them stale)

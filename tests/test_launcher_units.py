@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from services.launcher import default_replica_threads
 
@@ -32,9 +33,22 @@ def test_serve_starts_an_embedded_redis_when_none_is_configured_and_stops_it_wit
         pytest.skip(f"no Redis server binary: {exc}")
     said = []
     with contextlib.ExitStack() as stack:
-        url = _redis(None, stack, said.append)
+        url, server, watchdog = _redis(None, stack, said.append)
         where = urlparse(url)
         assert where.hostname == "127.0.0.1" and ping(where.hostname, where.port)
-        assert "embedded" in said[0]
-        assert _redis(url, stack, said.append) == url and len(said) == 1  # one answering there: used as is
+        assert "embedded" in said[0] and "append-only" in said[0]
+        assert _redis(url, stack, said.append) == (url, None, None) and len(said) == 1  # answering: used as is
+        # issue 29: the data API's promise. A crash of the server (SIGKILL) loses no acknowledged
+        # write, and the watchdog brings it back on its port from its append-only file.
+        import redis
+
+        client = redis.Redis.from_url(url)
+        client.set("acked", "yes")
+        server.kill()
+        end = time.monotonic() + 30
+        while watchdog.restarts == 0:
+            assert time.monotonic() < end, "the watchdog did not restart Redis"
+            time.sleep(0.1)
+        assert client.get("acked") == b"yes" and client.config_get("appendfsync") == {"appendfsync": "everysec"}
+        client.close()
     assert not ping(where.hostname, where.port)  # it lived as long as the stack

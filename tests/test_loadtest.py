@@ -189,15 +189,7 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     are recorded, with no failure anywhere, a noisy tenant at its limits included."""
     if importlib.util.find_spec("locust") is None:
         pytest.skip("locust is not installed (pip install -e .[loadtest])")
-    out = tmp_path / "mixed"
-    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    log = tmp_path / "loadtest.log"
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
-                               "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
-                               "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3"],
-                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    out = _run_short_mixed(tmp_path, "mixed")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0", list(csv.DictReader((out / "locust_failures.csv").open()))
     for producer in ("data_producer", "grpc_data_producer"):
@@ -213,6 +205,21 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     assert "ack→flash_ready p50 ms" in (out / "loadtest.md").read_text()
 
 
+def _run_short_mixed(tmp_path: Path, name: str, *more: str) -> Path:
+    """`headstart loadtest mixed` for 45 s on random:tiny (5 users, world_1 and pets_1); its output
+    folder, once it exited 0 (else the log and the engine's warnings fail the test)."""
+    out = tmp_path / name
+    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
+    log = tmp_path / "loadtest.log"
+    with log.open("w") as sink:
+        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
+                               "--users", "5", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
+                               "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3", *more],
+                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
+    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    return out
+
+
 def _engine_warnings(home: Path) -> str:
     """What the run's Ray processes logged as warnings or errors (a failed run's message:
     e.g. why a replica could not load a database, which its client sees only as UNAVAILABLE)."""
@@ -226,3 +233,45 @@ def _engine_warnings(home: Path) -> str:
             lines += [f"{path.name}: {line}" for line in text.splitlines()
                       if "WARNING" in line or "ERROR" in line or "Error" in line or "failed to load" in line]
     return "\n--- engine warnings ---\n" + "\n".join(lines[-60:])
+
+
+def test_faults_are_checked_and_need_the_local_stack():
+    from loadtest.run import _check_faults
+
+    _check_faults(["redis-restart"], None)
+    with pytest.raises(ValueError, match="valid: redis-restart"):
+        _check_faults(["disk-full"], None)
+    with pytest.raises(ValueError, match="drop --host"):
+        _check_faults(["redis-restart"], "http://gateway:8080")
+
+
+def test_every_failed_request_must_carry_an_api_code():
+    from loadtest.faults import acked_rows, typed_errors
+
+    samples = [{"user": "data_producer", "name": "push", "error": None, "code": None},
+               {"user": "data_producer", "name": "push", "error": "ApiError", "code": "UNAVAILABLE"},
+               {"user": "flash_subscriber", "name": "subscribe", "error": "ConnectionError", "code": None},
+               {"user": "rest_complete", "name": "last_token", "error": "ApiError", "code": "502"},
+               {"user": "grpc_typist", "name": "ttft", "error": "TimeoutError", "code": None}]
+    got = typed_errors(samples)
+    assert (got["errors"], got["untyped"]) == (4, 3)
+    assert got["by_code"] == {"502": 1, "ConnectionError": 1, "TimeoutError": 1, "UNAVAILABLE": 1}
+    assert acked_rows(Path("/nonexistent")) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_short_mixed_run_survives_a_redis_restart(tmp_path):
+    """`mixed --faults redis-restart` for 45 s on random:tiny: the stack's Redis is killed halfway and
+    kept down 4 s; no acknowledged row is lost and every failed request has an API code (issue 29)."""
+    if importlib.util.find_spec("locust") is None:
+        pytest.skip("locust is not installed (pip install -e .[loadtest])")
+    out = _run_short_mixed(tmp_path, "faults", "--faults", "redis-restart", "--fault-down-s", "4")
+    faults = json.loads((out / "loadtest.json").read_text())["meta"]["faults"]
+    (restart,) = faults["injected"]
+    assert restart["restarted"] and restart["back_at_s"] - restart["killed_at_s"] >= 4
+    assert faults["acked"]["acked_rows"] > 0 and faults["acked"]["lost_rows"] == 0
+    assert faults["acked"]["sessions"] == 3 and not faults["acked"]["sessions_behind"]
+    assert faults["errors"]["untyped"] == 0 and faults["errors"]["errors"] > 0  # the outage was seen, typed
+    assert set(faults["errors"]["by_code"]) == {"UNAVAILABLE"}
+    assert "acknowledged rows lost: 0 of" in (out / "loadtest.md").read_text()

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from headstart.client import HeadstartClient
-from tests.serve_fixture import TOKENS
+from tests.serve_fixture import own_engine_app
 from tests.typing_traces import typed
 
 pytestmark = pytest.mark.slow
@@ -38,27 +38,9 @@ def _settings(redis_url: str, p0_dir):
 
 @pytest.fixture
 def tables_gateway(serve_engine, redis_restartable, tmp_path):
-    from ray import serve
-
-    from services.engine.deployment import engine_app
-    from services.engine.ray_stack import EngineStack, wait_ready
-    from services.gateway.app import GatewayServer
-    from services.gateway.settings import GatewaySettings
-
     settings = _settings(redis_restartable.url, tmp_path / "p0")
-    serve.run(engine_app(settings, num_replicas=1, max_attached=4, secret=serve_engine.secret),
-              name=APP, route_prefix="/" + APP, blocking=False)
-    gateway = None
-    try:
-        wait_ready(EngineStack(serve_engine.grpc_target, APP, serve_engine.secret), timeout_s=300)
-        gateway = GatewayServer(GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, tokens=TOKENS,
-                                                engine_target=serve_engine.grpc_target, engine_app=APP,
-                                                engine_secret=serve_engine.secret)).start()
+    with own_engine_app(serve_engine, APP, settings) as gateway:
         yield f"127.0.0.1:{gateway.grpc_port}"
-    finally:
-        if gateway is not None:
-            gateway.stop()
-        serve.delete(APP)
 
 
 def _precompute(redis_url: str, p0_dir) -> int:

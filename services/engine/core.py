@@ -38,6 +38,7 @@ class CoreInfo:
     kv: KVUsage | None = None  # the replica's KV bytes (used, shared, budget, free)
     num_data_sessions: int = 0  # data sessions (issue 12) open here
     data_kv_bytes: int = 0  # their live caches' bytes
+    forward_tokens: int = 0  # tokens this replica's forwards have computed so far (its work)
 
 
 class ReplicaCore:
@@ -122,7 +123,7 @@ class ReplicaCore:
         kv, num_data = self.kv_usage(), len(self.data_sessions)
         # NOTE: data sessions' bytes are the runtime's KVMemory accounting (headstart.data.budget), as typing ones'
         return CoreInfo(holds, len(sessions) + num_data, attached, busy, max(seq, 0), cached, kv, num_data,
-                        kv.data_bytes)
+                        kv.data_bytes, worker.forward_tokens)
 
     def kv_usage(self) -> KVUsage:
         """KV bytes of this replica: its sessions, data sessions and stored P0 caches against the budget."""

@@ -1,12 +1,13 @@
-"""Data-version events of a replica's data sessions, published to Redis.
+"""Data-version (and failure) events of a replica's data sessions, published to Redis.
 
 A `DataSession` calls `on_version(VersionEvent)` on the forward worker's
-thread after each committed ingestion batch. That thread must never wait on
-Redis, so `VersionPublisher.submit` only appends to a queue; one publisher
-thread per replica drains it in order with `LiveStore.publish_version`
+thread after each committed ingestion batch, and `on_failure(reason)` once
+if it fails. That thread must never wait on Redis, so
+`VersionPublisher.submit` only appends to a queue; one publisher thread per
+replica drains it in order: a version with `LiveStore.publish_version`
 (headstart.data.live_store: the session's current version, the global
 versions stream the flash worker consumes, the session's `data_updated`
-event).
+event), a failure as the session's `session_failed` event.
 
 Delivery: while Redis answers, every event is published, in order. When
 Redis cannot be reached the event is kept and retried (backoff up to
@@ -42,6 +43,21 @@ class PendingVersion:
     rows_added: int
     dropped_total: int
 
+    def publish(self, store) -> None:
+        store.publish_version(self.session_id, self.tenant, self.version, self.rows_added, self.dropped_total)
+
+
+@dataclass(frozen=True)
+class PendingFailure:
+    """A session that failed (`DataState.FAILED`): its `session_failed` event, waiting for Redis."""
+
+    session_id: str
+    reason: str
+    version: int = 0  # logged beside the versions when it cannot be published
+
+    def publish(self, store) -> None:
+        store.mark_failed(self.session_id, self.reason)
+
 
 class VersionPublisher:
     """Publishes version events from a queue on its own thread.
@@ -75,7 +91,11 @@ class VersionPublisher:
 
         return on_version
 
-    def submit(self, event: PendingVersion) -> None:
+    def failure_listener(self, session_id: str):
+        """The `on_failure` callback of one session: queues its `session_failed` event (never blocks)."""
+        return lambda reason: self.submit(PendingFailure(session_id, str(reason)))
+
+    def submit(self, event: PendingVersion | PendingFailure) -> None:
         with self._cond:
             self._pending.append(event)
             while len(self._pending) > self.max_pending:
@@ -120,8 +140,7 @@ class VersionPublisher:
                     return
                 event = self._pending[0]  # NOTE: peeked, removed only once Redis took it
             try:
-                self.store.publish_version(event.session_id, event.tenant, event.version, event.rows_added,
-                                           event.dropped_total)
+                event.publish(self.store)
             except Exception as exc:
                 self.failures += 1
                 # LiveStoreUnavailable (code UNAVAILABLE): Redis is away, keep the event; else Redis refused it
@@ -140,7 +159,7 @@ class VersionPublisher:
             backoff, refusals = 0.0, 0
             self._done(event, published=True)
 
-    def _done(self, event: PendingVersion, published: bool) -> None:
+    def _done(self, event: PendingVersion | PendingFailure, published: bool) -> None:
         with self._cond:
             if self._pending and self._pending[0] is event:  # not pushed out meanwhile by max_pending
                 self._pending.popleft()

@@ -34,6 +34,7 @@ from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import data_wire
 from services.engine.data_events import VersionPublisher
+from services.engine.data_reconcile import DataReconciler
 from services.engine.data_registry import DataRegistry
 from services.engine.guard import EngineGuard, EngineUnauthenticated, tenant_of
 
@@ -61,6 +62,8 @@ class DataService:
         self.runtime, self.replica, self.guard, self.prepare = core.runtime, replica, guard, prepare
         self.registry: DataRegistry = core.data_sessions
         self.publisher = publisher
+        # caches whose session Redis no longer has are dropped (services/engine/data_reconcile.py)
+        self.reconciler = DataReconciler(self.registry, publisher.store) if publisher is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(DATA_THREADS, thread_name_prefix="headstart-data")
 
     # -- RPCs -----------------------------------------------------------------------------
@@ -130,8 +133,9 @@ class DataService:
     def _build(self, session_id: str, spec: str, tenant: str | None, settings, rows) -> DataSession:
         """A new DataSession, rebuilt from `rows` when given (blocks until it is LIVE)."""
         on_version = self.publisher.listener(session_id, tenant) if self.publisher is not None else None
+        on_failure = self.publisher.failure_listener(session_id) if self.publisher is not None else None
         return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, rows=rows,
-                           on_version=on_version)
+                           on_version=on_version, on_failure=on_failure)
 
     @staticmethod
     def _query(session: DataSession, question: str, max_new_tokens: int, execute: bool) -> engine_pb2.DataAnswer:
@@ -174,7 +178,9 @@ class DataService:
         return empty
 
     def shutdown(self) -> None:
-        """Stop publishing and the pool (the sessions are the core's: ReplicaCore.shutdown closes them)."""
+        """Stop publishing, reconciling and the pool (the sessions are the core's: ReplicaCore.shutdown closes them)."""
+        if self.reconciler is not None:
+            self.reconciler.close()
         if self.publisher is not None:
             self.publisher.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

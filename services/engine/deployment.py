@@ -9,7 +9,6 @@ next attach (correct, only slower).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -23,10 +22,11 @@ from headstart.engine.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore
+from services.engine.completes import CompleteRegistry
 from services.engine.data_events import VersionPublisher
 from services.engine.data_service import DataService
 from services.engine.direct import start_direct_ingress
-from services.engine.generate import generation_events
+from services.engine.generate import generation_events, start_cancellable
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
 from services.engine.heap_trim import HeapTrimmer
 from services.engine.kv_metrics import ReplicaKVGauge, kv_values
@@ -59,6 +59,7 @@ class EngineDeployment:
         # through Ray Serve's logger (the headstart loggers are not configured in a replica)
         logging.getLogger("ray.serve").info("headstart fast path: %s", self.core.runtime.fast_path_choice.summary())
         self.guard = EngineGuard(configured_secret(secret), build_catalogue(engine_settings, catalogue))
+        self.completes = CompleteRegistry()  # running Completes by request id (CancelComplete)
         self.loader = SchemaLoader(self.core.runtime.prompt_for)
         self.kv_gauge = ReplicaKVGauge()
         self.heap_trimmer = HeapTrimmer(engine_settings.malloc_trim_s)
@@ -101,20 +102,37 @@ class EngineDeployment:
         tables = list(request.tables) or None  # empty: the whole schema
         try:
             self.guard.check(_metadata(grpc_context))
-            spec = await self._prepare(request.db)
-            params: SamplingParams = sampling_params(request.params)
-            gen = await asyncio.to_thread(
-                self.core.runtime.start_complete, spec, request.question, request.mode or "prefix", params,
-                tables=tables, tenant=tenant_of(_metadata(grpc_context)))
         except EngineUnauthenticated as exc:
             yield events.error(exc.code, exc.message)
             return
-        except Exception as exc:
-            yield events.from_exception(exc)
+        rid = request.request_id
+        if rid and not self.completes.begin(rid):  # its client left before it came (CancelComplete)
+            yield events.error("CANCELLED", "the client left before the request arrived")
             return
-        decode = self.core.runtime.prompt_for(spec, tables).decode
-        async for event in generation_events(gen, decode, self.replica, 0):
-            yield event
+        try:
+            try:
+                spec = await self._prepare(request.db)
+                params: SamplingParams = sampling_params(request.params)
+                tenant = tenant_of(_metadata(grpc_context))
+                gen = await start_cancellable(lambda: self.core.runtime.start_complete(
+                    spec, request.question, request.mode or "prefix", params, tables=tables, tenant=tenant))
+            except Exception as exc:
+                yield events.from_exception(exc)
+                return
+            if rid:
+                self.completes.started(rid, gen)
+            decode = self.core.runtime.prompt_for(spec, tables).decode
+            async for event in generation_events(gen, decode, self.replica, 0):
+                yield event
+        finally:
+            if rid:
+                self.completes.end(rid)
+
+    async def CancelComplete(self, request: engine_pb2.CompleteRef, grpc_context=None):  # noqa: N802
+        """Stop a Complete by its request id, or refuse it when it comes (services/engine/completes.py)."""
+        if not _allowed(self.guard, grpc_context):
+            return engine_pb2.CancelReply()
+        return engine_pb2.CancelReply(found=self.completes.cancel(request.request_id))
 
     async def Describe(self, request: engine_pb2.EngineSessionRef, grpc_context=None):  # noqa: N802
         if not _allowed(self.guard, grpc_context):
@@ -211,7 +229,8 @@ class EngineDeployment:
         return engine_pb2.EngineSessionInfo(
             replica=self.replica, holds_session=info.holds_session, num_sessions=info.num_sessions,
             num_attached=info.num_attached, num_queued=info.num_queued, seq=info.seq,
-            cached_tokens=info.cached_tokens, num_data_sessions=info.num_data_sessions, **kv_fields(info.kv),
+            cached_tokens=info.cached_tokens, num_data_sessions=info.num_data_sessions,
+            forward_tokens=info.forward_tokens, **kv_fields(info.kv),
         )
 
     def __del__(self):

@@ -1,8 +1,12 @@
-"""Stream a `GenerationRequest` as EngineEvents without blocking the event loop.
+"""Start and stream a `GenerationRequest` as EngineEvents without blocking the event loop.
 
-The request's token iterator blocks, so a daemon thread drains it and posts
-events to an asyncio queue with `call_soon_threadsafe` (never blocking the
-forward worker). Cancelling the consumer cancels the request.
+Starting one may block (a cold prompt's P0 is prefilled first), so it runs
+on a thread (`start_cancellable`); a caller cancelled meanwhile (the client
+left in its first moments) cancels the request as soon as it exists, which
+would otherwise run to its end unread (issue 29: 510 of 510 decode steps).
+The request's token iterator blocks too, so a daemon thread drains it and
+posts events to an asyncio queue with `call_soon_threadsafe` (never
+blocking the forward worker). Cancelling the consumer cancels the request.
 """
 
 from __future__ import annotations
@@ -35,6 +39,22 @@ def _pump(request: GenerationRequest, decode: Callable[[list[int]], str], replic
         post(events.from_exception(exc, seq))
     finally:
         post(_END)
+
+
+async def start_cancellable(start: Callable[[], GenerationRequest]) -> GenerationRequest:
+    """`start()` (it queues a request) on a thread; if the caller is cancelled before it returns,
+    the request it queued is cancelled the moment it exists."""
+    future = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_cancel_started)
+        raise
+
+
+def _cancel_started(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().cancel()
 
 
 async def generation_events(request: GenerationRequest, decode: Callable[[list[int]], str],

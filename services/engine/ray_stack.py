@@ -18,6 +18,7 @@ from headstart.config import EngineSettings
 from services.engine.deployment import APP_NAME, SERVICER_FUNCTIONS, engine_app
 from services.engine.guard import SECRET_METADATA_KEY, configured_secret, generate_secret
 from services.engine.loopback import SETUP_HOOK
+from services.engine.ray_auth import RayAuth, enable_token_auth
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,13 @@ def keep_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False  # ray may have been imported before the variable was set
 
 
-def start_ray(temp_dir: Path, num_cpus: int | None = None) -> None:
-    """ray.init on this machine with a private temp dir and no dashboard."""
+def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
+    """ray.init on this machine with a private temp dir, no dashboard and token auth on.
+
+    Returns the auth token's file: call its `cleanup()` after `stop_engine()`.
+    """
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     keep_ray_on_loopback()
     temp_dir.mkdir(parents=True, exist_ok=True)
@@ -70,9 +73,15 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> None:
     # is turned into the machine's address by Ray. The setup hook does the same
     # for Serve's gRPC servers (services/engine/loopback.py);
     # tests/test_serve_loopback.py checks every listening socket.
-    ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
-             ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+    auth = enable_token_auth()
+    try:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
+                 ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
+                 runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+    except BaseException:
+        auth.cleanup()
+        raise
+    return auth
 
 
 def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int | None = None,

@@ -99,7 +99,8 @@ class DataServicerMixin:
         return headstart_pb2.DeleteFlashResponse()
 
     async def Subscribe(self, request, context):  # noqa: N802
-        """Events after `last_event_id` (empty: from now on) until the client cancels or the session closes."""
+        """Events after `last_event_id` (empty: from now on) until the client cancels or the session closes;
+        a resume id outside what is kept is OUT_OF_RANGE (naming the oldest id kept), Redis away UNAVAILABLE."""
         try:
             r = checked(request)
             tenant = self._tenant(context)
@@ -116,6 +117,8 @@ class DataServicerMixin:
                 if item is not None:
                     event_id, kind, payload = item
                     yield headstart_pb2.DataEvent(id=event_id, kind=kind, payload_json=json.dumps(payload))
+        except ApiError as exc:  # Redis went away: UNAVAILABLE (retry from the last id), never a silent OK
+            await self._abort(context, exc)
         finally:
             self.service.quotas.connections.release(tenant)
             await stream.aclose()

@@ -10,7 +10,9 @@
     DELETE /v1/data/{sid}/flash/{qid}
     GET    /v1/data/{sid}/events      SSE (`Last-Event-ID` or ?last_event_id= resumes)
 
-Errors are the JSON `{"code", "message"}` of the other routes.
+Errors are the JSON `{"code", "message"}` of the other routes. An SSE stream
+that cannot go on ends with an `error` event (`sse_error`): Redis away
+(UNAVAILABLE, retryable) or a resume id outside what is kept (OUT_OF_RANGE).
 """
 
 from __future__ import annotations
@@ -19,16 +21,31 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
+from headstart.client.errors import ApiError
+from services.gateway.data_events import ResumeOutOfRange
 from services.gateway.rest import json_body
 from services.gateway.service import GatewayService
 
 KEEPALIVE_TICKS = 15  # quiet reads (about a second each) between SSE keep-alive comments
+RETRY_MS = 1000  # an EventSource's wait before it reconnects after a retryable error
 
 
 def sse_frame(event_id: str, kind: str, payload: dict) -> str:
     """One SSE event: `id` is the Redis stream id a reconnecting EventSource sends back as Last-Event-ID."""
     return f"id: {event_id}\nevent: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def sse_error(exc: ApiError) -> str:
+    """The stream's last event when it cannot go on: `error` {code, message, retryable}, no `id:`
+    (a reconnect resends the last event id it saw). UNAVAILABLE (Redis away) is retryable, with a
+    `retry:` hint; OUT_OF_RANGE (a resume id outside what is kept) names the oldest id kept."""
+    body = {"code": exc.code, "message": exc.message, "retryable": exc.code == "UNAVAILABLE"}
+    if isinstance(exc, ResumeOutOfRange):
+        body |= {"oldest_id": exc.oldest_id, "newest_id": exc.newest_id}
+    retry = f"retry: {RETRY_MS}\n" if body["retryable"] else ""
+    return f"{retry}event: error\ndata: {json.dumps(body, separators=(',', ':'))}\n\n"
 
 
 def build_data_router(service: GatewayService) -> APIRouter:
@@ -84,8 +101,23 @@ def build_data_router(service: GatewayService) -> APIRouter:
     async def events(sid: str, request: Request):
         who = tenant(request)
         last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-        stream = await data.subscribe(who, sid, last_id)
+        try:
+            stream = await data.subscribe(who, sid, last_id)
+        except ResumeOutOfRange as exc:  # an event, as an EventSource reads it (with the oldest id kept)
+            service.metrics.errors.labels("rest", exc.code).inc()
+            return StreamingResponse(iter([sse_error(exc)]), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
         service.quotas.connections.acquire(who)  # a subscriber holds a socket and a reader: its tenant's share
+        released = False
+
+        async def release():
+            """Once, from whichever runs first: the stream's end, or the response's background task
+            (a client gone before the first byte leaves the generator never started)."""
+            nonlocal released
+            if not released:
+                released = True
+                service.quotas.connections.release(who)
+                await stream.aclose()
 
         async def frames():
             quiet = 0
@@ -98,11 +130,13 @@ def build_data_router(service: GatewayService) -> APIRouter:
                             yield ": keep-alive\n\n"
                         continue
                     yield sse_frame(*item)
+            except ApiError as exc:  # Redis went away: say so (retryable) rather than just stop
+                service.metrics.errors.labels("rest", exc.code).inc()
+                yield sse_error(exc)
             finally:
-                service.quotas.connections.release(who)
-                await stream.aclose()
+                await release()
 
-        return StreamingResponse(frames(), media_type="text/event-stream",
+        return StreamingResponse(frames(), media_type="text/event-stream", background=BackgroundTask(release),
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return router

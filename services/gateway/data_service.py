@@ -26,7 +26,6 @@ import os
 import time
 import uuid
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 from headstart.client.errors import ApiError, code_of
 from headstart.engine.errors import HeadstartError, InvalidInput
@@ -42,9 +41,9 @@ from services.gateway.tenancy import TenantSlots
 log = logging.getLogger(__name__)
 REDIS_URL_ENV = "HEADSTART_REDIS_URL"
 RETENTIONS = ("", "shift", "rebuild")
+STORE_CLIENT_NAME = "hs-gateway"  # the pool every data call uses (subscribers have their own: data_events)
 MAX_RETENTION_TOKENS = 1 << 20
 MAX_BUFFER_ROWS = 1 << 16
-EVENT_READERS = 64  # threads for blocking event reads (SSE / Subscribe), beside the loop's default pool
 
 
 class DataService:
@@ -59,17 +58,20 @@ class DataService:
         self.queries = TenantSlots("data queries", s.data_queries_per_tenant, s.data_queries_per_tenant)
         self._schemas: dict[str, Schema] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._readers = ThreadPoolExecutor(EVENT_READERS, thread_name_prefix="data-events")
+        self.events = None  # EventStreams: subscribers' reads (services/gateway/data_events.py)
 
     def start(self) -> None:
         url = self.gw.settings.redis_url or os.environ.get(REDIS_URL_ENV, "")
         if url:
             from headstart.data.live_store import LiveStore  # imports redis: only when configured
+            from services.gateway.data_events import EventStreams
 
-            self.store = LiveStore(url)
+            self.store = LiveStore(url, client_name=STORE_CLIENT_NAME)
+            self.events = EventStreams(url, self.store.key, self.gw.quotas.connections.share)
 
-    def stop(self) -> None:
-        self._readers.shutdown(wait=False, cancel_futures=True)
+    async def stop(self) -> None:
+        if self.events is not None:
+            await self.events.close()
         if self.store is not None:
             self.store.close()
 
@@ -87,14 +89,20 @@ class DataService:
         except ValueError as exc:  # an empty flash question
             raise ApiError("INVALID_ARGUMENT", str(exc)) from None
 
-    async def _session(self, tenant: str, sid: object) -> tuple[str, dict]:
-        """(engine id, meta) of the tenant's session `sid`; NOT_FOUND for unknown and other tenants' ids."""
+    async def _session(self, tenant: str, sid: object, usable: bool = True) -> tuple[str, dict]:
+        """(engine id, meta) of the tenant's session `sid`; NOT_FOUND for unknown and other tenants' ids.
+
+        With `usable`, a session whose ingestion failed is SESSION_FAILED with the replica's reason
+        (describe, close, listing and the events still work: they report it).
+        """
         if not isinstance(sid, str) or not sid:
             raise ApiError("INVALID_ARGUMENT", "session_id must be a non-empty string")
         eid = engine_session_id(tenant, sid)
-        meta = await self._io(self.store.meta, eid)
+        meta, failure = await self._io(self.store.meta_and_failure, eid)
         if meta is None or meta.get("tenant") != tenant:
             raise ApiError("NOT_FOUND", f"no data session {sid!r}")
+        if usable and failure is not None:
+            raise ApiError("SESSION_FAILED", f"data session {sid!r} failed: {failure} (close it and open another)")
         return eid, meta
 
     def _lock(self, eid: str) -> asyncio.Lock:
@@ -153,20 +161,23 @@ class DataService:
             await self._io(self.store.put_meta, eid, meta)
             info = await self.engine.open(tenant, eid, meta, [])
         except BaseException:
-            await self._io(self.store.delete_session, eid)
-            await self._io(self._release, tenant, eid)
+            try:
+                await self._io(self.store.delete_session, eid)
+                await self._io(self._release, tenant, eid)
+            except ApiError as exc:  # Redis is gone too: the open's own error is the one to report
+                log.warning("data session %s not cleaned up after a failed open: %s", eid, exc)
             raise
         self.gw.metrics.data_sessions_opened.inc()
         return {"session_id": sid, "db": db, "data_version": info.version}
 
     async def describe(self, tenant: str, sid: object) -> dict:
-        eid, meta = await self._session(tenant, sid)
+        eid, meta = await self._session(tenant, sid, usable=False)
         info = await self._call("DataDescribe", engine_pb2.DataRef(session_id=eid), tenant, eid, meta)
         return describe_json(meta, sid, info)
 
     async def close(self, tenant: str, sid: object) -> dict:
         """Forget the session: its replica cache, rows log, meta, flash questions and events."""
-        eid, meta = await self._session(tenant, sid)
+        eid, meta = await self._session(tenant, sid, usable=False)
         try:
             await self.engine.call_once("DataClose", engine_pb2.DataRef(session_id=eid), tenant, eid)
         except ApiError as exc:
@@ -176,23 +187,15 @@ class DataService:
         await self._io(self._release, tenant, eid)
         return {"closed": sid}
 
-    def _tenant_key(self, tenant: str) -> str:
-        """The set of a tenant's open data sessions (engine ids), beside live_store's keys."""
-        return f"{self.store.prefix}:data:tenant:{tenant}:sessions"
-
     def _admit(self, tenant: str, eid: str) -> None:
         """Count `eid` among the tenant's sessions, or RESOURCE_EXHAUSTED past `data_sessions_per_tenant`
         (shared by every gateway on this Redis)."""
-        key, share = self._tenant_key(tenant), self.gw.settings.data_sessions_per_tenant
-        pipe = self.store.client.pipeline(transaction=True)
-        pipe.sadd(key, eid)
-        pipe.scard(key)
-        if pipe.execute()[1] > share:
-            self.store.client.srem(key, eid)
+        share = self.gw.settings.data_sessions_per_tenant
+        if not self.store.admit_session(tenant, eid, share):
             raise ApiError("RESOURCE_EXHAUSTED", f"this tenant has {share} data sessions open (its share)")
 
     def _release(self, tenant: str, eid: str) -> None:
-        self.store.client.srem(self._tenant_key(tenant), eid)
+        self.store.release_session(tenant, eid)
 
     # -- rows ---------------------------------------------------------------
 
@@ -232,7 +235,7 @@ class DataService:
                 # The push failed as a whole: take its rows out of the log again, so a rebuild never
                 # ingests rows the client was told failed (and a retry does not add them twice).
                 try:
-                    await asyncio.to_thread(self._unlog, eid, seqs[0], seqs[-1])
+                    await asyncio.to_thread(self.store.unlog_rows, eid, seqs[0], seqs[-1])
                 except Exception:  # Redis is gone too: the push's own error is the one to report
                     log.exception("rows %d..%d of %s not taken out of the log", seqs[0], seqs[-1], eid)
                 raise
@@ -244,10 +247,6 @@ class DataService:
                            {"dropped": reply.dropped, "dropped_seqs": list(reply.dropped_seqs),
                             "dropped_total": reply.dropped_total})
         return ack_json(reply, seqs)
-
-    def _unlog(self, eid: str, first: int, last: int) -> None:
-        """Remove rows `first..last` from the session's rows log (a zset scored by seq, live_store's layout)."""
-        self.store.client.zremrangebyscore(self.store.key(eid, "rows"), first, last)
 
     # -- queries ------------------------------------------------------------
 
@@ -281,11 +280,11 @@ class DataService:
 
     async def list_flash(self, tenant: str, sid: object) -> list[dict]:
         """[{id, question, answer?}]: each registered question with its latest stored answer."""
-        eid, _ = await self._session(tenant, sid)
+        eid, _ = await self._session(tenant, sid, usable=False)
         return [{k: v for k, v in item.items() if v is not None} for item in await self._io(self.store.list_flash, eid)]
 
     async def delete_flash(self, tenant: str, sid: object, qid: object) -> dict:
-        eid, _ = await self._session(tenant, sid)
+        eid, _ = await self._session(tenant, sid, usable=False)
         if not isinstance(qid, str) or not qid:
             raise ApiError("INVALID_ARGUMENT", "a flash question id is a non-empty string")
         if not await self._io(self.store.delete_flash, eid, qid):
@@ -298,35 +297,17 @@ class DataService:
         """The session's events after `last_id` (empty: from now on) as an async iterator of
         (id, kind, payload), with None after each quiet read, until the session is closed.
 
-        Checked (NOT_FOUND, INVALID_ARGUMENT) and "now" fixed before it returns, so an
-        edge answers errors with a status and a subscriber misses nothing pushed after
-        its subscription was answered. Reads block in a pool of their own (a subscriber
-        waits up to `block_ms` per read), not in the loop's default one.
+        Checked (NOT_FOUND; INVALID_ARGUMENT, OUT_OF_RANGE for a resume id outside what the
+        stream kept) and "now" fixed before it returns, so an edge answers errors with a
+        status and a subscriber misses nothing pushed after its subscription was answered.
+        The iterator raises ApiError(UNAVAILABLE) when Redis goes away. Reads are async, on
+        the tenant's own pool (services/gateway/data_events.py).
         """
-        eid, _ = await self._session(tenant, sid)
+        eid, _ = await self._session(tenant, sid, usable=False)
         if last_id is not None and not isinstance(last_id, str):
             raise ApiError("INVALID_ARGUMENT", "last_event_id must be a string")
-        if not last_id:
-            last_id = await self._io(self.store.latest_event_id, eid)
-        elif not _is_stream_id(last_id):
-            raise ApiError("INVALID_ARGUMENT", f"last_event_id {last_id[:40]!r} is not an event id")
-        return self._events(eid, last_id, block_ms)
-
-    async def _events(self, eid: str, last_id: str, block_ms: int):
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                batch = await loop.run_in_executor(self._readers, self.store.events_after, eid, last_id, block_ms)
-            except HeadstartError as exc:  # Redis went away: end the stream; the client resumes by its last id
-                log.warning("data events of %s: %s", eid, exc)
-                return
-            for event_id, kind, payload in batch:
-                last_id = event_id
-                yield event_id, kind, payload
-            if not batch:
-                if await self._io(self.store.meta, eid) is None:
-                    return  # closed meanwhile
-                yield None  # a quiet tick: the edge may send a keep-alive
+        after = await self.events.start(tenant, eid, last_id)
+        return self.events.stream(tenant, eid, after, block_ms)
 
 
 def _count(name: str, value: object, limit: int) -> int:
@@ -346,9 +327,3 @@ def _question(question: object, limit: int) -> str:
     if not question:
         raise ApiError("INVALID_ARGUMENT", "question must not be empty")
     return question
-
-
-def _is_stream_id(text: str) -> bool:
-    """A Redis stream id `ms-seq` (or `0`)."""
-    ms, _, seq = text.partition("-")
-    return ms.isdigit() and (seq == "" or seq.isdigit()) and len(text) <= 41

@@ -90,6 +90,7 @@ def describe_json(meta: dict, sid: str, info: engine_pb2.DataInfo) -> dict:
     except ValueError:
         detail = {}
     return {"session_id": sid, "db": meta["db"], "data_version": info.version, "replica": info.replica,
+            "state": detail.get("state", "live"), "failure": detail.get("failure"),
             "rows_in_cache": info.rows_in_cache, "buffered": info.buffered, "dropped_total": info.dropped_total,
             "cache_tokens": info.cache_tokens, "sliding_tokens": info.sliding_tokens,
             "retention": info.retention, "describe": detail}
@@ -100,7 +101,7 @@ def description_proto(d: dict) -> headstart_pb2.DataDescription:
         session_id=d["session_id"], db=d["db"], data_version=d["data_version"], replica=d["replica"],
         rows_in_cache=d["rows_in_cache"], buffered=d["buffered"], dropped_total=d["dropped_total"],
         cache_tokens=d["cache_tokens"], sliding_tokens=d["sliding_tokens"], retention=d["retention"],
-        describe_json=json.dumps(d["describe"]))
+        describe_json=json.dumps(d["describe"]), state=d["state"], failure=d["failure"] or "")
 
 
 def flash_proto(item: dict) -> headstart_pb2.FlashQuestion:

@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status
 from headstart.v1 import engine_pb2, headstart_pb2, headstart_pb2_grpc, types_pb2
 from services.gateway.data_grpc import DataServicerMixin
-from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked
+from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked, sampling_of
 from services.gateway.limits import RateLimiter
 from services.gateway.service import GatewayService
 from services.gateway.sessions import TAKEN_OVER
@@ -79,11 +79,14 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
             return
         # A session has one listener: attaching takes it over (the previous stream gets SESSION_MOVED).
         events = session.attach_listener() if sid else session.listener
-        yield headstart_pb2.TypeResponse(ready=headstart_pb2.Ready(session_id=session.session_id, db=session.db))
-        pending = _Pending()
-        reader = asyncio.create_task(self._read(request_iterator, session, pending, events))
+        reader = None
         input_done = taken_over = False
         try:
+            # NOTE: inside the try: a client that cancels now (the stream is closed at this
+            # yield) must have its session closed all the same (issue 29: they leaked)
+            yield headstart_pb2.TypeResponse(ready=headstart_pb2.Ready(session_id=session.session_id, db=session.db))
+            pending = _Pending()
+            reader = asyncio.create_task(self._read(request_iterator, session, pending, events))
             # Runs until the client half-closes and no submit awaits its result.
             while not (input_done and not pending.seq):
                 event = await events.get()
@@ -105,17 +108,11 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
                 if response is not None:
                     yield response
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             session.detach_listener(events)
-            if taken_over:
-                pass  # the session goes on with its new connection
-            elif session.ephemeral:
-                try:
-                    await self.service.close(session.tenant, session.session_id)
-                except ApiError:
-                    pass
-            elif session.link is not None:
-                await session.link.cancel_generation()
+            if not taken_over:  # taken over: the session goes on with its new connection
+                await self.service.release(session)
 
     async def _first(self, request_iterator):
         """The open message, within type_open_timeout_s (a stream that never opens is not held)."""
@@ -144,7 +141,8 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
                     elif kind == "submit":
                         s = request.submit
                         pending.seq = s.seq  # before the write: the result may come back at once
-                        await self.service.submit(session, s.seq, s.text, s.params.max_new_tokens or None)
+                        await self.service.submit(session, s.seq, s.text, s.params.max_new_tokens or None,
+                                                  sampling_of(s.params))
                     else:
                         raise ApiError("INVALID_ARGUMENT", f"unexpected {kind!r} after open")
                 except ApiError as exc:
@@ -162,7 +160,7 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
             params = request.params
             async for event in self.service.complete(tenant, request.db, request.question,
                                                      params.max_new_tokens or None, request.mode or "prefix",
-                                                     list(request.tables)):
+                                                     list(request.tables), sampling=sampling_of(params)):
                 kind = event.WhichOneof("kind")
                 if kind == "error":
                     raise ApiError(event.error.code, event.error.message)

@@ -12,12 +12,13 @@ raised to WIRE_CEILING so that the servicer, not gRPC, sees oversize messages.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import grpc
 
 from headstart.client.errors import ApiError
-from headstart.v1 import headstart_pb2_grpc
+from headstart.v1 import headstart_pb2_grpc, types_pb2
 
 WIRE_CEILING = 1 << 20  # what gRPC itself still refuses (bare RESOURCE_EXHAUSTED)
 
@@ -37,6 +38,21 @@ class Malformed:
 
     def error(self) -> ApiError:
         return ApiError("INVALID_ARGUMENT", f"malformed message: {self.reason}")
+
+
+MAX_TEMPERATURE = 2.0  # as the OpenAI edge takes it
+
+
+def sampling_of(params: types_pb2.SamplingParams) -> types_pb2.SamplingParams:
+    """A gRPC request's temperature, top_p and seed, checked: INVALID_ARGUMENT naming the one out of
+    range, NaN and infinities included (they were taken and ignored). proto3's 0 is "unset":
+    greedy, top_p 1. `max_new_tokens` is left out (GatewayService.params checks it)."""
+    if not math.isfinite(params.temperature) or not 0.0 <= params.temperature <= MAX_TEMPERATURE:
+        raise ApiError("INVALID_ARGUMENT", f"temperature must be a number in [0, {MAX_TEMPERATURE:g}], "
+                                           f"not {params.temperature!r}")
+    if not math.isfinite(params.top_p) or not 0.0 <= params.top_p <= 1.0:
+        raise ApiError("INVALID_ARGUMENT", f"top_p must be a number in (0, 1] (0: unset), not {params.top_p!r}")
+    return types_pb2.SamplingParams(temperature=params.temperature, top_p=params.top_p, seed=params.seed)
 
 
 def checked(message):

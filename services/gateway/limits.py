@@ -85,9 +85,22 @@ def check_text(text: object, limit: int) -> str:
     return text
 
 
-def check_seq(seq: object) -> int:
-    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < 2**62:
+MAX_SEQ = 2**62  # seqs stay below it (int64 on every wire, with room)
+# NOTE: the most one message may move a session's seq forward. Without it a single
+# message with seq 2^62-1 wedged its session: no later snapshot could be newer
+# (issue 29). With it, reaching the ceiling takes 2^30 messages (200 days at the
+# per-connection rate limit). Counters (what every client sends) never come near it.
+MAX_SEQ_STEP = 2**32
+
+
+def check_seq(seq: object, current: int = 0) -> int:
+    """A message's seq: a positive int below MAX_SEQ, at most MAX_SEQ_STEP past the session's
+    `current` one (older ones pass: the caller ignores them or calls them stale)."""
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < MAX_SEQ:
         raise ApiError("INVALID_ARGUMENT", "seq must be a positive integer")
+    if seq - current > MAX_SEQ_STEP:
+        raise ApiError("INVALID_ARGUMENT", f"seq {seq} jumps more than 2^32 past this session's {current}: "
+                                           "seq counts messages, it is not a clock")
     return seq
 
 

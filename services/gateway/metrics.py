@@ -21,6 +21,13 @@ class GatewayMetrics:
         self.ttft = Histogram("headstart_gateway_ttft_ms", "engine TTFT of submits",
                               buckets=TTFT_BUCKETS, registry=self.registry)
         self.sessions = Gauge("headstart_gateway_sessions", "open sessions", registry=self.registry)
+        self.connections = Gauge("headstart_gateway_connections",
+                                 "WebSocket connections, gRPC Type streams and event subscribers held now",
+                                 registry=self.registry)
+        self.sessions_reaped = Counter("headstart_gateway_sessions_reaped",
+                                       "sessions the reaper closed: idle (nobody used it for session_idle_s) or "
+                                       "leaked (its connection ended without closing it)", ["reason"],
+                                       registry=self.registry)
         self.disconnects = Counter("headstart_gateway_client_disconnects",
                                    "requests whose client left before the answer (generation cancelled)",
                                    ["edge"], registry=self.registry)

@@ -21,11 +21,12 @@ import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2
 from services.gateway.limits import check_size, check_text
+from services.gateway.rest import cancel_on_disconnect
 from services.gateway.openai_schema import (
     MODEL_PREFIX,
     OWNER,
@@ -90,18 +91,15 @@ def build_openai_router(service: GatewayService) -> APIRouter:
             call = (parse_chat if chat else parse_completion)(await _json_body(request, service))
             _check_model(call.model, known_models())
             _check_limits(call, chat, service)
-            events = _engine_events(service, tenant, call)
-            first = await _first_event(events)
         except OpenAIError as exc:
             return error_response(exc)
-        if call.stream:
-            return StreamingResponse(_sse(call, chat, first, events), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        try:
-            result = await _final_result(first, events)
-        except OpenAIError as exc:
-            return error_response(exc)
-        return full_response(call, chat, result)
+        # A client that leaves before the answer (or, streaming, before its first token) cancels
+        # the generation from the first byte on; once streaming, Starlette closes the stream.
+        left, answer = await cancel_on_disconnect(request, _answer(call, chat, _engine_events(service, tenant, call)))
+        if left:
+            service.metrics.disconnects.labels(EDGE).inc()
+            return Response(status_code=499)  # nobody reads it: the client is gone
+        return error_response(answer) if isinstance(answer, OpenAIError) else answer
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -112,6 +110,19 @@ def build_openai_router(service: GatewayService) -> APIRouter:
         return await complete(request, chat=False)
 
     return router
+
+
+async def _answer(call: CompletionCall, chat: bool, events: AsyncIterator[engine_pb2.EngineEvent]):
+    """The response (a stream once the first event is in, else the whole answer), or the OpenAIError to send."""
+    try:
+        first = await _first_event(events)
+        if call.stream:
+            return StreamingResponse(_sse(call, chat, first, events), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return full_response(call, chat, await _final_result(first, events))
+    except OpenAIError as exc:
+        await events.aclose()
+        return exc
 
 
 def _check_model(model: str, known: dict[str, str]) -> str:
@@ -143,6 +154,8 @@ async def _json_body(request: Request, service: GatewayService) -> dict:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
         raise OpenAIError(400, f"malformed JSON: {exc}", "invalid_json") from exc
+    except RecursionError:  # `[` x 8000: nested deeper than the parser goes (it was a 500)
+        raise OpenAIError(400, "malformed JSON: nested too deeply", "invalid_json") from None
     if not isinstance(data, dict):
         raise OpenAIError(400, "the body must be a JSON object", "invalid_json")
     return data

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -17,6 +19,7 @@ from services.gateway.limits import check_size
 from services.gateway.service import GatewayService
 
 EDGE = "rest"
+T = TypeVar("T")
 
 
 def error_response(exc: ApiError) -> JSONResponse:
@@ -49,11 +52,13 @@ def build_router(service: GatewayService) -> APIRouter:
 
     @router.get("/healthz")
     async def healthz():
-        return {"status": "ok", "auth": service.auth.enabled, "sessions": service.sessions.count()}
+        return {"status": "ok", "auth": service.auth.enabled, "sessions": service.sessions.count(),
+                "connections": service.quotas.connections.total()}
 
     @router.get("/metrics")
     async def metrics():
         await service.refresh_engine_kv()
+        service.metrics.connections.set(service.quotas.connections.total())
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @router.get("/v1/databases")
@@ -90,19 +95,10 @@ def build_router(service: GatewayService) -> APIRouter:
             return result
 
         # The client may leave before the answer: then stop generating (WebSocket and gRPC do the same).
-        work, gone = asyncio.create_task(generate()), asyncio.create_task(_disconnected(request))
-        try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not work.done():
-                work.cancel()
-                service.metrics.disconnects.labels(EDGE).inc()
-                with contextlib.suppress(asyncio.CancelledError, ApiError):
-                    await work
-        if work.cancelled():
+        left, r = await cancel_on_disconnect(request, generate())
+        if left:
+            service.metrics.disconnects.labels(EDGE).inc()
             return Response(status_code=499)  # nobody reads it: the client is gone
-        r = work.result()
         return {"sql": r.sql, "text": r.text, "token_ids": list(r.token_ids), "ttft_ms": r.ttft_ms,
                 "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens, "finish_reason": r.finish_reason}
 
@@ -113,6 +109,25 @@ def build_router(service: GatewayService) -> APIRouter:
         return await service.execute(who, data.get("db"), data.get("sql"))
 
     return router
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> tuple[bool, T | None]:
+    """(False, `work`'s result), or (True, None) when the client closed the connection first: then
+    `work` is cancelled, and with it the engine call it awaits (from the first byte on: a client
+    gone while its prompt is still being prepared must not leave a generation running, issue 29).
+    Call it once the body is read (the next message is the disconnect)."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await task
+    if task.cancelled():
+        return True, None
+    return False, task.result()
 
 
 async def _disconnected(request: Request) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -32,6 +33,7 @@ from services.gateway.tenancy import TenantQuotas
 
 log = logging.getLogger(__name__)
 MODES = ("prefix", "cold")
+REAP_PERIOD_S = 5.0  # how often the reaper looks (the idle timeout itself is session_idle_s)
 OPEN_ATTEMPTS = 12  # a full replica: a fresh session id hashes to another one (while the tenant is under its share)
 # Runs in worker processes at the idle CPU priority (services/gateway/runs.py:
 # on threads they shared the event loop's GIL).
@@ -58,6 +60,7 @@ class GatewayService:
         # How late the loop wakes a 5 ms sleeper: diagnostics (bench neighbour reads it per phase).
         self.loop_lag = LoopLagProbe()
         self._reaper: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()  # fire-and-forget calls (a task needs a reference)
         self.data = DataService(self)  # data sessions (issue 12): their state is in Redis
 
     async def start(self) -> None:
@@ -78,20 +81,26 @@ class GatewayService:
             await self._channel.close()
         await self.direct.close()
         self._runs.shutdown()
-        self.data.stop()
+        await self.data.stop()
 
     async def _reap_idle_sessions(self) -> None:
-        """Close sessions opened by REST/gRPC OpenSession that nobody used for session_idle_s."""
-        period = min(30.0, max(0.05, self.settings.session_idle_s / 4))
+        """Close every session no client holds any more: one opened by REST/gRPC OpenSession that
+        nobody used for session_idle_s, and a connection's own (ephemeral) session whose
+        connection is gone without closing it (each edge closes its own on every way out;
+        this is the net under a way that was missed, issue 29)."""
+        period = min(REAP_PERIOD_S, max(0.05, self.settings.session_idle_s / 4))
         while True:
             await asyncio.sleep(period)
             for session in self.sessions.all():
-                if not session.ephemeral and session.idle_for() > self.settings.session_idle_s:
-                    log.info("closing idle session %s of %s", session.session_id, session.tenant)
+                leaked = session.ephemeral and session.orphaned() and session.link is not None
+                if leaked or (not session.ephemeral and session.idle_for() > self.settings.session_idle_s):
                     try:
                         await self.close(session.tenant, session.session_id)
                     except ApiError:
-                        pass
+                        continue  # closed meanwhile (its edge got there first)
+                    log.info("closed %s session %s of %s", "leaked" if leaked else "idle", session.session_id,
+                             session.tenant)
+                    self.metrics.sessions_reaped.labels("leaked" if leaked else "idle").inc()
 
     # -- sessions -----------------------------------------------------------
 
@@ -123,11 +132,13 @@ class GatewayService:
         )
         try:
             await link.start()
-        except grpc.aio.AioRpcError as exc:
+        except BaseException as exc:
+            # NOTE: also when the caller left (CancelledError) after the replica attached:
+            # the stream must not stay open holding a replica slot (close() never awaits)
             self.sessions.pop(tenant, session.session_id)
-            raise ApiError("UNAVAILABLE", f"engine unreachable: {exc.details()}") from exc
-        except BaseException:
-            self.sessions.pop(tenant, session.session_id)
+            await link.close()
+            if isinstance(exc, grpc.aio.AioRpcError):
+                raise ApiError("UNAVAILABLE", f"engine unreachable: {exc.details()}") from exc
             raise
         session.link = link
         self.metrics.sessions.set(self.sessions.count())
@@ -135,6 +146,23 @@ class GatewayService:
 
     def get(self, tenant: str, session_id: str) -> GatewaySession:
         return self.sessions.get(tenant, session_id)
+
+    async def release(self, session: GatewaySession) -> None:
+        """The edge connection of `session` ended (any way: closed, aborted, cancelled): close
+        the session when it was the connection's own, else stop its answer (nobody reads it).
+
+        Shielded: the edge's own task may be cancelled while this runs (a gRPC stream the
+        client cancelled), and a close cut halfway would leave the replica's stream open."""
+        if session.ephemeral:
+            work = self.close(session.tenant, session.session_id)
+        elif session.link is not None:
+            work = session.link.cancel_generation()
+        else:
+            return
+        try:
+            await asyncio.shield(asyncio.ensure_future(work))
+        except (ApiError, asyncio.CancelledError):
+            pass  # closed already (NOT_FOUND), or the edge was cancelled: the shielded close goes on
 
     async def close(self, tenant: str, session_id: str, free_engine: bool = True) -> None:
         """Forget the session; the replica drops its cache (NOT_FOUND if unknown)."""
@@ -170,7 +198,7 @@ class GatewayService:
 
     async def input(self, session: GatewaySession, seq: object, text: object) -> bool:
         """A snapshot; False when `seq` is not newer (ignored, as the engine would)."""
-        seq, text = check_seq(seq), check_text(text, self.settings.max_text_chars)
+        seq, text = check_seq(seq, session.seq), check_text(text, self.settings.max_text_chars)
         self._check_link(session)
         if not session.accept(seq):
             return False
@@ -180,12 +208,16 @@ class GatewayService:
         await session.link.send_snapshot(seq, text)
         return True
 
-    async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None) -> None:
-        seq, text = check_seq(seq), check_text(text, self.settings.max_text_chars)
+    async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None,
+                     sampling: types_pb2.SamplingParams | None = None) -> None:
+        """Enter: answer `text`. `sampling` (temperature, top_p, seed; checked by the edge): greedy when absent."""
+        seq, text = check_seq(seq, session.seq), check_text(text, self.settings.max_text_chars)
         self._check_link(session)
         if seq < session.seq:
             raise ApiError("STALE_SEQUENCE", f"submit seq {seq} is older than snapshot {session.seq}")
         params = self.params(max_new_tokens)
+        if sampling is not None:
+            params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
         self.quotas.work.spend(session.tenant, new_chars(session.text, text))
         session.touch()
         session.seq, session.text, session.submitted_seq = seq, text, seq
@@ -219,11 +251,15 @@ class GatewayService:
         params = self.params(max_new_tokens)
         if sampling is not None:
             params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
+        # NOTE: the request id is also its routing key (metadata session_id), so the
+        # CancelComplete sent when the client leaves reaches the replica running it
+        rid = uuid.uuid4().hex
         request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=params,
-                                                   mode=mode, tables=tables or [])
+                                                   mode=mode, tables=tables or [], request_id=rid)
         async with self.quotas.completes.slot(tenant):
             self.quotas.work.spend(tenant, len(question))
-            call = self._stub.Complete(request, metadata=(*self._engine_md, (TENANT_METADATA_KEY, tenant)))
+            call = self._stub.Complete(request, metadata=(*self._engine_md, (TENANT_METADATA_KEY, tenant),
+                                                          ("session_id", rid)))
             outcome = "error"
             try:
                 async for event in call:
@@ -231,12 +267,27 @@ class GatewayService:
                 outcome = "done"
             except asyncio.CancelledError:
                 outcome = "cancelled"  # the client left (REST disconnect, gRPC cancel)
+                self._cancel_complete(rid)
                 raise
             except grpc.aio.AioRpcError as exc:
                 raise ApiError("UNAVAILABLE", f"engine: {exc.details()}") from exc
             finally:
                 call.cancel()
                 self.metrics.completions.labels(outcome).inc()
+
+    def _cancel_complete(self, rid: str) -> None:
+        """Tell the replica a Complete's client left (Serve's proxy does not pass every cancellation
+        on: services/engine/completes.py). Sent on a task of its own: the caller is being cancelled."""
+        async def send():
+            try:
+                await self._stub.CancelComplete(engine_pb2.CompleteRef(request_id=rid), timeout=10,
+                                                metadata=(*self._engine_md, ("session_id", rid)))
+            except grpc.aio.AioRpcError as exc:  # the replica is gone: so is the request
+                log.debug("CancelComplete %s: %s", rid, exc.details())
+
+        task = asyncio.ensure_future(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def list_databases(self) -> list[DatabaseInfo]:
         if self._databases is None:

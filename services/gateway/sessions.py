@@ -39,12 +39,16 @@ class GatewaySession:
     text: str = ""
     link: object | None = None  # EngineLink, set once the engine attached
     listener: asyncio.Queue | None = None
+    # the task of the edge connection that attached the listener: a listener whose
+    # task has ended without detaching is a leak the reaper closes (`orphaned`)
+    owner: asyncio.Task | None = None
     submitted_seq: int = 0
     last_active: float = field(default_factory=time.monotonic)
 
     def attach_listener(self) -> asyncio.Queue:
-        """A fresh queue for a connection; the previous one (if any) gets TAKEN_OVER."""
+        """A fresh queue for the calling connection (its task owns it); the previous one gets TAKEN_OVER."""
         previous, self.listener = self.listener, asyncio.Queue()
+        self.owner = asyncio.current_task()
         if previous is not None:
             previous.put_nowait(TAKEN_OVER)
         self.touch()
@@ -52,15 +56,20 @@ class GatewaySession:
 
     def detach_listener(self, queue: asyncio.Queue) -> None:
         if self.listener is queue:
-            self.listener = None
+            self.listener, self.owner = None, None
         self.touch()
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
 
+    def orphaned(self) -> bool:
+        """True when no live connection holds the session: none attached, or the one that
+        attached has ended without saying so (every way out of an edge detaches: a leak)."""
+        return self.listener is None or (self.owner is not None and self.owner.done())
+
     def idle_for(self) -> float:
-        """Seconds since the last message, or 0 while a connection is attached."""
-        return 0.0 if self.listener is not None else time.monotonic() - self.last_active
+        """Seconds since the last message, or 0 while a live connection is attached."""
+        return time.monotonic() - self.last_active if self.orphaned() else 0.0
 
     def accept(self, seq: int) -> bool:
         """True when `seq` is newer than the last accepted snapshot (else: reordered, ignored)."""

@@ -55,6 +55,10 @@ class TenantConnections:
     def count(self, tenant: str) -> int:
         return self._by_tenant.get(tenant, 0)
 
+    def total(self) -> int:
+        """Connections of every tenant together (the `headstart_gateway_connections` gauge)."""
+        return sum(self._by_tenant.values())
+
     def acquire(self, tenant: str) -> None:
         """Count one more connection of `tenant`; `release` it when the connection ends.
 

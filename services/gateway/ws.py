@@ -61,7 +61,7 @@ async def session_socket(ws: WebSocket, service: GatewayService) -> None:
     """Serve one WebSocket connection from accept to close, counted in its tenant's connection share."""
     await ws.accept()
     try:
-        tenant = service.auth.tenant(ws.headers.get("authorization"), ws.query_params.get("token"))
+        tenant = service.auth.tenant(*credentials(ws.headers.get("authorization"), ws.query_params.get("token")))
         service.quotas.connections.acquire(tenant)
     except ApiError as exc:
         await _refuse(ws, service, exc)
@@ -72,11 +72,21 @@ async def session_socket(ws: WebSocket, service: GatewayService) -> None:
         service.quotas.connections.release(tenant)
 
 
+def credentials(authorization: str | None, token: str | None) -> tuple[str | None, str | None]:
+    """What a WebSocket authenticates with: its `Authorization` header when it sends one, else `?token=`
+    (browsers cannot set headers on a WebSocket). The header wins: a URL (logged, shared, put in a
+    page by someone else) must not override the credentials the client itself sent (issue 29)."""
+    return (authorization, None) if authorization else (None, token)
+
+
 async def _refuse(ws: WebSocket, service: GatewayService, exc: ApiError) -> None:
-    """An error at connect: the message, then the close code of its class."""
+    """An error at connect: the message, then the close code of its class (the client may be gone)."""
     service.metrics.errors.labels(EDGE, exc.code).inc()
-    await ws.send_json(error_json(exc.code, exc.message))
-    await ws.close(CLOSE_CODES.get(exc.code, 1011))
+    try:
+        await ws.send_json(error_json(exc.code, exc.message))
+        await ws.close(CLOSE_CODES.get(exc.code, 1011))
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -99,30 +109,32 @@ async def _serve_socket(ws: WebSocket, service: GatewayService, tenant: str) -> 
         return
     # A session has one listener: attaching takes it over (the previous connection is told SESSION_MOVED).
     events = session.attach_listener() if sid else session.listener
-    await ws.send_json({"type": "ready", "session": session.session_id, "db": session.db})
-    sender = asyncio.create_task(_send_events(ws, events))
-    receiver = asyncio.create_task(_receive(ws, service, session))
+    taken_over = False
     try:
-        await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        # NOTE: inside the try: a client that left while its session opened makes this send
+        # raise, and its session must be closed all the same (issue 29: they leaked)
+        await ws.send_json({"type": "ready", "session": session.session_id, "db": session.db})
+        sender = asyncio.create_task(_send_events(ws, events))
+        receiver = asyncio.create_task(_receive(ws, service, session))
+        try:
+            await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sender.cancel()
+            receiver.cancel()
+        taken_over = sender.done() and not sender.cancelled() and sender.exception() is None
+    except WebSocketDisconnect:
+        pass  # the client left while its session opened: nothing to tell it
     finally:
-        sender.cancel()
-        receiver.cancel()
         session.detach_listener(events)
-        if sender.done() and not sender.cancelled() and sender.exception() is None:  # taken over
-            service.metrics.errors.labels(EDGE, "SESSION_MOVED").inc()
-            try:
-                await ws.send_json(error_json("SESSION_MOVED", "another connection attached to this session"))
-                await ws.close(CLOSE_CODES["SESSION_MOVED"])
-            except Exception:  # the client left meanwhile
-                pass
-            return
-        if session.ephemeral:
-            try:
-                await service.close(session.tenant, session.session_id)
-            except ApiError:
-                pass
-        elif session.link is not None:
-            await session.link.cancel_generation()  # the client left: its answer is not needed
+        if not taken_over:
+            await service.release(session)  # closes the connection's own session, else stops its answer
+    if taken_over:
+        service.metrics.errors.labels(EDGE, "SESSION_MOVED").inc()
+        try:
+            await ws.send_json(error_json("SESSION_MOVED", "another connection attached to this session"))
+            await ws.close(CLOSE_CODES["SESSION_MOVED"])
+        except Exception:  # the client left meanwhile
+            pass
 
 
 async def _send_events(ws: WebSocket, events: asyncio.Queue) -> None:

@@ -1,10 +1,14 @@
 """Run a local Redis (or Valkey) server: for the tests and for `headstart serve`.
 
 `local_redis()` starts `redis-server` (or `valkey-server`) bound to 127.0.0.1
-on a free port, without persistence, in a scratch directory; waits until it
-answers PING; yields a `LocalRedis` (its `url` is `redis://127.0.0.1:PORT/0`)
-and stops it on exit. The binary is taken from $HEADSTART_REDIS_SERVER, else
-the first of `redis-server`, `valkey-server` on PATH.
+on a free port, in a scratch directory; waits until it answers PING; yields a
+`LocalRedis` (its `url` is `redis://127.0.0.1:PORT/0`) and stops it on exit.
+Without persistence by default (a cache, the tests); with `aof=True` it keeps
+an append-only file in its directory, fsynced every second (`appendfsync
+everysec`), so a restart of the server (a crash of its process included)
+loses no write it acknowledged: the data API's promise (headstart serve's
+embedded Redis, the chart's). The binary is taken from
+$HEADSTART_REDIS_SERVER, else the first of `redis-server`, `valkey-server` on PATH.
 
     with local_redis() as server:
         store = open_store(server.url)
@@ -75,13 +79,15 @@ class LocalRedis:
     """One local server process; `stop()` and `start()` may be called again (same port)."""
 
     def __init__(
-        self, binary: str, port: int, dir: Path, *, host: str = HOST, extra_args: Sequence[str] = ()
+        self, binary: str, port: int, dir: Path, *, host: str = HOST, extra_args: Sequence[str] = (),
+        aof: bool = False,
     ) -> None:
         self.binary = binary
         self.host = host
         self.port = port
         self.dir = dir
         self.extra_args = tuple(extra_args)
+        self.aof = aof
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -104,9 +110,10 @@ class LocalRedis:
         """
         if self.is_running:
             return
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.aof else ["--appendonly", "no"]
         args = [
             self.binary, "--port", str(self.port), "--bind", self.host,
-            "--save", "", "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
+            "--save", "", *persistence, "--dir", str(self.dir), "--daemonize", "no",
             *self.extra_args,
         ]
         with open(self.log_path, "ab") as log:
@@ -132,6 +139,14 @@ class LocalRedis:
         except (redis.RedisError, KeyError, ValueError):
             return None
 
+    def kill(self) -> None:
+        """End the server at once (SIGKILL: a crash, no shutdown work); `start()` brings it back."""
+        if self.process is None:
+            return
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Terminate the server (kill after `timeout_s`); no-op when not running."""
         if self.process is None:
@@ -155,6 +170,7 @@ def local_redis(
     host: str = HOST,
     extra_args: Sequence[str] = (),
     startup_timeout_s: float = 10.0,
+    aof: bool = False,
 ) -> Iterator[LocalRedis]:
     """A running local server for the duration of the block (see module docstring).
 
@@ -167,12 +183,14 @@ def local_redis(
         extra_args: more server options, e.g. `["--maxmemory", "4gb",
             "--maxmemory-policy", "allkeys-lru"]` (an evicted block is a miss;
             `RedisStore.clean_orphans` tidies the index).
+        aof: keep an append-only file (fsynced every second) in `dir`: acknowledged
+            writes survive a restart of the server.
     """
     binary = binary or find_redis_binary()
     with tempfile.TemporaryDirectory(prefix="headstart-redis-") as tmp:
         workdir = Path(dir) if dir is not None else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        server = _start(binary, port, workdir, host, extra_args, startup_timeout_s)
+        server = _start(binary, port, workdir, host, extra_args, startup_timeout_s, aof)
         try:
             yield server
         finally:
@@ -180,13 +198,14 @@ def local_redis(
 
 
 def _start(
-    binary: str, port: int | None, workdir: Path, host: str, extra_args: Sequence[str], timeout_s: float
+    binary: str, port: int | None, workdir: Path, host: str, extra_args: Sequence[str], timeout_s: float,
+    aof: bool = False,
 ) -> LocalRedis:
     """Start on `port`, or on a free port (3 tries: another process may take it first)."""
     attempts = 1 if port is not None else 3
     for attempt in range(attempts):
         chosen = port if port is not None else free_port(host)
-        server = LocalRedis(binary, chosen, workdir, host=host, extra_args=extra_args)
+        server = LocalRedis(binary, chosen, workdir, host=host, extra_args=extra_args, aof=aof)
         try:
             server.start(timeout_s)
             return server
@@ -194,3 +213,43 @@ def _start(
             if attempt == attempts - 1:
                 raise
     raise RedisServerError("unreachable")  # the loop returns or raises
+
+
+class Watchdog:
+    """Starts a `LocalRedis` again, on its port and with its files, when its process ends (a crash):
+    with `aof=True` nothing it acknowledged is lost. `headstart serve` watches its embedded Redis.
+
+    `paused()` holds it off while a caller keeps the server down on purpose (a fault injection).
+    """
+
+    def __init__(self, server: LocalRedis, period_s: float = 1.0, say=print):
+        import threading
+
+        self.server, self.period_s, self.say = server, period_s, say
+        self.restarts = 0
+        self._stop, self._held = threading.Event(), threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="headstart-redis-watchdog", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            with self._held:
+                if self._stop.is_set() or self.server.is_running:
+                    continue
+                try:
+                    self.server.start()
+                except RedisServerError as exc:
+                    self.say(f"redis-server on {self.server.url} did not restart: {exc}")
+                    continue
+                self.restarts += 1
+                self.say(f"redis-server on {self.server.url} had stopped: restarted from its append-only file")
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        with self._held:
+            yield
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+

@@ -240,6 +240,15 @@
       if (!entry) { loadFlash(); return; }  // registered elsewhere (another page, the API)
       if (!entry.answer || (p.version || 0) >= (entry.answer.version || 0)) entry.answer = p;
       showFlash();
+    } else if (kind === "session_failed") {  // ingestion failed: every call is SESSION_FAILED now
+      setError(`data session failed: ${p.reason}`);
+    } else if (kind === "error") {  // the stream's last event; the loop reconnects
+      if (p.code === "OUT_OF_RANGE") {  // our last id is no longer kept: resume from the oldest kept
+        lastEventId = "0";
+        setError(`some events were missed (${p.message})`);
+      } else {
+        setError(`${p.code}: ${p.message}`);  // UNAVAILABLE (Redis away): retried with our last id
+      }
     }
   }
 

@@ -18,6 +18,8 @@ CODES: dict[str, tuple[grpc.StatusCode, int]] = {
     "STALE_SEQUENCE": (grpc.StatusCode.FAILED_PRECONDITION, 409),
     "SESSION_CLOSED": (grpc.StatusCode.FAILED_PRECONDITION, 410),
     "SESSION_MOVED": (grpc.StatusCode.FAILED_PRECONDITION, 409),  # another connection attached to the session
+    "SESSION_FAILED": (grpc.StatusCode.FAILED_PRECONDITION, 409),  # a data session whose ingestion failed
+    "OUT_OF_RANGE": (grpc.StatusCode.OUT_OF_RANGE, 416),  # a resume id outside the events kept
     "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, 404),
     "RESOURCE_EXHAUSTED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
     "RATE_LIMITED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),

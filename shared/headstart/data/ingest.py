@@ -18,7 +18,7 @@ from headstart.data.prompt import DataPrompt
 from headstart.data.rows import DataRow, validate_row
 from headstart.data.states import DataState
 from headstart.data.types import DataSettings, PushAck, RowEntry, VersionEvent
-from headstart.engine.errors import InvalidInput, SessionClosed
+from headstart.engine.errors import InvalidInput
 from headstart.engine.kv import truncate_layers
 from headstart.engine.scheduler_types import Priority
 from headstart.engine.steps import Row, RowResult
@@ -66,20 +66,32 @@ def check_seqs(seqs, count: int, last_seq: int) -> tuple[int, ...]:
     return tuple(seqs)
 
 
-def rebuild_entries(prompt: DataPrompt, settings: DataSettings, rows: Iterable) -> list[RowEntry]:
-    """The `(seq, row)` pairs a session is rebuilt from as entries, oldest first.
+def rebuild_entries(prompt: DataPrompt, settings: DataSettings,
+                    rows: Iterable) -> tuple[list[RowEntry], list[tuple[int, str]]]:
+    """The `(seq, row)` pairs a session is rebuilt from: (entries, refused), oldest first.
+
+    A row the session cannot take (logged before a rule it breaks existed:
+    an integer beyond 64 bits, a row grown too long) is refused as a push
+    would refuse it, named by its seq in `refused` ((seq, reason) pairs), and
+    the rest go on: one bad row in the log must not break the session for good.
 
     Raises:
-        InvalidInput: a pair is malformed, a row invalid, or the seqs do not increase.
+        InvalidInput: a pair is malformed or the seqs do not increase (the log itself is wrong).
     """
     pairs = list(rows)
     for index, pair in enumerate(pairs):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise InvalidInput(f"rebuild row {index}: must be a (seq, row) pair")
     seqs = check_seqs([seq for seq, _ in pairs], len(pairs), 0)
-    checked = validate_rows(prompt, settings, [raw for _, raw in pairs],
-                            label=lambda index: f"rebuild row seq {seqs[index]}")
-    return [RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, checked)]
+    entries, refused = [], []
+    for seq, (_, raw) in zip(seqs, pairs):
+        try:
+            (row, ids), = validate_rows(prompt, settings, [raw], label=lambda _: f"rebuild row seq {seq}")
+        except InvalidInput as exc:
+            refused.append((seq, exc.message))
+            continue
+        entries.append(RowEntry(seq, row, ids))
+    return entries, refused
 
 
 def retention_cut(token_counts: Sequence[int], bound: int, keep: int) -> int:
@@ -132,8 +144,9 @@ class Ingestion:
                 or `seqs` is out of order.
             ResourceExhausted: the rows' cells do not fit the replica's KV
                 budget (`headstart.data.budget`); nothing was buffered.
-            SessionClosed: the session is closed.
+            SessionClosed: the session is closed; SessionFailed: its ingestion failed.
         """
+        self._check_usable()
         if not isinstance(rows, (list, tuple)) or not rows:
             raise InvalidInput("push needs a non-empty list of rows")
         entries = validate_rows(self.prompt, self.settings, rows)
@@ -142,8 +155,7 @@ class Ingestion:
     def _accept(self, entries, seqs) -> PushAck:
         """Buffer validated rows under their seqs, dropping the oldest unprocessed past the bound."""
         with self._lock:
-            if self.state is DataState.CLOSED:
-                raise SessionClosed(f"data session {self.id} is closed")
+            self._check_usable()
             if seqs is None:
                 seqs = tuple(range(self._last_seq + 1, self._last_seq + 1 + len(entries)))
             else:
@@ -160,8 +172,16 @@ class Ingestion:
             return PushAck(seqs, len(dropped), tuple(dropped), self.counts["dropped"], len(self._buffer))
 
     def _ingest_step(self) -> Row | bool:
+        """The next batch's row (worker thread); a failure here fails the session, never silently."""
+        try:
+            return self._next_batch()
+        except Exception as exc:
+            self._fail(f"ingestion failed: {type(exc).__name__}: {exc}")
+            return False
+
+    def _next_batch(self) -> Row | bool:
         with self._lock:
-            if self.state is DataState.CLOSED or not self._buffer:
+            if self.state is not DataState.LIVE or not self._buffer:
                 self._ingest_job = None
                 return False
             # a batch: at most batch_rows rows and one chunk of tokens (at least one row), so the
@@ -194,20 +214,26 @@ class Ingestion:
         in the cache, bump the version, apply retention (worker thread)."""
         if result.error is not None:
             # the cache may have grown in some layers: cut it back to the rows it
-            # holds; the batch's rows are lost, counted as failed (never silently)
+            # holds; the session fails (the batch's rows never reached the cache)
             truncate_layers(self._live.cache, self._live.num_tokens)
             with self._lock:
                 self.counts["failed"] += len(batch)
-                self._ingest_job = None
-                if self._buffer and self.state is not DataState.CLOSED:  # the rows behind it still go in
-                    self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest", background=True)
+            self._fail(f"an ingestion forward failed at seqs {batch[0].seq}..{batch[-1].seq}: "
+                       f"{type(result.error).__name__}: {result.error}")
             raise result.error
         if not result.ran:  # it yielded to a more urgent job: the rows are still the oldest unprocessed
             with self._lock:
                 self._buffer.extendleft(reversed(batch))
             return True
         version = batch[-1].seq  # the data version: the newest row in the cache
-        self.copy.insert([entry.row for entry in batch], [entry.seq for entry in batch])
+        try:
+            self.copy.insert([entry.row for entry in batch], [entry.seq for entry in batch])
+        except Exception as exc:  # the copy cannot hold what the cache now holds: stop, loudly (nothing reads it)
+            with self._lock:
+                self.counts["failed"] += len(batch)
+            self._fail(f"inserting seqs {batch[0].seq}..{batch[-1].seq} into the working copy failed: "
+                       f"{type(exc).__name__}: {exc}")
+            return False
         with self._lock:
             self._segments.extend(batch)
             self._version = version

@@ -8,6 +8,8 @@ engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
     P:data:S:seq         string  last row sequence number handed out (INCRBY)
     P:data:S:rows        zset    JSON [seq, row] scored by seq: the rebuild source, newest `max_rows`
     P:data:S:meta        string  JSON dict (db, tenant, settings: the gateway's)
+    P:data:S:failed      string  why the session failed (set once by its replica; every call but
+                                 describe and close is then SESSION_FAILED)
     P:data:S:version     string  current data version (only ever moves forward)
     P:data:S:events      stream  kind, payload (JSON); MAXLEN ~ `max_events`: SSE / Subscribe
     P:data:S:flash       hash    qid -> question (normalized), at most `max_flash`
@@ -16,6 +18,7 @@ engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
     P:data:S:answers     hash    qid -> JSON answer {question, version, sql, ..., computed_at}
     P:data:S:answer_ver  hash    qid -> version of the stored answer
     P:data:versions      stream  sid, tenant, version, rows_added, dropped_total; group `flash`
+    P:data:tenant:T:sessions  set  the open sessions of tenant T (its share, counted across gateways)
 
 Every check-then-write (a version moving forward, the flash bound, an answer
 never replaced by an older one) is one Lua script (`live_scripts`), so
@@ -47,9 +50,9 @@ from headstart.data.live_versions import VERSIONS_GROUP, VersionEntry, VersionsC
 from headstart.engine.errors import InvalidInput
 
 _EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
-EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped")
-_SESSION_KEYS = ("seq", "rows", "meta", "version", "events", "flash", "flash_norm", "flash_seq", "answers",
-                 "answer_ver")
+EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped", "session_failed")
+_SESSION_KEYS = ("seq", "rows", "meta", "failed", "version", "events", "flash", "flash_norm", "flash_seq",
+                 "answers", "answer_ver")
 
 
 class LiveEvent(NamedTuple):
@@ -83,6 +86,7 @@ class LiveStore(VersionsConsumer):
         max_connections / socket_timeout_s: the pool built from a URL. A
             blocking read holds a connection for its `block_ms`, which is kept
             below `socket_timeout_s`.
+        client_name: the name its connections give Redis (CLIENT LIST shows who holds what).
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class LiveStore(VersionsConsumer):
         max_version_events: int = 100_000,
         max_connections: int = 64,
         socket_timeout_s: float = 30.0,
+        client_name: str | None = None,
     ) -> None:
         for name, value in (("max_rows", max_rows), ("max_events", max_events), ("max_flash", max_flash),
                             ("max_version_events", max_version_events)):
@@ -104,7 +109,7 @@ class LiveStore(VersionsConsumer):
         if isinstance(redis_url_or_client, str):
             pool = redis.BlockingConnectionPool.from_url(
                 redis_url_or_client, max_connections=max_connections, timeout=socket_timeout_s,
-                socket_timeout=socket_timeout_s, socket_connect_timeout=2.0)
+                socket_timeout=socket_timeout_s, socket_connect_timeout=2.0, client_name=client_name)
             self.client = redis.Redis(connection_pool=pool)
             self._owns_client = True
         else:
@@ -163,6 +168,11 @@ class LiveStore(VersionsConsumer):
         pipe.execute()
 
     @guarded
+    def unlog_rows(self, sid: str, first: int, last: int) -> None:
+        """Take rows `first..last` out of the log again (a push that failed as a whole)."""
+        self.client.zremrangebyscore(self.key(sid, "rows"), first, last)
+
+    @guarded
     def rows(self, sid: str) -> list[tuple[int, dict]]:
         """The kept rows, oldest first: `[(seq, {"table": ..., "values": {...}})]`."""
         out = []
@@ -183,10 +193,51 @@ class LiveStore(VersionsConsumer):
         return None if raw is None else json.loads(raw)
 
     @guarded
+    def meta_and_failure(self, sid: str) -> tuple[dict | None, str | None]:
+        """The session's meta and why it failed (None: it did not), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(self.key(sid, "meta"))
+        pipe.get(self.key(sid, "failed"))
+        raw, failed = pipe.execute()
+        return (None if raw is None else json.loads(raw)), (None if failed is None else as_str(failed))
+
+    @guarded
+    def mark_failed(self, sid: str, reason: str) -> str:
+        """The session failed (its replica says so, once): the `failed` key and a `session_failed`
+        event in one step; returns the event's id."""
+        payload = json.dumps({"code": "SESSION_FAILED", "reason": reason})
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.key(sid, "failed"), reason)
+        pipe.xadd(self.key(sid, "events"), {"kind": "session_failed", "payload": payload},
+                  maxlen=self.max_events, approximate=True)
+        return as_str(pipe.execute()[1])
+
+    @guarded
     def delete_session(self, sid: str) -> None:
         """Remove all of a session's keys (its entries in the versions stream stay: the
         worker finds no question for them and acks them)."""
         self.client.delete(*(self.key(sid, name) for name in _SESSION_KEYS))
+
+    # ---- tenants' shares -------------------------------------------------------------
+
+    def _tenant_key(self, tenant: str) -> str:
+        return f"{self.prefix}:data:tenant:{tenant}:sessions"
+
+    @guarded
+    def admit_session(self, tenant: str, sid: str, share: int) -> bool:
+        """Count `sid` among the tenant's open sessions; False (and not counted) past `share`."""
+        key = self._tenant_key(tenant)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.sadd(key, sid)
+        pipe.scard(key)
+        if pipe.execute()[1] > share:
+            self.client.srem(key, sid)
+            return False
+        return True
+
+    @guarded
+    def release_session(self, tenant: str, sid: str) -> None:
+        self.client.srem(self._tenant_key(tenant), sid)
 
     # ---- versions -------------------------------------------------------------------
 

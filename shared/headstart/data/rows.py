@@ -3,9 +3,14 @@ rendered as one compact line each.
 
 A row is a mapping column -> value for one table of the session's schema.
 Validation is strict and names the problem (unknown table or column, a value
-of the wrong type, a row too long): the edges map `InvalidInput` to
-INVALID_ARGUMENT. Types follow SQLite's declared-type affinity rules (the
-substring rules of https://www.sqlite.org/datatype3.html section 3.1).
+of the wrong type or out of range, a row too long): the edges map
+`InvalidInput` to INVALID_ARGUMENT. Types follow SQLite's declared-type
+affinity rules (the substring rules of
+https://www.sqlite.org/datatype3.html section 3.1). Ranges are SQLite's
+own: an integer is a signed 64-bit value (sqlite3 cannot even bind a larger
+Python int: OverflowError, which is no sqlite3.Error, and it once froze a
+session's ingestion for good: issue 29), a real is finite, and a text value
+fits the row (a row's line is at most `max_chars` characters).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from headstart.engine.errors import InvalidInput
 from headstart.schema.model import Schema, SchemaError, Table
 
 Scalar = int | float | str | None
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1  # SQLite's INTEGER: a signed 64-bit value
 
 
 def affinity(declared: str) -> str:
@@ -44,7 +50,7 @@ class DataRow:
     line: str
 
 
-def _check_value(table: Table, column: str, declared: str, value: Any) -> Scalar:
+def _check_value(table: Table, column: str, declared: str, value: Any, max_chars: int) -> Scalar:
     where = f"{table.name}.{column}"
     if value is None:
         return None
@@ -52,6 +58,11 @@ def _check_value(table: Table, column: str, declared: str, value: Any) -> Scalar
         raise InvalidInput(f"{where}: {type(value).__name__} values are not accepted (int, float, str or null)")
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidInput(f"{where}: {value!r} is not a finite number")
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        # NOTE: whatever the column's affinity: SQLite stores no integer beyond 64 bits
+        raise InvalidInput(f"{where}: {value} is outside SQLite's integer range (-2^63 .. 2^63-1)")
+    if isinstance(value, str) and len(value) > max_chars:
+        raise InvalidInput(f"{where}: text of {len(value)} characters; a row holds at most {max_chars}")
     kind = affinity(declared)
     if kind == "INTEGER" and not isinstance(value, int):
         raise InvalidInput(f"{where} is {declared}: {value!r} is not an integer")
@@ -103,7 +114,7 @@ def validate_row(schema: Schema, table_name: Any, values: Any, max_chars: int) -
             raise InvalidInput(str(exc)) from exc
         if column.name in given:
             raise InvalidInput(f"{table.name}.{column.name} is given twice")
-        given[column.name] = _check_value(table, column.name, column.type, value)
+        given[column.name] = _check_value(table, column.name, column.type, value, max_chars)
     for column in table.columns:
         if column.not_null and given.get(column.name) is None and column.name not in table.primary_key:
             raise InvalidInput(f"{table.name}.{column.name} is NOT NULL and has no value")

@@ -29,6 +29,7 @@ per job:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -47,7 +48,7 @@ from headstart.data.states import DataState, RetentionState, advance
 from headstart.data.types import DataSettings, FlashAnswer, QueryResult, RowEntry, VersionEvent
 from headstart.data.workcopy import WorkingCopy
 from headstart.engine.commit import start_commit
-from headstart.engine.errors import InvalidInput, SessionClosed, validate_text
+from headstart.engine.errors import InvalidInput, SessionClosed, SessionFailed, validate_text
 from headstart.engine.kv import KVState
 from headstart.engine.scheduler_types import Priority
 from headstart.engine.steps import Row
@@ -55,6 +56,8 @@ from headstart.eval.extract import extract_sql
 from headstart.prompt import common_prefix_len
 from headstart.schema.model import SchemaError
 from headstart.schema.resolve import resolve_database
+
+log = logging.getLogger(__name__)
 
 
 class DataSession(Ingestion, RetentionJobs):
@@ -71,6 +74,8 @@ class DataSession(Ingestion, RetentionJobs):
             should be left out, or the rebuilt cache holds rows it never had.
         on_version: called with a `VersionEvent` after each committed
             ingestion batch, on the worker thread: it must not block.
+        on_failure: called once with the reason when the session fails
+            (`DataState.FAILED`), on the thread that failed it: it must not block.
 
     Raises:
         InvalidInput: `db` does not resolve to a SQLite file, or a rebuild row is malformed.
@@ -80,8 +85,11 @@ class DataSession(Ingestion, RetentionJobs):
 
     def __init__(self, runtime, db: str, settings: DataSettings | None = None,
                  session_id: str | None = None, tenant: str | None = None, rows: Iterable = (),
-                 on_version: Callable[[VersionEvent], None] | None = None):
+                 on_version: Callable[[VersionEvent], None] | None = None,
+                 on_failure: Callable[[str], None] | None = None):
         self.runtime, self.db, self.tenant, self.on_version = runtime, db, tenant, on_version
+        self.on_failure = on_failure
+        self.failure: str | None = None  # why the session failed (DataState.FAILED)
         self.settings = settings or DataSettings()
         self.id = session_id or uuid.uuid4().hex
         try:
@@ -111,7 +119,7 @@ class DataSession(Ingestion, RetentionJobs):
         self.retention_seconds = 0.0  # worker time spent shifting or re-prefilling (benchmarks)
         self._charge = DataCharge(self)  # the cell budget (headstart.data.budget)
         try:
-            row_ids = self._restore(rebuild_entries(self.prompt, self.settings, rows))
+            row_ids = self._restore(*rebuild_entries(self.prompt, self.settings, rows))
             self._charge.admit(self.frozen_tokens + len(row_ids))  # before any forward: refused, it cost nothing
             self._live = self._open(row_ids)
         except BaseException:
@@ -125,21 +133,24 @@ class DataSession(Ingestion, RetentionJobs):
 
     # -- opening: the frozen region from P0 ----------------------------------------
 
-    def _restore(self, entries: list[RowEntry]) -> list[int]:
+    def _restore(self, entries: list[RowEntry], invalid: list[tuple[int, str]]) -> list[int]:
         """Rebuild rows: all into the working copy (each under its seq), the
-        retained tail into `_segments`; returns those rows' tokens (opening)."""
-        if not entries:
-            return []
-        refused = self.copy.rejects([entry.row for entry in entries])
+        retained tail into `_segments`; returns those rows' tokens (opening).
+        Rows the session cannot take (`invalid`: (seq, reason)) and rows the
+        database refuses are refused as an ingestion batch refuses them:
+        counted and named in `last_refusals`, the rest go on."""
+        refused = self.copy.rejects([entry.row for entry in entries]) if entries else []
         skip = {i for i, _ in refused}
         kept = [entry for i, entry in enumerate(entries) if i not in skip]
-        self.copy.insert([entry.row for entry in kept], [entry.seq for entry in kept])
+        if kept:
+            self.copy.insert([entry.row for entry in kept], [entry.seq for entry in kept])
         start = retention_cut([len(entry.ids) for entry in kept], *self.settings.retention_window)
         self._segments = kept[start:]
-        self._last_seq, self._version = entries[-1].seq, kept[-1].seq if kept else 0
-        self.refusals.extend((entries[i].seq, message) for i, message in refused)
-        self.counts.update(accepted=len(entries), refused=len(refused), processed=len(kept), retired=start,
-                           restored=len(entries))
+        seqs = [entry.seq for entry in entries] + [seq for seq, _ in invalid]
+        self._last_seq, self._version = max(seqs, default=0), kept[-1].seq if kept else 0
+        self.refusals.extend(sorted(invalid + [(entries[i].seq, message) for i, message in refused]))
+        self.counts.update(accepted=len(seqs), refused=len(refused) + len(invalid), processed=len(kept),
+                           retired=start, restored=len(seqs))
         return [t for entry in self._segments for t in entry.ids]
 
     def _open(self, row_ids: list[int]) -> KVState:
@@ -215,9 +226,32 @@ class DataSession(Ingestion, RetentionJobs):
         if not question.strip() or isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 1:
             raise InvalidInput("a query needs a non-empty question and max_new_tokens >= 1")
+        self._check_usable()
+        return question
+
+    def _check_usable(self) -> None:
+        """Raise SessionClosed or SessionFailed unless the session takes calls (any thread)."""
         if self.state is DataState.CLOSED:
             raise SessionClosed(f"data session {self.id} is closed")
-        return question
+        if self.state is DataState.FAILED:
+            raise SessionFailed(f"data session {self.id} failed: {self.failure} (close it and open another)")
+
+    def _fail(self, reason: str) -> None:
+        """Move to FAILED (once): drop the buffer, stop ingestion, tell `on_failure` (never silently)."""
+        with self._lock:
+            if self.state is not DataState.LIVE:
+                return
+            self.state = advance(self.state, DataState.FAILED)
+            self.failure = reason
+            self.counts["failed"] += len(self._buffer)
+            self._buffer.clear()
+            self._ingest_job = None
+        log.error("data session %s failed: %s", self.id, reason)
+        if self.on_failure is not None:
+            try:
+                self.on_failure(reason)
+            except Exception:  # a listener's failure must not hide the session's
+                log.exception("data session %s: on_failure failed", self.id)
 
     def _snapshot(self) -> Snapshot:
         """The live cache as one data version (worker thread)."""
@@ -230,8 +264,7 @@ class DataSession(Ingestion, RetentionJobs):
         Raises:
             InvalidInput: `version` is not one this session has had; SqlError: the SQL fails.
         """
-        if self.state is DataState.CLOSED:
-            raise SessionClosed(f"data session {self.id} is closed")
+        self._check_usable()
         if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= self._version:
             raise InvalidInput(f"data version {version!r} is not in 0..{self._version}")
         return self.copy.execute(sql, version)
@@ -257,7 +290,7 @@ class DataSession(Ingestion, RetentionJobs):
         cells now and as admission counts them (`headstart.data.budget`)."""
         kv_bytes, charged = self._charge.kv_bytes(), self._charge.charged_bytes()
         with self._lock:
-            return dict(id=self.id, db=self.db, tenant=self.tenant, state=self.state.value,
+            return dict(id=self.id, db=self.db, tenant=self.tenant, state=self.state.value, failure=self.failure,
                         retention=self.settings.retention, retention_state=self.retention_state.value,
                         data_version=self._version, frozen_tokens=self.frozen_tokens,
                         sliding_tokens=self.sliding_tokens, retention_tokens=self.settings.retention_tokens,

@@ -4,6 +4,9 @@ Session lifecycle (`DataState`):
 
     OPENING   the frozen region (instructions + schema) is being brought from P0
     LIVE      pushes, ingestion and queries are served
+    FAILED    ingestion failed (a batch's forward or insert raised): the session
+              takes nothing more, every call says so (SESSION_FAILED with the
+              reason) and `describe` names it; never a silent stop (issue 29)
     CLOSED    final
 
 Retention (`RetentionState`), orthogonal to ingestion:
@@ -24,6 +27,7 @@ from headstart.engine.states import IllegalTransition
 class DataState(Enum):
     OPENING = "opening"
     LIVE = "live"
+    FAILED = "failed"
     CLOSED = "closed"
 
 
@@ -34,7 +38,8 @@ class RetentionState(Enum):
 
 TRANSITIONS: dict[Enum, frozenset[Enum]] = {
     DataState.OPENING: frozenset({DataState.LIVE, DataState.CLOSED}),
-    DataState.LIVE: frozenset({DataState.CLOSED}),
+    DataState.LIVE: frozenset({DataState.FAILED, DataState.CLOSED}),
+    DataState.FAILED: frozenset({DataState.CLOSED}),
     DataState.CLOSED: frozenset(),
     RetentionState.STEADY: frozenset({RetentionState.REBUILDING}),
     RetentionState.REBUILDING: frozenset({RetentionState.STEADY}),

@@ -22,6 +22,9 @@ from headstart.data.rows import DataRow
 from headstart.engine.errors import InvalidInput
 
 _SIDE = "_headstart_row_versions"
+# A row's own fault: a constraint (duplicate key, NOT NULL, CHECK), a value SQLite cannot
+# hold (DataError: too big; OverflowError: an int beyond 64 bits, raised by the binding itself)
+_ROW_REFUSALS = (sqlite3.IntegrityError, sqlite3.DataError, OverflowError)
 _READ_OPS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 
 
@@ -50,7 +53,14 @@ class WorkingCopy:
     def rejects(self, rows: list[DataRow]) -> list[tuple[int, str]]:
         """A dry run of inserting `rows` in order (rolled back): the index and
         the database's message of each row it would refuse (a duplicate
-        primary key, a constraint), so those rows never reach the cache."""
+        primary key, a constraint, a value too big), so those rows never
+        reach the cache.
+
+        Raises:
+            sqlite3.Error: the database itself fails (a corrupt or unreadable
+                file, I/O): not a row's fault, so no row is refused for it and
+                the caller fails the session (issue 29).
+        """
         refused = []
         with self._lock:
             cur = self._conn.cursor()
@@ -60,7 +70,7 @@ class WorkingCopy:
                     cur.execute("SAVEPOINT one_row")
                     try:
                         cur.execute(*_insert(row))
-                    except sqlite3.Error as exc:
+                    except _ROW_REFUSALS as exc:
                         cur.execute("ROLLBACK TO one_row")
                         refused.append((index, f"{row.table}: {exc}"))
                     cur.execute("RELEASE one_row")

@@ -38,6 +38,13 @@ class SessionClosed(HeadstartError):
     code = "SESSION_CLOSED"
 
 
+class SessionFailed(HeadstartError):
+    """A data session whose ingestion failed: it takes no more rows or questions; close it
+    (its `describe()` and its `session_failed` event say why)."""
+
+    code = "SESSION_FAILED"
+
+
 class SessionNotFound(HeadstartError):
     code = "NOT_FOUND"
 

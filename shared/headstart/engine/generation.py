@@ -15,6 +15,8 @@ a row for the worker to run (`headstart.engine.steps`) or finishes at once.
 
 from __future__ import annotations
 
+import math
+
 import queue
 import threading
 import time
@@ -47,8 +49,9 @@ class SamplingParams:
 
         if not 1 <= self.max_new_tokens <= 4096:
             raise InvalidInput("max_new_tokens must be between 1 and 4096")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise InvalidInput("temperature must be >= 0 and top_p in (0, 1]")
+        # NOTE: `not x >= 0` rather than `x < 0`: NaN compares False both ways and must be refused
+        if not (math.isfinite(self.temperature) and self.temperature >= 0) or not 0 < self.top_p <= 1:
+            raise InvalidInput("temperature must be a finite number >= 0 and top_p in (0, 1]")
 
 
 @dataclass

@@ -60,6 +60,9 @@ class ForwardWorker:
         # forwards of more than one row, and the rows they ran
         self.batched_forwards = 0
         self.batched_rows = 0
+        # tokens the forwards were given, all rows together (prefill chunks and decode steps):
+        # the replica's work, which a cancelled request must stop adding to (issue 29)
+        self.forward_tokens = 0
         self._cv = threading.Condition()
         self._stopping = False
         self._running: list[Job] = []
@@ -206,6 +209,7 @@ class ForwardWorker:
         if rows:
             forward_started = time.perf_counter()
             results, forwards = run_rows([row for _, row in rows], self.max_batch_tokens)
+            self.forward_tokens += sum(len(row.new_ids) for _, row in rows)
             forward_s = time.perf_counter() - forward_started
             committed = commit_rows([row for _, row in rows], results)
             for (index, _), (more, error) in zip(rows, committed):

@@ -96,18 +96,32 @@ class EngineLocation(_message.Message):
     def __init__(self, replica: _Optional[str] = ..., direct_target: _Optional[str] = ...) -> None: ...
 
 class EngineCompleteRequest(_message.Message):
-    __slots__ = ("db", "question", "params", "mode", "tables")
+    __slots__ = ("db", "question", "params", "mode", "tables", "request_id")
     DB_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     db: str
     question: str
     params: _types_pb2.SamplingParams
     mode: str
     tables: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class CompleteRef(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class CancelReply(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class EngineSessionRef(_message.Message):
     __slots__ = ("session_id",)
@@ -116,7 +130,7 @@ class EngineSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EngineSessionInfo(_message.Message):
-    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes")
+    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes", "forward_tokens")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HOLDS_SESSION_FIELD_NUMBER: _ClassVar[int]
     NUM_SESSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +144,7 @@ class EngineSessionInfo(_message.Message):
     KV_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     NUM_DATA_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     KV_DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_TOKENS_FIELD_NUMBER: _ClassVar[int]
     replica: str
     holds_session: bool
     num_sessions: int
@@ -143,7 +158,8 @@ class EngineSessionInfo(_message.Message):
     kv_free_bytes: int
     num_data_sessions: int
     kv_data_bytes: int
-    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ...) -> None: ...
+    forward_tokens: int
+    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ..., forward_tokens: _Optional[int] = ...) -> None: ...
 
 class DataRowWire(_message.Message):
     __slots__ = ("seq", "table", "values_json")

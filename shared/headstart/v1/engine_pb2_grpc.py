@@ -49,6 +49,11 @@ class EngineStub:
                 request_serializer=headstart_dot_v1_dot_engine__pb2.EngineCompleteRequest.SerializeToString,
                 response_deserializer=headstart_dot_v1_dot_engine__pb2.EngineEvent.FromString,
                 _registered_method=True)
+        self.CancelComplete = channel.unary_unary(
+                '/headstart.v1.Engine/CancelComplete',
+                request_serializer=headstart_dot_v1_dot_engine__pb2.CompleteRef.SerializeToString,
+                response_deserializer=headstart_dot_v1_dot_engine__pb2.CancelReply.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/headstart.v1.Engine/CloseSession',
                 request_serializer=headstart_dot_v1_dot_engine__pb2.EngineSessionRef.SerializeToString,
@@ -115,6 +120,15 @@ class EngineServicer:
 
     def Complete(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelComplete(self, request, context):
+        """Stop the Complete of `request_id` (routed like it: metadata `session_id` is
+        the request id), or refuse it when it arrives later. The gateway sends it
+        when its client leaves: Serve's proxy does not pass every cancellation on.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -190,6 +204,11 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.Complete,
                     request_deserializer=headstart_dot_v1_dot_engine__pb2.EngineCompleteRequest.FromString,
                     response_serializer=headstart_dot_v1_dot_engine__pb2.EngineEvent.SerializeToString,
+            ),
+            'CancelComplete': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelComplete,
+                    request_deserializer=headstart_dot_v1_dot_engine__pb2.CompleteRef.FromString,
+                    response_serializer=headstart_dot_v1_dot_engine__pb2.CancelReply.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -313,6 +332,33 @@ class Engine:
             '/headstart.v1.Engine/Complete',
             headstart_dot_v1_dot_engine__pb2.EngineCompleteRequest.SerializeToString,
             headstart_dot_v1_dot_engine__pb2.EngineEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelComplete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/headstart.v1.Engine/CancelComplete',
+            headstart_dot_v1_dot_engine__pb2.CompleteRef.SerializeToString,
+            headstart_dot_v1_dot_engine__pb2.CancelReply.FromString,
             options,
             channel_credentials,
             insecure,

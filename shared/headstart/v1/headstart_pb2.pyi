@@ -247,7 +247,7 @@ class DataSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class DataDescription(_message.Message):
-    __slots__ = ("session_id", "db", "data_version", "replica", "rows_in_cache", "buffered", "dropped_total", "cache_tokens", "sliding_tokens", "retention", "describe_json")
+    __slots__ = ("session_id", "db", "data_version", "replica", "rows_in_cache", "buffered", "dropped_total", "cache_tokens", "sliding_tokens", "retention", "describe_json", "state", "failure")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DB_FIELD_NUMBER: _ClassVar[int]
     DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -259,6 +259,8 @@ class DataDescription(_message.Message):
     SLIDING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     DESCRIBE_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     db: str
     data_version: int
@@ -270,7 +272,9 @@ class DataDescription(_message.Message):
     sliding_tokens: int
     retention: str
     describe_json: str
-    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., data_version: _Optional[int] = ..., replica: _Optional[str] = ..., rows_in_cache: _Optional[int] = ..., buffered: _Optional[int] = ..., dropped_total: _Optional[int] = ..., cache_tokens: _Optional[int] = ..., sliding_tokens: _Optional[int] = ..., retention: _Optional[str] = ..., describe_json: _Optional[str] = ...) -> None: ...
+    state: str
+    failure: str
+    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., data_version: _Optional[int] = ..., replica: _Optional[str] = ..., rows_in_cache: _Optional[int] = ..., buffered: _Optional[int] = ..., dropped_total: _Optional[int] = ..., cache_tokens: _Optional[int] = ..., sliding_tokens: _Optional[int] = ..., retention: _Optional[str] = ..., describe_json: _Optional[str] = ..., state: _Optional[str] = ..., failure: _Optional[str] = ...) -> None: ...
 
 class CloseDataResponse(_message.Message):
     __slots__ = ()

@@ -153,7 +153,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-engine-secret" (include "headstart.fullname" .)) .Values.engine.auth.existingSecret -}}
 {{- end -}}
 
-{{/* The engine secret as an env var of the Ray pods (the replicas check it). */}}
 {{/* Direct session streams (values engine.direct): off while Serve autoscales (it counts only what its proxy carries). */}}
 {{- define "headstart.engineDirect" -}}
 {{- if and .Values.engine.direct.enabled (not .Values.engine.autoscaling.enabled) -}}true{{- end -}}
@@ -185,11 +184,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "headstart.engineSecretEnv" -}}
-- name: HEADSTART_ENGINE_SECRET
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "headstart.engineSecret" . }}
-      key: secret
+- name: HEADSTART_ENGINE_SECRET_FILE
+  value: /etc/headstart/engine/secret
+{{- end -}}
+
+{{/* The engine secret as a file (0440, group: the pod's fsGroup): a process's environment is readable by any code of its user. */}}
+{{- define "headstart.engineSecretVolume" -}}
+- name: engine-secret
+  secret:
+    secretName: {{ include "headstart.engineSecret" . }}
+    defaultMode: 0440
+    items:
+      - key: secret
+        path: secret
+{{- end -}}
+
+{{- define "headstart.engineSecretVolumeMount" -}}
+- name: engine-secret
+  mountPath: /etc/headstart/engine
+  readOnly: true
 {{- end -}}
 
 {{/* The catalogue: the databases the engine and the gateway serve by name (values `catalogue`). */}}
