@@ -97,6 +97,12 @@ class KVState:
         return sum(layer.private_nbytes if isinstance(layer, SharedPrefixLayer)
                    else layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
 
+    def compact(self) -> None:
+        """Drop the tails' spare room (`SharedPrefixLayer.compact`): for a cache kept, not extended."""
+        for layer in self.cache.layers if self.cache is not None else []:
+            if isinstance(layer, SharedPrefixLayer):
+                layer.compact()
+
     def shared_nbytes(self) -> int:
         """Bytes of the shared prefix this state reads (held once for all its sharers)."""
         if self.cache is None:
@@ -118,6 +124,9 @@ class KVState:
         if self.cache is None:
             return KVState(list(self.ids), None, self.last_logits)
         new = DynamicCache()
+        for layer in self.cache.layers:
+            if isinstance(layer, SharedPrefixLayer):
+                layer.mark_shared()  # its tail is now read in place by `new`
         new.layers = [SharedPrefixLayer(layer.keys, layer.values) for layer in self.cache.layers]
         return KVState(list(self.ids), new, self.last_logits)
 
@@ -126,8 +135,11 @@ class KVState:
         if self.cache is None:
             return KVState(list(self.ids), None, self.last_logits)
         new = DynamicCache()
-        for i, layer in enumerate(self.cache.layers):
-            new.update(layer.keys.clone(), layer.values.clone(), i)
+        new.layers = []
+        for layer in self.cache.layers:
+            private = SharedPrefixLayer(None, None)  # a tail that grows in place
+            private.append(layer.keys, layer.values)  # copied into its own buffer
+            new.layers.append(private)
         return KVState(list(self.ids), new, None if self.last_logits is None else self.last_logits.clone())
 
 

@@ -216,15 +216,16 @@ def _positions(call, new_tokens: int) -> int:
 def _append(state: KVState, new_kv: list[dict], b: int) -> None:
     from transformers import DynamicCache
 
-    if state.cache is None:
+    if state.cache is None:  # a fresh cache: tails that grow in place (`SharedPrefixLayer` with no prefix)
         state.cache = DynamicCache()
+        state.cache.layers = [SharedPrefixLayer(None, None) for _ in new_kv]
     layers = state.cache.layers
     for layer, per_row in enumerate(new_kv):
-        k, v = (t.contiguous() for t in per_row[b])
+        k, v = per_row[b]
         if layer < len(layers) and isinstance(layers[layer], SharedPrefixLayer):
             layers[layer].append(k, v)  # not `update`: it returns a joined copy of P0 and the tail
         else:
-            state.cache.update(k, v, layer)
+            state.cache.update(k.contiguous(), v.contiguous(), layer)
 
 
 def auto_candidates(model) -> tuple[str, ...]:

@@ -69,6 +69,7 @@ class P0Store:
             return list(self._memory.values())
 
     def put(self, key: str, state: KVState) -> None:
+        state.compact()  # kept for the sessions to share, never extended: no spare room
         self._remember(key, state)
         if self.directory:
             self._save(key, state)
