@@ -33,8 +33,8 @@ ensure_venv() {
     # GPU users: install the CUDA wheel of torch==2.13.0 into .venv first (README).
     "$VENV/bin/pip" install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
     # deploy: the chart checks (helm-python-sdk, kubernetes-validate) run in CI too;
-    # loadtest: CI runs a short Locust scenario
-    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest]"
+    # loadtest: CI runs a short Locust scenario; loadtool: the tests run guidellm against the OpenAI API
+    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest,loadtool]"
     echo "$want" > "$VENV/.installed"
   fi
 }

@@ -35,6 +35,13 @@ class GatewaySettings(BaseSettings):
     execute_row_limit: int = Field(20, ge=1, description="rows returned by the page's read-only Run")
     execute_timeout_s: float = Field(5.0, gt=0, description="a Run's deadline (then CANCELLED)")
     spider_dir: Path | None = Field(None, description="Spider data dir (default ../shared/data/spider)")
+    # -- the OpenAI-compatible API (services/gateway/openai_api.py) ----------
+    served_model: str = Field("headstart", min_length=1, description="the model id GET /v1/models lists and a "
+                              "completion's `model` names (`headstart serve`: its --model)")
+    openai_database: str = Field("", description="the database of an OpenAI completion that names none "
+                                 "(empty: `database` is required)")
+    openai_max_n: int = Field(4, ge=1, le=16, description="most choices (`n`) one OpenAI completion may ask for; "
+                              "each takes one of the tenant's completion slots")
     # -- tenant safety (README "Security") -----------------------------------
     engine_secret: str = Field("", repr=False, description="sent to the engine on every call "
                                "(empty: $HEADSTART_ENGINE_SECRET or the file in $HEADSTART_ENGINE_SECRET_FILE)")
