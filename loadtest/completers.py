@@ -116,22 +116,24 @@ class OpenAIUser(HttpUser):
         return _models[self.host]
 
     def stream_chat(self, question: str, max_tokens: int, ignore_eos: bool = False,
-                    label: str | None = None) -> None:
-        """One streamed chat completion; fires `answer` (or `rejected`) with its metrics."""
+                    label: str | None = None, token: str | None = None) -> None:
+        """One streamed chat completion (as tenant `token`, else the user's); fires
+        `answer` (or `rejected`) with its metrics."""
         clock = AnswerClock()
         body = {"model": self.model(), "database": self.db, "max_tokens": max_tokens, "stream": True,
                 "stream_options": {"include_usage": True}, "messages": [{"role": "user", "content": question}]}
         if ignore_eos:
             body["ignore_eos"] = True
+        headers = {"Authorization": f"Bearer {token}"} if token else None
         try:
             with self.http.post(self.host.rstrip("/") + "/v1/chat/completions", json=body, stream=True,
-                                timeout=SETTINGS.timeout_s) as response:
+                                headers=headers, timeout=SETTINGS.timeout_s) as response:
                 if response.status_code == 429:
                     self.fire("rejected", clock.started, label=label)
                     return
                 if response.status_code != 200:
                     raise ApiError(str(response.status_code), response.text[:200])
-                tokens = self._read_stream(response, clock)
+                tokens, computed = self._read_stream(response, clock)
         except requests.Timeout as exc:
             self.fire("answer", clock.started, exception=TimeoutError(str(exc)), label=label)
             return
@@ -139,12 +141,12 @@ class OpenAIUser(HttpUser):
             self.fire("answer", clock.started, exception=exc, label=label)
             return
         clock.end()
-        self.answered(clock, tokens, label=label)
+        self.answered(clock, tokens, computed=computed, label=label)
 
     @staticmethod
-    def _read_stream(response, clock: AnswerClock) -> int:
-        """Mark each piece of text; the output tokens from the usage chunk."""
-        tokens = 0
+    def _read_stream(response, clock: AnswerClock) -> tuple[int, int]:
+        """Mark each piece of text; (output tokens, tokens computed at submit) from the usage chunk."""
+        tokens = computed = 0
         for line in response.iter_lines(decode_unicode=True):
             if not line or not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -155,7 +157,8 @@ class OpenAIUser(HttpUser):
                 clock.token()
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
-        return tokens
+                computed = (chunk.get("headstart") or {}).get("computed_tokens_at_submit", 0)
+        return tokens, computed
 
 
 class OpenAIStreamer(OpenAIUser):
@@ -188,6 +191,7 @@ class OpenLoopClient(OpenAIUser):
         self.pool_size = SETTINGS.max_in_flight
         super().on_start()
         self.lengths = itertools.cycle(parse_length_sets(SETTINGS.length_sets))
+        self.tokens = itertools.cycle(SETTINGS.tokens or [None])
         self.maker = _question_maker(self.db)
 
     @task
@@ -202,7 +206,7 @@ class OpenLoopClient(OpenAIUser):
                 self.fire("answer", time.perf_counter(), label=label,
                           exception=ClientOverloaded(f"{SETTINGS.max_in_flight} requests in flight"))
                 continue
-            pool.spawn(self.stream_chat, self.maker.question(in_tokens), out_tokens, True, label)
+            pool.spawn(self.stream_chat, self.maker.question(in_tokens), out_tokens, True, label, next(self.tokens))
 
 
 class ClientOverloaded(Exception):

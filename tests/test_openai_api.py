@@ -219,3 +219,20 @@ def test_models_need_a_token(serve_stack):
         client(serve_stack, "nope").models.list()
     with pytest.raises(openai.NotFoundError):
         client(serve_stack).models.retrieve("headstart/no_such_db")
+
+
+def test_websocket_takes_the_token_in_its_subprotocol_header(serve_stack):
+    """What the page does: the token in Sec-WebSocket-Protocol, not in the URL."""
+    import base64
+
+    from websockets.sync.client import connect
+
+    def subprotocols(token: str) -> list[str]:
+        return ["headstart", "bearer." + base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")]
+
+    url = f"{serve_stack.ws_url}/v1/sessions/ws?db=world_1"
+    with connect(url, subprotocols=subprotocols("tok-alice"), open_timeout=30) as ws:
+        assert ws.subprotocol == "headstart"
+        assert json.loads(ws.recv(timeout=60))["type"] == "ready"
+    with connect(url, subprotocols=subprotocols("wrong"), open_timeout=30) as ws:
+        assert json.loads(ws.recv(timeout=60))["code"] == "UNAUTHENTICATED"
