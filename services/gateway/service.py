@@ -267,6 +267,8 @@ class GatewayService:
             outcome = "error"
             try:
                 async for event in call:
+                    if event.WhichOneof("kind") == "result":
+                        self.metrics.observe_result("complete", event.result)
                     yield event
                 outcome = "done"
             except asyncio.CancelledError:
@@ -299,6 +301,8 @@ class GatewayService:
             raise ApiError("UNAVAILABLE", "the engine is unreachable for this session; open a new one")
 
     def _deliver(self, session: GatewaySession, event: engine_pb2.EngineEvent) -> None:
-        if event.WhichOneof("kind") == "result" and event.result.ttft_ms:
-            self.metrics.ttft.observe(event.result.ttft_ms)
+        if event.WhichOneof("kind") == "result":
+            if event.result.ttft_ms:
+                self.metrics.ttft.observe(event.result.ttft_ms)
+            self.metrics.observe_result("session", event.result)
         session.deliver(event)
