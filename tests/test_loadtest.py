@@ -222,21 +222,7 @@ def test_memory_trend_tells_flat_from_growing():
 @pytest.mark.timeout(600)
 def test_short_steady_run_has_no_failures(tmp_path):
     """8 typists (WebSocket and gRPC, 3 tenants, 4 databases) for 40 s on random:tiny."""
-    # NOTE: find_spec, not importorskip: importing locust monkey-patches this process with gevent.
-    if importlib.util.find_spec("locust") is None:
-        pytest.skip("locust is not installed (pip install -e .[loadtest])")
-    out = tmp_path / "steady"
-    # NOTE: a run directory of its own: Ray's temp files (and so its cluster)
-    # must not be shared with a stack that this checkout is running already.
-    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    log = tmp_path / "loadtest.log"
-    # NOTE: output to a file, not a pipe: a Ray helper process that outlives the
-    # command would hold a pipe open and keep `run` waiting for its end.
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "steady", "--model", "random:tiny",
-                               "--users", "8", "--time", "40s", "--out", str(out), "--max-new-tokens", "8"],
-                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    out = _run_loadtest(tmp_path, "steady", "--users", "8", "--time", "40s", "--max-new-tokens", "8")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0"
     for user in ("ws_typist", "grpc_typist"):
@@ -268,17 +254,8 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
     streamer's answers timed at the client, the data producers' pushes (REST, gRPC) and the flash
     subscriber's ack→data_updated and ack→flash_ready (the local stack's flash worker)
     are recorded, with no failure anywhere, a noisy tenant at its limits included."""
-    if importlib.util.find_spec("locust") is None:
-        pytest.skip("locust is not installed (pip install -e .[loadtest])")
-    out = tmp_path / "mixed"
-    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    log = tmp_path / "loadtest.log"
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "mixed", "--model", "random:tiny",
-                               "--users", "7", "--time", "45s", "--out", str(out), "--max-new-tokens", "8",
-                               "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3"],
-                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    out = _run_loadtest(tmp_path, "mixed", "--users", "7", "--time", "45s", "--max-new-tokens", "8",
+                        "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0", list(csv.DictReader((out / "locust_failures.csv").open()))
     for producer in ("data_producer", "grpc_data_producer"):
@@ -302,17 +279,8 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
 def test_short_open_loop_run_at_a_fixed_rate(tmp_path):
     """`open` for 30 s at 2 requests/s (fixed gaps), two length sets taken in turn: each set is a
     class of its own with answers of exactly its length (ignore_eos), timed at the client."""
-    if importlib.util.find_spec("locust") is None:
-        pytest.skip("locust is not installed (pip install -e .[loadtest])")
-    out = tmp_path / "open"
-    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
-    log = tmp_path / "loadtest.log"
-    with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", "open", "--model", "random:tiny",
-                               "--time", "30s", "--out", str(out), "--rate", "2", "--arrival", "fixed",
-                               "--lengths", "16:8", "--lengths", "48:4", "--db", "world_1"],
-                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
-    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    out = _run_loadtest(tmp_path, "open", "--time", "30s", "--rate", "2", "--arrival", "fixed",
+                        "--lengths", "16:8", "--lengths", "48:4", "--db", "world_1")
     report = json.loads((out / "loadtest.json").read_text())
     assert report["meta"]["rate"] == 2.0 and report["meta"]["arrival"] == "fixed"
     for label, length in (("open_loop 16:8", 8), ("open_loop 48:4", 4)):
@@ -321,6 +289,27 @@ def test_short_open_loop_run_at_a_fixed_rate(tmp_path):
         assert s["output_tokens"] == length * s["num_answers"]  # ignore_eos: exactly the length asked
         assert s["ttft_p50_ms"] > 0 and s["itl_p50_ms"] > 0 and s["answers_per_s"] > 0
     assert "open_loop 16:8" in (out / "loadtest.md").read_text()
+
+
+def _run_loadtest(tmp_path: Path, scenario: str, *args: str) -> Path:
+    """`headstart loadtest SCENARIO --model random:tiny ARGS` on the local stack; its output folder
+    (the test fails with the run's log and the engine's warnings when the command does)."""
+    # NOTE: find_spec, not importorskip: importing locust monkey-patches this process with gevent.
+    if importlib.util.find_spec("locust") is None:
+        pytest.skip("locust is not installed (pip install -e .[loadtest])")
+    out = tmp_path / scenario
+    # NOTE: a run directory of its own: Ray's temp files (and so its cluster)
+    # must not be shared with a stack that this checkout is running already.
+    env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
+    log = tmp_path / "loadtest.log"
+    # NOTE: output to a file, not a pipe: a Ray helper process that outlives the
+    # command would hold a pipe open and keep `run` waiting for its end.
+    with log.open("w") as sink:
+        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", scenario, "--model", "random:tiny",
+                               "--out", str(out), *args],
+                              cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
+    assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")
+    return out
 
 
 def _engine_warnings(home: Path) -> str:
