@@ -6,6 +6,7 @@ completion answering from its cache (`cached_tokens` = the whole prompt)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -13,7 +14,7 @@ import pytest
 
 from headstart.client import HeadstartClient
 from tests.serve_fixture import SERVED_MODEL
-from tests.serve_helpers import MAX_NEW
+from tests.serve_helpers import MAX_NEW, recv, recv_until, ws_connect
 from tests.typing_traces import QUESTIONS
 
 openai = pytest.importorskip("openai")
@@ -131,13 +132,19 @@ def test_a_typing_session_answers_from_its_cache(serve_stack, api, cold):
 def test_session_answer_streams_and_the_session_types_on(serve_stack, api, cold):
     """A REST-opened session, typed over the WebSocket: the completion streams
     its answer, and the session goes on (a second question)."""
-    from tests.serve_helpers import recv_until, ws_connect
+    alice = {"authorization": "Bearer tok-alice"}
+    sid = httpx.post(f"{serve_stack.http_url}/v1/sessions", json={"db": "world_1"}, headers=alice,
+                     timeout=60).json()["session_id"]
+    try:
+        _answer_on_a_rest_session(serve_stack, api, cold, sid)
+    finally:  # the stack is shared: give the tenant's session (and the replica's slot) back
+        httpx.delete(f"{serve_stack.http_url}/v1/sessions/{sid}", headers=alice, timeout=60)
 
-    sid = httpx.post(f"{serve_stack.http_url}/v1/sessions", json={"db": "world_1"},
-                     headers={"authorization": "Bearer tok-alice"}, timeout=60).json()["session_id"]
+
+def _answer_on_a_rest_session(serve_stack, api, cold, sid: str) -> None:
     with ws_connect(serve_stack, session=sid) as ws:
         recv_until(ws, {"ready"})
-        ws.send('{"type": "input", "seq": 1, "text": ' + _json(QUESTION) + "}")
+        ws.send(json.dumps({"type": "input", "seq": 1, "text": QUESTION}))
         _wait_cached(ws, 1)
         chunks = list(_chat(api, stream=True, extra_body={"session": sid}))
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -153,15 +160,7 @@ def test_session_answer_streams_and_the_session_types_on(serve_stack, api, cold)
         _chat(api, extra_body={"session": "no-such-session"})
 
 
-def _json(text: str) -> str:
-    import json
-
-    return json.dumps(text)
-
-
 def _wait_cached(ws, seq: int, timeout: float = 60.0) -> None:
-    from tests.serve_helpers import recv
-
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         m = recv(ws, end - time.monotonic())
