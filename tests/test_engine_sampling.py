@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from headstart.engine.errors import InvalidInput
-from headstart.engine.sampling import Sampler, SamplingParams, StopText
+from headstart.engine.sampling import Sampler, SamplingParams, StopText, token_logprobs
 from services.engine.detok import TextDeltas
 
 QUESTION = "How many singers are there?"
@@ -97,6 +97,7 @@ def test_penalties_follow_openai_and_vllm_formulas():
     (dict(repetition_penalty=0.0), "repetition_penalty"), (dict(top_k=-1), "top_k"),
     (dict(min_new_tokens=9, max_new_tokens=8), "min_new_tokens"), (dict(stop=("",)), "stop"),
     (dict(stop=("a", "b", "c", "d", "e")), "stop"),
+    (dict(logprobs=True, top_logprobs=21), "top_logprobs"), (dict(top_logprobs=2), "top_logprobs"),
 ])
 def test_out_of_range_values_are_refused_by_name(params, message):
     with pytest.raises(InvalidInput, match=message):
@@ -119,3 +120,27 @@ def test_text_deltas_hold_back_a_possible_stop_string():
     assert deltas.flush("SELECT") == ""  # the request cut the text before the stop string
     plain = TextDeltas(lambda ids: "".join(pieces[i] for i in ids))
     assert "".join(plain.push(i) for i in range(4)) + plain.flush() == "SELECT END"
+
+
+def test_logprobs_are_the_models_log_softmax_and_the_top_tokens():
+    logits = torch.tensor([1.0, 3.0, 2.0, -1.0], dtype=torch.float64)
+    lp = token_logprobs(logits, 2, top=2)
+    expected = torch.log_softmax(logits, -1)
+    assert lp.logprob == float(expected[2])
+    assert lp.top == ((1, float(expected[1])), (2, float(expected[2])))
+    sampler = Sampler(SamplingParams(logprobs=True, top_logprobs=1, presence_penalty=2.0))
+    sampler.observe(1)
+    assert sampler.pick(logits) == 2  # the penalty moved the pick, not the reported distribution
+    assert sampler.last_logprob.top == ((1, float(expected[1])),)
+    assert not SamplingParams(logprobs=True).plain_greedy  # no answer-ahead tokens: they have no logits
+
+
+def test_a_request_reports_each_tokens_logprob(tiny_runtime, greedy):
+    result_request = tiny_runtime.start_complete(DB, QUESTION, "prefix",
+                                                 SamplingParams(max_new_tokens=8, logprobs=True, top_logprobs=3))
+    result = result_request.result(60)
+    assert result.token_ids == greedy.token_ids[:8]  # asking for logprobs changes no token
+    assert [lp.token_id for lp in result_request.logprobs] == result.token_ids
+    for lp in result_request.logprobs:
+        assert len(lp.top) == 3 and lp.top[0] == (lp.token_id, lp.logprob)  # greedy: the pick is the top one
+        assert lp.logprob <= 0 and [v for _, v in lp.top] == sorted((v for _, v in lp.top), reverse=True)

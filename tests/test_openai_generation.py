@@ -167,3 +167,29 @@ def _wait_cached(ws, seq: int, timeout: float = 60.0) -> None:
         if m["type"] == "progress" and m["seq"] >= seq and m["cached_tokens"] == m["prompt_tokens"]:
             return
     raise AssertionError("the session never cached its prompt")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_name_each_token_and_its_top_alternatives(api, cold, stream):
+    if stream:
+        chunks = list(_chat(api, max_tokens=MAX_NEW, logprobs=True, top_logprobs=3, stream=True,
+                            stream_options={"include_usage": True}))
+        entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        reply = _chat(api, max_tokens=MAX_NEW, logprobs=True, top_logprobs=3)
+        entries, text = reply.choices[0].logprobs.content, reply.choices[0].message.content
+    assert text == cold.text[:len(text)] and len(entries) == MAX_NEW  # the same answer, one entry a token
+    for e in entries:
+        assert len(e.top_logprobs) == 3 and e.logprob <= 0
+        assert (e.top_logprobs[0].token, e.top_logprobs[0].logprob) == (e.token, e.logprob)  # greedy: the top one
+        assert e.bytes == list(e.token.encode())
+
+
+def test_text_completion_logprobs_in_the_text_apis_shape(api, cold):
+    reply = api.completions.create(model=SERVED_MODEL, prompt=QUESTION, max_tokens=MAX_NEW, logprobs=2,
+                                   extra_body=WORLD)
+    lp = reply.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == MAX_NEW
+    assert all(len(top) <= 2 for top in lp.top_logprobs) and lp.text_offset[0] == 0
+    assert reply.choices[0].text == cold.text[:len(reply.choices[0].text)]

@@ -25,9 +25,10 @@ def _pump(request: GenerationRequest, decode: Callable[[list[int]], str], replic
     holdback = max((len(s) for s in request.params.stop), default=1) - 1
     deltas = TextDeltas(decode, holdback)
     try:
-        for token_id in request.stream():
+        for i, token_id in enumerate(request.stream()):
             text = deltas.push(token_id)
-            post(events.tokens(text, [token_id]))
+            lp = request.logprobs[i] if request.params.logprobs and i < len(request.logprobs) else None
+            post(events.tokens(text, [token_id], [events.token_logprob(lp, decode)] if lp is not None else None))
         result = request.result()
         tail = deltas.flush(result.text)
         if tail:

@@ -30,7 +30,7 @@ from headstart.client.errors import ApiError
 from headstart.v1 import types_pb2
 from services.gateway.limits import check_size, check_text
 from services.gateway.openai_errors import OpenAIError, bad_param
-from services.gateway.openai_responses import chunk, full_response, new_id, usage_chunk
+from services.gateway.openai_responses import chunk, full_response, logprobs_body, new_id, usage_chunk
 from services.gateway.openai_runs import ChoiceEvent, choice_events
 from services.gateway.openai_schema import (
     MODEL_PREFIX,
@@ -111,10 +111,11 @@ def build_openai_router(service: GatewayService) -> APIRouter:
             return StreamingResponse(_sse(call, chat, response_id, first, events), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
         try:
-            results = await _final_results(call.n, first, events)
+            results, logprobs = await _final_results(call.n, first, events)
         except OpenAIError as exc:
             return error_response(exc)
-        return JSONResponse(full_response(call, chat, results, response_id), headers=headers)
+        return JSONResponse(full_response(call, chat, results, response_id,
+                                          logprobs if call.sampling.logprobs else None), headers=headers)
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -162,19 +163,24 @@ async def _first_event(events: AsyncIterator[ChoiceEvent]) -> ChoiceEvent:
         raise OpenAIError(500, "the engine ended the completion without a result", "internal") from None
 
 
-async def _final_results(n: int, first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]) -> list[types_pb2.Result]:
-    """Every choice's Result, in index order."""
+async def _final_results(n: int, first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
+                         ) -> tuple[list[types_pb2.Result], list[list[types_pb2.TokenLogprob]]]:
+    """Every choice's Result and token log-probabilities (empty when not asked), in index order."""
     results: dict[int, types_pb2.Result] = {}
+    logprobs: list[list[types_pb2.TokenLogprob]] = [[] for _ in range(n)]
     item: ChoiceEvent | None = first
     async with contextlib.aclosing(events):
         while item is not None:
             index, event = item
-            if event.WhichOneof("kind") == "result":
+            kind = event.WhichOneof("kind")
+            if kind == "result":
                 results[index] = event.result
+            elif kind == "tokens":
+                logprobs[index].extend(event.tokens.logprobs)
             item = await anext(events, None)
     if len(results) != n:
         raise OpenAIError(500, "the engine ended a choice without a result", "internal")
-    return [results[i] for i in range(n)]
+    return [results[i] for i in range(n)], logprobs
 
 
 async def _sse(call: CompletionCall, chat: bool, response_id: str, first: ChoiceEvent,
@@ -185,6 +191,18 @@ async def _sse(call: CompletionCall, chat: bool, response_id: str, first: Choice
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     results: dict[int, types_pb2.Result] = {}
+    # log-probabilities of tokens whose text is not out yet (a held-back or partial character)
+    pending: dict[int, list] = {i: [] for i in range(call.n)}
+    offsets = dict.fromkeys(range(call.n), 0)
+
+    def logprobs_of(index: int) -> dict | None:
+        if not call.sampling.logprobs:
+            return None
+        body = logprobs_body(chat, pending[index], offsets[index])
+        offsets[index] += sum(len(e.token) for e in pending[index])
+        pending[index] = []
+        return body
+
     async with contextlib.aclosing(events):
         if chat:
             for index in range(call.n):
@@ -194,12 +212,15 @@ async def _sse(call: CompletionCall, chat: bool, response_id: str, first: Choice
             while item is not None:
                 index, event = item
                 kind = event.WhichOneof("kind")
-                if kind == "tokens" and event.tokens.text:
-                    yield data(chunk(response_id, call, chat, index, text=event.tokens.text))
+                if kind == "tokens":
+                    pending[index].extend(event.tokens.logprobs)
+                    if event.tokens.text:
+                        yield data(chunk(response_id, call, chat, index, text=event.tokens.text,
+                                         logprobs=logprobs_of(index)))
                 elif kind == "result":
                     results[index] = event.result
-                    yield data(chunk(response_id, call, chat, index,
-                                     finish_reason=event.result.finish_reason or "stop"))
+                    yield data(chunk(response_id, call, chat, index, finish_reason=event.result.finish_reason or "stop",
+                                     logprobs=logprobs_of(index) if pending[index] else None))
                 item = await anext(events, None)
         except OpenAIError as exc:
             yield data(exc.body())

@@ -4,7 +4,7 @@ Every request field is one of:
 
 - honoured: `temperature`, `top_p`, `top_k`, `seed`, `n`, `stop`,
   `presence_penalty`, `frequency_penalty`, `repetition_penalty`,
-  `ignore_eos`, `min_tokens` (plus the routing fields `model`, `database`,
+  `ignore_eos`, `min_tokens`, `logprobs`, `top_logprobs` (plus the routing fields `model`, `database`,
   `session`, the text, the length and streaming fields, read elsewhere);
 - refused unless it holds its neutral value (`REFUSED`): a 400
   `unsupported_parameter` naming it, so a client never gets an answer other
@@ -32,9 +32,7 @@ MAX_STOP_CHARS = 64
 
 # name -> (neutral values, why it is refused otherwise)
 REFUSED: dict[str, tuple[tuple, str]] = {
-    "logprobs": ((None, False), "token log-probabilities are not returned"),
-    "top_logprobs": ((None, 0), "token log-probabilities are not returned"),
-    "prompt_logprobs": ((None, 0), "token log-probabilities are not returned"),
+    "prompt_logprobs": ((None, 0), "the prompt's log-probabilities are not computed (its cache was built ahead)"),
     "echo": ((None, False), "the prompt is the database's, not echoed"),
     "suffix": ((None, ""), "no fill-in-the-middle"),
     "best_of": ((None, 1), "use n"),
@@ -73,7 +71,10 @@ HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_too
 # Fields read by the request parser (openai_schema.py) and here.
 READ = frozenset({"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "stream", "stream_options",
                   "database", "session", "temperature", "top_p", "top_k", "seed", "n", "stop", "presence_penalty",
-                  "frequency_penalty", "repetition_penalty", "ignore_eos", "min_tokens"})
+                  "frequency_penalty", "repetition_penalty", "ignore_eos", "min_tokens", "logprobs",
+                  "top_logprobs"})
+MAX_TOP_LOGPROBS = 20  # chat (OpenAI's bound)
+MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' `logprobs` (OpenAI's bound)
 
 
 def check_refused(data: dict) -> None:
@@ -128,10 +129,28 @@ def stop_strings(value: object) -> list[str]:
     return list(dict.fromkeys(strings))
 
 
-def sampling(data: dict, max_tokens: int | None) -> tuple[types_pb2.SamplingParams, bool]:
+def logprob_request(data: dict, chat: bool) -> tuple[bool, int]:
+    """(log-probabilities wanted, how many top tokens): chat's `logprobs` (a boolean) and
+    `top_logprobs` (0..20, with logprobs); /v1/completions' `logprobs` (0..5 top tokens, null: none)."""
+    if chat:
+        wanted = _bool(data, "logprobs")
+        top = _integer(data, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
+        if top and not wanted:
+            raise bad_param("top_logprobs", "top_logprobs needs logprobs: true")
+        return wanted, top
+    if data.get("top_logprobs") not in (None, 0):
+        raise bad_param("top_logprobs", "/v1/completions takes the top count in logprobs (0..5)")
+    top = _integer(data, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    return top is not None, top or 0
+
+
+def sampling(data: dict, max_tokens: int | None, chat: bool = True) -> tuple[types_pb2.SamplingParams, bool]:
     """The engine's sampling parameters of a request (max_new_tokens left 0:
     the gateway sets it), and whether its seed was the client's."""
     values: dict = {}
+    wanted, top = logprob_request(data, chat)
+    if wanted:
+        values.update(logprobs=True, top_logprobs=top)
     temperature = _number(data, "temperature", 0.0, 2.0)
     if temperature is not None:
         values["temperature"] = temperature

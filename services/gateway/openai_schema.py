@@ -105,7 +105,7 @@ def parse_chat(data: dict, max_n: int) -> CompletionCall:
         raise bad_param("messages", "no user message: the last user message is the question")
     question = _text_of(messages[users[-1]].get("content"), f"messages[{users[-1]}].content")
     param = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
-    return _call(data, question, data.get(param), param, max_n)
+    return _call(data, question, data.get(param), param, max_n, chat=True)
 
 
 def parse_completion(data: dict, max_n: int) -> CompletionCall:
@@ -117,10 +117,10 @@ def parse_completion(data: dict, max_n: int) -> CompletionCall:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise bad_param("prompt", "prompt must be a string: the question (token-id prompts are not supported)")
-    return _call(data, prompt, data.get("max_tokens"), "max_tokens", max_n)
+    return _call(data, prompt, data.get("max_tokens"), "max_tokens", max_n, chat=False)
 
 
-def _call(data: dict, question: str, max_tokens: object, max_param: str, max_n: int) -> CompletionCall:
+def _call(data: dict, question: str, max_tokens: object, max_param: str, max_n: int, chat: bool) -> CompletionCall:
     model = data.get("model")
     if not isinstance(model, str) or not model.strip():
         raise bad_param("model", "model must be a non-empty string (GET /v1/models lists it)")
@@ -137,7 +137,7 @@ def _call(data: dict, question: str, max_tokens: object, max_param: str, max_n: 
     options = data.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_param("stream_options", "stream_options must be an object")
-    params, _ = sampling(data, max_tokens)
+    params, _ = sampling(data, max_tokens, chat)
     return CompletionCall(model, database, session, question, max_tokens, params, n, stream,
                           bool(options.get("include_usage")), max_param, ignored_fields(data))
 

@@ -100,6 +100,7 @@ class GenerationRequest:
         self.sampler = Sampler(params, prompt_ids, stop_ids)
         self._stop_text = StopText(params.stop) if params.stop else None
         self.stop_at: int | None = None  # where a stop string starts in the text (it and what follows are cut)
+        self.logprobs: list = []  # TokenLogprobs of each token of token_ids, when the request asked for them
         # Answer tokens already known at submit stream from the caller's
         # thread at once, without waiting for the step in flight on the worker.
         self.finished_early = False
@@ -281,6 +282,8 @@ class GenerationRequest:
             return False
         self.token_ids.append(token)
         self.sampler.observe(token)
+        if self.params.logprobs:  # before the token is streamed: the streamer reads it by index
+            self.logprobs.append(self.sampler.last_logprob)
         if self._stop_text is not None:
             # searched after every token (a match below min_new_tokens is passed over, as vLLM does)
             at = self._stop_text.find(self._decode(self.token_ids))

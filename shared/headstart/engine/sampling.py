@@ -2,10 +2,17 @@
 
 `SamplingParams` is the request's wish: greedy or sampled (temperature,
 top-p, top-k, seed), penalties, a minimum length, whether the end-of-turn
-token ends it, and stop strings. `Sampler` holds one request's state for
-it (the seeded generator, the counts of the tokens generated so far) and
-turns logits into the next token (`pick`). `StopText` finds a stop string
-in the growing answer text.
+token ends it, stop strings, log-probabilities. `Sampler` holds one
+request's state for it (the seeded generator, the counts of the tokens
+generated so far) and turns logits into the next token (`pick`), with that
+token's log-probability when asked. `StopText` finds a stop string in the
+growing answer text.
+
+Log-probabilities are those of the logits the step produced, before
+penalties and temperature (vLLM's raw log-probabilities). On the `native`
+kernels with the screened LM head (`headstart.engine.screened_head`) every
+logit but those of the candidates for the argmax is an estimate within a
+bound, so the log-probabilities are estimates there too; exact elsewhere.
 
 Exactness is defined for *plain greedy* decoding (`SamplingParams.plain_greedy`):
 argmax of the model's own logits. Only then may a submit use the answer
@@ -26,6 +33,7 @@ from headstart.engine.errors import InvalidInput
 PENALTY_RANGE = (-2.0, 2.0)
 MAX_STOP_STRINGS = 4  # OpenAI's bound
 MAX_STOP_CHARS = 64
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class SamplingParams:
         presence_penalty, frequency_penalty: OpenAI's, over the generated tokens.
         repetition_penalty: vLLM's/HF's (1: off), over the prompt and the generated tokens.
         stop: strings that end the answer; the text is cut before the first one found.
+        logprobs, top_logprobs: return each token's log-probability and the top_logprobs
+            most likely tokens at its position.
     """
 
     max_new_tokens: int = 128
@@ -54,6 +64,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
 
     def validate(self) -> None:
         """Raises InvalidInput naming the first value out of range."""
@@ -73,6 +85,8 @@ class SamplingParams:
         if len(self.stop) > MAX_STOP_STRINGS or any(not s or len(s) > MAX_STOP_CHARS for s in self.stop):
             raise InvalidInput(f"stop takes at most {MAX_STOP_STRINGS} non-empty strings of at most "
                                f"{MAX_STOP_CHARS} characters")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS or (self.top_logprobs and not self.logprobs):
+            raise InvalidInput(f"top_logprobs must be 0..{MAX_TOP_LOGPROBS}, and only with logprobs")
 
     @property
     def has_penalties(self) -> bool:
@@ -80,9 +94,11 @@ class SamplingParams:
 
     @property
     def plain_greedy(self) -> bool:
-        """Argmax of the model's logits, ended by the end-of-turn token: the
-        decoding that the answer-ahead tokens (and the exactness promise) are for."""
-        return self.temperature == 0 and not self.has_penalties and not self.min_new_tokens and not self.ignore_eos
+        """Argmax of the model's logits, ended by the end-of-turn token, nothing
+        else asked of each step: the decoding that the answer-ahead tokens (and
+        the exactness promise) are for."""
+        return (self.temperature == 0 and not self.has_penalties and not self.min_new_tokens
+                and not self.ignore_eos and not self.logprobs)
 
 
 class Sampler:
@@ -96,6 +112,7 @@ class Sampler:
         self._prompt_ids = sorted(set(prompt_ids)) if self.params.repetition_penalty != 1.0 else []
         self._generated = 0
         self.generator = torch.Generator().manual_seed(self.params.seed) if self.params.temperature > 0 else None
+        self.last_logprob: TokenLogprobs | None = None  # of the token `pick` returned last (logprobs asked)
 
     def observe(self, token: int) -> None:
         """A token was kept (generated, or taken from the answer decoded ahead)."""
@@ -104,8 +121,12 @@ class Sampler:
             self._counts[token] += 1
 
     def pick(self, logits: torch.Tensor) -> int:
-        """The next token from `logits` (`# [vocab]`), after penalties and the minimum length."""
-        return pick_token(self.adjusted(logits), self.params, self.generator)
+        """The next token from `logits` (`# [vocab]`), after penalties and the minimum length
+        (and, when asked, its log-probability in `last_logprob`)."""
+        token = pick_token(self.adjusted(logits), self.params, self.generator)
+        if self.params.logprobs:
+            self.last_logprob = token_logprobs(logits, token, self.params.top_logprobs)
+        return token
 
     def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
         """`logits` with this request's penalties and bans applied (the same
@@ -128,6 +149,23 @@ class Sampler:
         if banned:
             logits[torch.tensor(self._stop_ids, device=logits.device)] = float("-inf")
         return logits
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """A token's log-probability and the `top` (token id, log-probability) pairs, most likely first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprobs(logits: torch.Tensor, token: int, top: int = 0) -> TokenLogprobs:
+    """Log-probabilities of `logits` (`# [vocab]`) in float64: `token`'s and the `top` most likely."""
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    best = torch.topk(logprobs, top) if top else None
+    pairs = tuple(zip(best.indices.tolist(), best.values.tolist())) if best is not None else ()
+    return TokenLogprobs(token, float(logprobs[token]), pairs)
 
 
 def pick_token(logits: torch.Tensor, params: SamplingParams | None = None,
