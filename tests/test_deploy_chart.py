@@ -100,6 +100,13 @@ def test_a_redis_user_without_its_needs_fails_clearly(sets, words):
     (("flash.healthPort=0",), ["/flash/healthPort"]),
     (("containerSecurityContext.runAsNonRoot=false",), ["/containerSecurityContext/runAsNonRoot"]),
     (("model.source=pvc",), ["/model/pvc/claimName"]),
+    (("gateway.ingress.hots=sql.example.com",), ["/gateway/ingress", "hots"]),
+    (("gateway.gatewayApi.httpRoute.enable=true",), ["/gateway/gatewayApi/httpRoute", "enable"]),
+    (("model.cache.sise=1Gi",), ["/model/cache", "sise"]),
+    (("model.cache.accessMode=ReadMany",), ["/model/cache/accessMode"]),
+    (("metrics.dashboard.enabeld=true",), ["/metrics/dashboard", "enabeld"]),
+    (("engine.podDisruptionBudget.maxUnavailable=0",), ["/engine/podDisruptionBudget/maxUnavailable"]),
+    (("engine.shmSizeLimit=lots",), ["/engine/shmSizeLimit"]),
 ])
 def test_a_misspelled_or_mistyped_key_fails_naming_it(sets, words):
     with pytest.raises(ChartValuesError) as err:
