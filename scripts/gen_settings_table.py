@@ -182,14 +182,14 @@ def table() -> str:
 
 
 def render_readme(readme: str) -> str:
-    """The README with the table between the markers replaced."""
+    """The page with the table between the markers replaced."""
     start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
     return readme[:start] + "\n" + table() + "\n" + readme[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that the README is current")
+    parser.add_argument("--check", action="store_true", help="only check that the table is current")
     ns = parser.parse_args(argv)
     readme = README.read_text()
     rendered = render_readme(readme)

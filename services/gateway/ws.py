@@ -1,4 +1,4 @@
-"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in the README, "WebSocket protocol").
+"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in docs/api.md, "WebSocket protocol").
 
 Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
 "text":...,"max_new_tokens":k}, {"type":"cancel"}, and rows for a data session

@@ -17,7 +17,7 @@ Built from the vendored source by `headstart peer build-server`
   float32 engine keeps it, and flash attention off (`-fa off`): llama.cpp's
   CPU flash attention rounds to f16 whatever the cache type (its logits are
   the same with an f32 and an f16 cache), which moves a top-2 logit gap by
-  ~0.1 on the 0.5B model and flipped a near-tie (the README's "text
+  ~0.1 on the 0.5B model and flipped a near-tie (docs/peer.md, "the text
   mismatch"); `cache_type="f16"` gives llama.cpp's defaults (f16 cache,
   `-fa auto`: on for this CPU);
 - the same threads for prompt and decode as one of our replicas.
