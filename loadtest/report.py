@@ -1,9 +1,11 @@
-"""Our report of a load test: TTFT p50/p90/p99 per user class (JSON + markdown) and a plot;
-for data users, the push round trip and a push's ack to its data_updated / flash_ready.
+"""Our report of a load test: per user class the figures people compare
+(TTFT, ITL, the complete answer, output tokens/s, requests/s, errors) in
+JSON, CSV, Markdown tables and a plot; the typing figures and the data users
+in tables of their own.
 
-Built from the exact per-event samples the users wrote (Locust's own CSV
-rounds its percentiles) plus Locust's failure counts; memory samples, when the
-command took them, go into the JSON and the plot.
+Built from the exact per-event samples the users wrote (`loadtest.summary`;
+Locust's own CSV rounds its percentiles) plus Locust's totals; memory
+samples, when the command took them, go into the JSON and the plot.
 """
 
 from __future__ import annotations
@@ -13,71 +15,26 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from bench.common import markdown_table, percentile, write_json
+from bench.common import markdown_table, write_json
+from loadtest.summary import summarize
 
-NOT_COUNTING_COMPUTED = {"rest_complete"}  # its JSON answer has no computed_tokens_at_submit
-HEADER = ["user class", "sessions opened", "rejected", "rejection p50 ms", "rejection p99 ms", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms",
-          "keystroke RTT p50 ms", "keystroke RTT p99 ms", "last token p50 ms", "computed at submit",
-          "failures", "timeouts"]
+HEADER = ["user class", "answers", "answers/s", "output tok/s", "TTFT p50 ms", "TTFT p90 ms", "TTFT p99 ms",
+          "ITL p50 ms", "ITL p99 ms", "answer p50 ms", "answer p99 ms", "failures", "timeouts"]
+TYPING_HEADER = ["user class", "sessions opened", "rejected", "rejection p50 ms", "rejection p99 ms",
+                 "keystroke RTT p50 ms", "keystroke RTT p99 ms", "computed at submit"]
 DATA_HEADER = ["data user class", "sessions opened", "pushes", "rows pushed", "rejected", "push p50 ms", "push p99 ms",
                "ack→data_updated p50 ms", "ack→data_updated p99 ms", "ack→flash_ready p50 ms",
                "ack→flash_ready p99 ms", "flash answers", "failures", "timeouts"]
+CSV_FIELDS = ["answers_per_s", "output_tokens_per_s", "num_answers", "output_tokens", "ttft_p50_ms", "ttft_p90_ms",
+              "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "answer_p50_ms", "answer_p99_ms", "num_opened",
+              "num_rejected", "keystroke_rtt_p50_ms", "keystroke_rtt_p99_ms", "computed_at_submit_mean",
+              "num_failures", "num_timeouts", "window_s"]
 
 
 def load_samples(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _ms(ok: dict[str, list[dict]], name: str) -> list[float]:
-    return [s["ms"] for s in ok.get(name, [])]
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return round(percentile(values, q), 1) if values else None
-
-
-def summarize(samples: list[dict]) -> dict[str, dict]:
-    """Per user class: counts and percentiles of each figure."""
-    by_user: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for s in samples:
-        by_user[s["user"]][s["name"]].append(s)
-    out = {}
-    for user, names in sorted(by_user.items()):
-        ok = {name: [s for s in rows if not s["error"]] for name, rows in names.items()}
-        errors = [s for rows in names.values() for s in rows if s["error"]]
-        ttft, rtt = _ms(ok, "ttft"), _ms(ok, "keystroke_rtt")
-        last, rejected = [s["ms"] for s in ok.get("last_token", [])], [s["ms"] for s in ok.get("rejected", [])]
-        computed = [s["length"] for s in ok.get("ttft", [])] if user not in NOT_COUNTING_COMPUTED else []
-        out[user] = {
-            "num_opened": len(ok.get("open", [])), "num_answers": len(ttft), "num_rejected": len(rejected),
-            "rejection_p50_ms": _pct(rejected, 50), "rejection_p99_ms": _pct(rejected, 99),
-            "ttft_p50_ms": _pct(ttft, 50), "ttft_p90_ms": _pct(ttft, 90), "ttft_p99_ms": _pct(ttft, 99),
-            "keystroke_rtt_p50_ms": _pct(rtt, 50), "keystroke_rtt_p99_ms": _pct(rtt, 99),
-            "num_keystrokes": len(rtt), "last_token_p50_ms": _pct(last, 50), "last_token_p99_ms": _pct(last, 99),
-            "computed_at_submit_mean": round(sum(computed) / len(computed), 1) if computed else None,
-            "num_failures": len(errors), "num_timeouts": sum(1 for s in errors if s["error"] == "TimeoutError"),
-            "failures_by_kind": dict(sorted(_count(f"{s['name']}:{s['error']}" for s in errors).items())),
-        }
-        if "push" in names:  # a data user (loadtest/users.py DataUser)
-            push, updated, flash = _ms(ok, "push"), _ms(ok, "data_updated"), _ms(ok, "flash_ready")
-            out[user].update({
-                "is_data_user": True, "num_pushes": len(push),
-                "num_rows_pushed": sum(s["length"] for s in ok.get("push", [])),
-                "push_p50_ms": _pct(push, 50), "push_p99_ms": _pct(push, 99),
-                "data_updated_p50_ms": _pct(updated, 50), "data_updated_p99_ms": _pct(updated, 99),
-                "num_flash_answers": len(flash), "flash_ready_p50_ms": _pct(flash, 50),
-                "flash_ready_p99_ms": _pct(flash, 99),
-            })
-    return out
-
-
-def _count(keys) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for k in keys:
-        counts[k] += 1
-    return counts
 
 
 def locust_totals(prefix: Path) -> dict:
@@ -96,12 +53,30 @@ def _v(x):
 
 
 def table_rows(summary: dict[str, dict]) -> list[list]:
-    """The typing and completion users' rows (data users have a table of their own)."""
+    """The answering users' rows: what a person waits for and what the server delivers."""
     v = _v
-    return [[user, s["num_opened"], s["num_rejected"], v(s["rejection_p50_ms"]), v(s["rejection_p99_ms"]), v(s["ttft_p50_ms"]),
-             v(s["ttft_p90_ms"]), v(s["ttft_p99_ms"]), v(s["keystroke_rtt_p50_ms"]), v(s["keystroke_rtt_p99_ms"]),
-             v(s["last_token_p50_ms"]), v(s["computed_at_submit_mean"]), s["num_failures"], s["num_timeouts"]]
-            for user, s in summary.items() if not s.get("is_data_user")]
+    return [[user, s["num_answers"], v(s["answers_per_s"]), v(s["output_tokens_per_s"]), v(s["ttft_p50_ms"]),
+             v(s["ttft_p90_ms"]), v(s["ttft_p99_ms"]), v(s["itl_p50_ms"]), v(s["itl_p99_ms"]),
+             v(s["answer_p50_ms"]), v(s["answer_p99_ms"]), s["num_failures"], s["num_timeouts"]]
+            for user, s in summary.items() if not s.get("is_data_user") and (s["num_answers"] or s["num_failures"])]
+
+
+def typing_rows(summary: dict[str, dict]) -> list[list]:
+    """Users that open sessions or type: admission and keystroke round trips."""
+    v = _v
+    return [[user, s["num_opened"], s["num_rejected"], v(s["rejection_p50_ms"]), v(s["rejection_p99_ms"]),
+             v(s["keystroke_rtt_p50_ms"]), v(s["keystroke_rtt_p99_ms"]), v(s["computed_at_submit_mean"])]
+            for user, s in summary.items()
+            if not s.get("is_data_user") and (s["num_opened"] or s["num_keystrokes"] or s["num_rejected"])]
+
+
+def write_csv(path: Path, summary: dict[str, dict]) -> None:
+    """One row per user class, the figures of `CSV_FIELDS`."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["user_class", *CSV_FIELDS])
+        for user, s in summary.items():
+            writer.writerow([user, *("" if s.get(k) is None else s[k] for k in CSV_FIELDS)])
 
 
 def data_table_rows(summary: dict[str, dict]) -> list[list]:
@@ -141,13 +116,16 @@ def memory_table(trend: dict) -> str:
 
 
 def write_report(out_dir: Path, meta: dict, memory: list[dict] | None = None, trend: dict | None = None) -> str:
-    """Write loadtest.json, loadtest.md and loadtest.png under `out_dir`; returns the markdown."""
+    """Write loadtest.json, loadtest.csv, loadtest.md and loadtest.png under `out_dir`; returns the markdown."""
     samples = load_samples(out_dir / "samples.jsonl")
     summary = summarize(samples)
     totals = locust_totals(out_dir / "locust")
     md = f"# load test `{meta.get('scenario')}`\n\n" + ", ".join(f"{k}={v}" for k, v in meta.items()
                                                               if k != "faults") + "\n\n"
     md += markdown_table(HEADER, table_rows(summary))
+    typing = typing_rows(summary)
+    if typing:
+        md += "\n" + markdown_table(TYPING_HEADER, typing)
     data_rows = data_table_rows(summary)
     if data_rows:
         md += "\n" + markdown_table(DATA_HEADER, data_rows)
@@ -159,31 +137,49 @@ def write_report(out_dir: Path, meta: dict, memory: list[dict] | None = None, tr
     write_json(out_dir / "loadtest.json", {"meta": meta, "users": summary, "locust": totals,
                                            "memory_trend": trend, "memory": memory or []})
     (out_dir / "loadtest.md").write_text(md)
-    _plot(out_dir / "loadtest.png", samples, memory or [], meta)
+    write_csv(out_dir / "loadtest.csv", summary)
+    _plot(out_dir / "loadtest.png", samples, summary, memory or [], meta)
     return md
 
 
-def _plot(path: Path, samples: list[dict], memory: list[dict], meta: dict) -> None:
+def _cdf(ax, by_user: dict[str, list[float]], xlabel: str, title: str) -> None:
+    for user, values in sorted(by_user.items()):
+        xs = sorted(values)
+        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{user} (n={len(xs)})")
+    ax.set(xlabel=xlabel, ylabel="fraction", title=title)
+    ax.grid(alpha=0.3)
+    if by_user:
+        ax.legend(fontsize=7)
+
+
+def _plot(path: Path, samples: list[dict], summary: dict[str, dict], memory: list[dict], meta: dict) -> None:
+    """TTFT, ITL and answer-time CDFs per class, output tokens/s per class, memory over time."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2 if memory else 1, figsize=(12 if memory else 6, 4), squeeze=False)
-    ax = axes[0][0]
-    by_user: dict[str, list[float]] = defaultdict(list)
+    fig, axes = plt.subplots(2, 3 if memory else 2, figsize=(16 if memory else 11, 8), squeeze=False)
+    figures: dict[str, dict[str, list[float]]] = {"ttft": defaultdict(list), "itl": defaultdict(list),
+                                                  "answer": defaultdict(list)}
     for s in samples:
-        if s["name"] == "ttft" and not s["error"]:
-            by_user[s["user"]].append(s["ms"])
-    for user, values in sorted(by_user.items()):
-        xs = sorted(values)
-        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{user} (n={len(xs)})")
-    ax.set(xlabel="TTFT (ms)", ylabel="fraction of answers", title=f"TTFT per user class: {meta.get('scenario')}")
-    ax.grid(alpha=0.3)
-    if by_user:
-        ax.legend(fontsize=8)
+        if s["error"] or s["name"] not in figures:
+            continue
+        if s["name"] == "itl":
+            figures["itl"][s["user"]] += s.get("values", [])
+        elif s["ms"] is not None:
+            figures[s["name"]][s["user"]].append(s["ms"])
+    scenario = meta.get("scenario")
+    _cdf(axes[0][0], figures["ttft"], "TTFT (ms)", f"TTFT per user class: {scenario}")
+    _cdf(axes[0][1], figures["itl"], "inter-token latency (ms)", "ITL (every gap)")
+    _cdf(axes[1][0], figures["answer"], "complete answer (ms)", "asked → the last token")
+    ax = axes[1][1]
+    rates = {u: s["output_tokens_per_s"] for u, s in summary.items() if s.get("output_tokens_per_s")}
+    ax.barh(list(rates), list(rates.values()))
+    ax.set(xlabel="output tokens/s", title="output tokens per second per class")
+    ax.grid(alpha=0.3, axis="x")
     if memory:
-        ax = axes[0][1]
+        ax = axes[0][2]
         t = [m["t_s"] / 60 for m in memory]
         ax.plot(t, [m["gateway_mib"] or 0 for m in memory], label="gateway (+ Ray driver)")
         ax.plot(t, [sum(m["replicas_mib"].values()) for m in memory], label="engine replica(s)")
@@ -194,6 +190,7 @@ def _plot(path: Path, samples: list[dict], memory: list[dict], meta: dict) -> No
         ax.set(xlabel="minutes", ylabel="RSS (MiB)", title="memory")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+        axes[1][2].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

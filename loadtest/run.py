@@ -4,9 +4,12 @@ Locust runs in a child process (`python -m locust -f scenarios/SCENARIO.py`):
 gevent's monkey-patching must not reach Ray or the in-process gateway. What
 the users need besides `--host` goes to them as environment variables
 (`loadtest.settings`). Outputs under --out: Locust's CSV files
-(`locust_stats.csv`, `locust_failures.csv`, ...) and `locust.html`, every
-request event in `samples.jsonl`, and our `loadtest.json`, `loadtest.md`
-(TTFT p50/p90/p99 per user class) and `loadtest.png`.
+(`locust_stats.csv`, `locust_failures.csv`, ...: requests only, so its
+"Aggregated" row adds answers, opens and pushes, never keystrokes) and
+`locust.html`, every request and metric in `samples.jsonl`, and ours
+(`loadtest.report`): `loadtest.json`, `loadtest.csv`, `loadtest.md` (per
+user class: TTFT, ITL, the complete answer, output tokens/s, requests/s,
+errors) and `loadtest.png`.
 
 The local stack (`headstart serve`'s) runs the flash worker, which the data
 users' flash answers need, with the run's answer length (`--max-new-tokens`,
@@ -28,6 +31,7 @@ from typing import Optional
 import typer
 
 from loadtest.settings import DEFAULT_DBS, LoadSettings
+from loadtest.timing import arrival_times, parse_length_sets
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 RUN_TIME = re.compile(r"^(\d+[hms]?)+$")
@@ -86,6 +90,10 @@ def loadtest_cli(
                                               "stack's Redis killed halfway through, down --fault-down-s, restarted; "
                                               "the run then fails on any lost acknowledged row or untyped error"),
     fault_down_s: float = typer.Option(5.0, help="how long a redis-restart keeps Redis down"),
+    rate: float = typer.Option(1.0, help="open loop (scenario `open`): requests arriving per second"),
+    arrival: str = typer.Option("poisson", help="open loop: fixed (every 1/rate s) or poisson"),
+    lengths: list[str] = typer.Option(["32:16"], help="open loop: IN:OUT question:answer tokens (repeat; in turn)"),
+    max_in_flight: int = typer.Option(256, help="open loop: requests at once; an arrival past it fails"),
 ):
     """Run a Locust load-test scenario headless and write its CSVs, HTML report, TTFT table and plot."""
     try:
@@ -94,21 +102,26 @@ def loadtest_cli(
         run_time = time_limit or defaults.get("run_time", "60s")
         seconds = run_time_s(run_time)
         _check_faults(faults, host)
+        next(arrival_times(rate, arrival))  # a generator: checks its arguments at the first arrival
+        parse_length_sets(list(lengths))
     except (ValueError, SyntaxError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2)
     n_users = users or defaults.get("users", 8)
-    rate = spawn_rate or defaults.get("spawn_rate", max(1, n_users // 4))
+    spawn = spawn_rate or defaults.get("spawn_rate", max(1, n_users // 4))
     out.mkdir(parents=True, exist_ok=True)
     (out / "samples.jsonl").unlink(missing_ok=True)
     settings = LoadSettings(tokens=list(token), dbs=list(db), max_new_tokens=max_new_tokens, wpm=wpm, seed=seed,
                             timeout_s=timeout, samples_path=str((out / "samples.jsonl").resolve()), data_db=data_db,
                             data_rows_per_push=data_rows_per_push, data_push_interval_s=data_push_interval,
-                            flash_push_interval_s=flash_push_interval,
+                            flash_push_interval_s=flash_push_interval, rate=rate, arrival=arrival,
+                            length_sets=list(lengths), max_in_flight=max_in_flight,
                             acked_path=str((out / "acked.jsonl").resolve()) if faults else "")
     (out / "acked.jsonl").unlink(missing_ok=True)
-    meta = {"scenario": path.stem, "users": n_users, "spawn_rate": rate, "run_time": run_time, "seed": seed,
+    meta = {"scenario": path.stem, "users": n_users, "spawn_rate": spawn, "run_time": run_time, "seed": seed,
             "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
+    if path.stem == "open":
+        meta.update(rate=rate, arrival=arrival, lengths=",".join(lengths))
     stack = sampler = None
     try:
         if host is None:
@@ -124,7 +137,7 @@ def loadtest_cli(
         if warmup:
             _warm_up(settings)
         injected = [_start_fault(name, stack, seconds / 2, fault_down_s) for name in faults]
-        rc = locust_rc = _run_locust(path, host, settings, n_users, rate, run_time, seconds, out)
+        rc = locust_rc = _run_locust(path, host, settings, n_users, spawn, run_time, seconds, out)
         if injected:
             meta["faults"], rc = _fault_verdict(injected, stack, settings, out)
     finally:

@@ -1,33 +1,29 @@
-"""Locust user classes: typists over WebSocket and gRPC, completion callers over
-gRPC and REST, data producers and flash subscribers over REST + SSE.
+"""Locust user classes: the base every user shares, and the typists (WebSocket, gRPC).
 
-Every figure a user watches is a Locust request event whose `request_type` is
-the user class's `label` and whose `name` is the figure:
+Completion callers (gRPC, REST, OpenAI streaming, the open-loop client) are
+in `loadtest.completers`, data users in `loadtest.data_users`.
 
-- `open`: connect → the session is ready (a failure if it is refused for any
-  reason but admission).
-- `rejected`: connect → the admission refusal (RESOURCE_EXHAUSTED / 429);
-  a success: refusing at once is the wanted overload behaviour.
-- `keystroke_rtt`: a snapshot sent → the first progress message whose seq
-  covers it (the server has folded that keystroke into the session's cache).
-- `ttft`: submit sent → the first answer token (REST: the engine's TTFT, the
-  response is not streamed); `response_length` = tokens computed at submit.
-- `last_token`: submit sent → the result.
+Two kinds of figures, both written to `samples.jsonl` for our report:
 
-Data users (`DataProducer`, `FlashSubscriber`: their own data session each):
+- **requests**, which are also Locust request events (so Locust's CSV, its
+  HTML and its "Aggregated" row hold only these): `open` (connect → the
+  session is ready), `rejected` (connect → an admission refusal,
+  RESOURCE_EXHAUSTED / 429: a success, refusing at once is the wanted
+  overload behaviour), `answer` (asked → the complete answer; its
+  `response_length` is the answer's output tokens; a failure or timeout of
+  the answer is a failure of this event);
+- **metrics** of those requests, which are not Locust events (a keystroke
+  is not a request, and an answer's TTFT is not a second answer):
+  `ttft` (asked → the first piece of answer text; `length` = tokens
+  computed at submit where known), `itl` (the gaps between streamed
+  pieces, one sample holding them all), `keystroke_rtt` (a snapshot sent →
+  the first progress message covering its seq).
 
-- `open`: POST /v1/data → the session is open.
-- `push`: POST /v1/data/{sid}/rows → its ack; `response_length` = rows pushed.
-- `register`, `subscribe` (flash subscriber): the question registered; the SSE stream
-  answered (a failure: it broke, and is resumed from its last event id).
-- `data_updated`: a push's ack → the SSE `data_updated` of a version holding its rows.
-- `flash_ready`: a push's ack → the SSE `flash_ready` of an answer at a version holding
-  its rows (the flash worker re-answered the registered question on that data).
-
-A request past `LoadSettings.timeout_s` fails with TimeoutError. Users spread
+The request type (Locust's "Type" column) is the user class's `label`. A
+request past `LoadSettings.timeout_s` fails with TimeoutError. Users spread
 over the tenants (tokens) and databases in turn; keystrokes come from the
-seeded `Typist` that the benchmarks use. Only the Locust process imports this
-module (gevent patches the standard library on import).
+seeded `Typist` that the benchmarks use. Only the Locust process imports
+this module (gevent patches the standard library on import).
 """
 
 from __future__ import annotations
@@ -40,8 +36,7 @@ import time
 import gevent
 import gevent.event
 import grpc.experimental.gevent as grpc_gevent
-import requests
-from locust import User, between, constant_pacing, events, task
+from locust import User, between, events, task
 
 # NOTE: gRPC's C core blocks its calling thread; without this a blocking read
 # in one greenlet would stall every user of the process.
@@ -49,8 +44,8 @@ grpc_gevent.init_gevent()
 
 from headstart.client import ApiError, HeadstartClient  # noqa: E402 (after init_gevent)
 from headstart.typist import Typist  # noqa: E402
-from loadtest.data import PushClock, RowTemplate, SseParser  # noqa: E402
 from loadtest.settings import LoadSettings  # noqa: E402
+from loadtest.timing import AnswerClock  # noqa: E402
 
 SETTINGS = LoadSettings.from_env()
 REJECTION_CODES = ("RESOURCE_EXHAUSTED", "RATE_LIMITED")
@@ -61,15 +56,22 @@ _samples = open(SETTINGS.samples_path, "a", buffering=1) if SETTINGS.samples_pat
 _acked = open(SETTINGS.acked_path, "a", buffering=1) if SETTINGS.acked_path else None
 
 
-@events.request.add_listener
-def _record_sample(request_type, name, response_time, response_length, exception=None, **_):
-    """Every event, exact, for our report (Locust's CSV rounds its percentiles); a failure's API code
-    when it has one (loadtest/faults.py: every client error must be typed)."""
+def _write_sample(user: str, name: str, ms: float | None, length: int = 0, error: str | None = None,
+                  kind: str = "request", values: list[float] | None = None, code: str | None = None) -> None:
     if _samples is not None:
-        _samples.write(json.dumps({"t": time.time(), "user": request_type, "name": name, "ms": response_time,
-                                   "length": response_length,
-                                   "error": None if exception is None else type(exception).__name__,
-                                   "code": getattr(exception, "code", None)}) + "\n")
+        sample = {"t": time.time(), "user": user, "name": name, "ms": ms, "length": length, "error": error,
+                  "kind": kind, "code": code}
+        if values is not None:
+            sample["values"] = [round(v, 3) for v in values]
+        _samples.write(json.dumps(sample) + "\n")
+
+
+@events.request.add_listener
+def _record_request(request_type, name, response_time, response_length, exception=None, **_):
+    """Every request event, exact, for our report (Locust's CSV rounds its percentiles); a failure's
+    API code when it has one (loadtest/faults.py: every client error must be typed)."""
+    _write_sample(request_type, name, response_time, response_length,
+                  None if exception is None else type(exception).__name__, code=getattr(exception, "code", None))
 
 
 def http_error(response) -> ApiError:
@@ -79,7 +81,10 @@ def http_error(response) -> ApiError:
     except ValueError:
         body = {}
     code = body.get("code") if isinstance(body, dict) else None
-    return ApiError(code or str(response.status_code), (body.get("message") if code else response.text or "")[:200])
+    if code is None and isinstance(body, dict) and isinstance(body.get("error"), dict):  # the OpenAI shape
+        code = body["error"].get("code")
+    message = (body.get("message") if isinstance(body, dict) else None) or response.text or ""
+    return ApiError(code or str(response.status_code), message[:200])
 
 
 def record_acked(token: str | None, sid: str, seqs) -> None:
@@ -117,10 +122,27 @@ class HeadstartUser(User):
         return self.rng.choice(questions_of(self.db))
 
     def fire(self, name: str, started: float, length: int = 0, exception: BaseException | None = None,
-             ms: float | None = None) -> None:
+             ms: float | None = None, label: str | None = None) -> None:
+        """A request event (Locust's and ours)."""
         ms = (time.perf_counter() - started) * 1000.0 if ms is None else ms
-        self.environment.events.request.fire(request_type=self.label, name=name, response_time=ms,
+        self.environment.events.request.fire(request_type=label or self.label, name=name, response_time=ms,
                                              response_length=length, exception=exception, context={})
+
+    def record(self, name: str, ms: float | None, length: int = 0, values: list[float] | None = None,
+               label: str | None = None) -> None:
+        """A metric of a request: ours only, not a Locust event."""
+        _write_sample(label or self.label, name, ms, length, kind="metric", values=values)
+
+    def answered(self, clock: AnswerClock, output_tokens: int, computed: int = 0, ttft_ms: float | None = None,
+                 label: str | None = None) -> None:
+        """A complete answer: the `answer` request, its `ttft` and `itl` metrics
+        (`ttft_ms` overrides the client's, for an answer that is not streamed)."""
+        self.fire("answer", clock.started, length=output_tokens, ms=clock.total_ms, label=label)
+        ttft = ttft_ms if ttft_ms is not None else clock.ttft_ms
+        if ttft is not None:
+            self.record("ttft", ttft, length=computed, label=label)
+        if clock.itl_ms:
+            self.record("itl", None, values=clock.itl_ms, label=label)
 
     def refused(self, code: str, started: float, message: str) -> None:
         """An open that did not succeed: admission (`rejected`) or a failure of `open`."""
@@ -136,36 +158,37 @@ class _Typing:
     def __init__(self, user: HeadstartUser, submit_seq: int):
         self.user, self.submit_seq = user, submit_seq
         self.sent: dict[int, float] = {}
-        self.submitted = 0.0
-        self.first_token = 0.0
+        self.clock: AnswerClock | None = None
         self.result: dict | None = None
         self.done = gevent.event.Event()
 
     def on_progress(self, seq: int) -> None:
         for s in [s for s in self.sent if s <= seq]:
-            self.user.fire("keystroke_rtt", self.sent.pop(s))
+            self.user.record("keystroke_rtt", (time.perf_counter() - self.sent.pop(s)) * 1000.0)
 
     def on_token(self) -> None:
-        if self.submitted and not self.first_token:
-            self.first_token = time.perf_counter()
+        if self.clock is not None and self.result is None:
+            self.clock.token()
 
     def finish(self, result: dict) -> None:
         if not self.done.is_set():  # the first outcome counts (a close after the result is not an error)
+            if self.clock is not None:
+                self.clock.end()
             self.result = result
             self.done.set()
 
     def report(self) -> None:
-        """Fire ttft and last_token (or their failure) once the submit is answered or timed out."""
+        """Fire the answer (or its failure) once the submit is answered or timed out."""
+        self.clock = self.clock or AnswerClock()  # the stream broke before Enter: a failure at once
         if not self.done.wait(SETTINGS.timeout_s):
-            self.user.fire("ttft", self.submitted, exception=TimeoutError(f"no result in {SETTINGS.timeout_s:g} s"))
+            self.user.fire("answer", self.clock.started,
+                           exception=TimeoutError(f"no result in {SETTINGS.timeout_s:g} s"))
             return
         r = self.result
         if r.get("error"):
-            self.user.fire("ttft", self.submitted, exception=ApiError(r["error"], r.get("message", "")))
+            self.user.fire("answer", self.clock.started, exception=ApiError(r["error"], r.get("message", "")))
             return
-        first = self.first_token or time.perf_counter()
-        self.user.fire("ttft", self.submitted, length=r["computed"], ms=(first - self.submitted) * 1000.0)
-        self.user.fire("last_token", self.submitted, length=r["computed"])
+        self.user.answered(self.clock, r["tokens"], computed=r["computed"])
 
     def replay(self, trace, send_input, send_submit) -> None:
         start = time.perf_counter()
@@ -175,7 +198,7 @@ class _Typing:
             send_input(seq, event.text)
         gevent.sleep(max(0.0, start + trace.submit_t - time.perf_counter()))
         self.sent.clear()  # keystrokes the server never reported before Enter: not counted
-        self.submitted = time.perf_counter()
+        self.clock = AnswerClock()
         send_submit(self.submit_seq, trace.final_text)
 
 
@@ -235,8 +258,8 @@ class WsTypist(HeadstartUser):
             elif kind == "token":
                 typing.on_token()
             elif kind == "done" and m["seq"] == typing.submit_seq:
-                typing.finish({"computed": m["computed_tokens_at_submit"]})
-            elif kind == "error" and (m.get("seq") == typing.submit_seq or (not m.get("seq") and typing.submitted)):
+                typing.finish({"computed": m["computed_tokens_at_submit"], "tokens": len(m["token_ids"])})
+            elif kind == "error" and (m.get("seq") == typing.submit_seq or (not m.get("seq") and typing.clock)):
                 typing.finish({"error": m["code"], "message": m["message"]})
 
 
@@ -291,288 +314,9 @@ class GrpcTypist(GrpcUser):
             if kind == "progress":
                 typing.on_progress(m.progress.seq)
             elif kind == "tokens":
-                typing.on_token()
+                if m.tokens.text:
+                    typing.on_token()
             elif kind == "result" and m.result.seq == typing.submit_seq:
-                typing.finish({"computed": m.result.computed_tokens_at_submit})
-            elif kind == "error" and (m.error.seq == typing.submit_seq or (not m.error.seq and typing.submitted)):
+                typing.finish({"computed": m.result.computed_tokens_at_submit, "tokens": len(m.result.token_ids)})
+            elif kind == "error" and (m.error.seq == typing.submit_seq or (not m.error.seq and typing.clock)):
                 typing.finish({"error": m.error.code, "message": m.error.message})
-
-
-class GrpcCompleter(GrpcUser):
-    """Asks a whole question at once: `Complete` over gRPC, answer streamed."""
-
-    abstract = True
-    label = "grpc_complete"
-    wait_time = between(1.0, 3.0)
-
-    @task
-    def complete(self) -> None:
-        first: list[float] = []
-        started = time.perf_counter()
-        try:
-            result = self.client.complete(self.db, self.question(), SETTINGS.max_new_tokens,
-                                          on_text=lambda _: first or first.append(time.perf_counter()))
-        except ApiError as exc:
-            if exc.code in REJECTION_CODES:
-                self.fire("rejected", started)
-            else:
-                self.fire("ttft", started, exception=TimeoutError(exc.message) if exc.code == "DEADLINE_EXCEEDED"
-                          else exc)
-            return
-        computed = result.computed_tokens_at_submit
-        self.fire("ttft", started, length=computed, ms=((first[0] if first else time.perf_counter()) - started) * 1e3)
-        self.fire("last_token", started, length=computed)
-
-
-class RestCompleter(HeadstartUser):
-    """`POST /v1/complete`: the answer comes whole, so `ttft` is the engine's."""
-
-    abstract = True
-    label = "rest_complete"
-    wait_time = between(1.0, 3.0)
-
-    def on_start(self) -> None:
-        super().on_start()
-        self.http = requests.Session()
-        if self.token:
-            self.http.headers["Authorization"] = f"Bearer {self.token}"
-
-    def on_stop(self) -> None:
-        self.http.close()
-
-    @task
-    def complete(self) -> None:
-        started = time.perf_counter()
-        body = {"db": self.db, "question": self.question(), "max_new_tokens": SETTINGS.max_new_tokens}
-        try:
-            response = self.http.post(self.host.rstrip("/") + "/v1/complete", json=body, timeout=SETTINGS.timeout_s)
-        except requests.Timeout as exc:
-            self.fire("last_token", started, exception=TimeoutError(str(exc)))
-            return
-        except requests.RequestException as exc:
-            self.fire("last_token", started, exception=exc)
-            return
-        if response.status_code == 429:
-            self.fire("rejected", started)
-            return
-        if response.status_code != 200:
-            self.fire("last_token", started, exception=http_error(response))
-            return
-        data = response.json()
-        # NOTE: REST's answer does not say how much was computed at submit: length 0, shown as "-"
-        self.fire("last_token", started)
-        self.fire("ttft", started, ms=data["ttft_ms"])
-
-
-class DataUser(HeadstartUser):
-    """A data session of its own on `SETTINGS.data_db` over REST, rows from `SETTINGS.data_row`."""
-
-    abstract = True
-
-    def on_start(self) -> None:
-        super().on_start()
-        self.http = requests.Session()
-        if self.token:
-            self.http.headers["Authorization"] = f"Bearer {self.token}"
-        self.url = self.host.rstrip("/")
-        self.rows = RowTemplate(SETTINGS.data_row, seed=f"{SETTINGS.seed}:{self.number}")
-        self.sid: str | None = None
-
-    def on_stop(self) -> None:
-        if self.sid and not SETTINGS.acked_path:  # with faults, the command checks the rows, then closes it
-            try:
-                self.http.delete(f"{self.url}/v1/data/{self.sid}", timeout=SETTINGS.timeout_s)
-            except requests.RequestException:
-                pass  # the run is ending: an unclosed session is the gateway's to expire
-        self.http.close()
-
-    def call(self, name: str, method: str, path: str, body: dict | None = None) -> tuple[dict | None, float]:
-        """One REST call; fires `name` on failure (a 429 fires `rejected`), returns (JSON, end time) or (None, _)."""
-        started = time.perf_counter()
-        try:
-            response = self.http.request(method, self.url + path, json=body, timeout=SETTINGS.timeout_s)
-        except requests.Timeout as exc:
-            self.fire(name, started, exception=TimeoutError(str(exc)))
-            return None, 0.0
-        except requests.RequestException as exc:
-            self.fire(name, started, exception=exc)
-            return None, 0.0
-        ended = time.perf_counter()
-        if response.status_code == 429:
-            self.fire("rejected", started)
-            return None, ended
-        if response.status_code != 200:
-            self.fire(name, started, exception=http_error(response))
-            return None, ended
-        return response.json(), ended
-
-    def open(self) -> bool:
-        started = time.perf_counter()
-        opened, _ = self.call("open", "POST", "/v1/data", {"db": SETTINGS.data_db})
-        if opened is None:
-            return False
-        self.fire("open", started)
-        self.sid = opened["session_id"]
-        return True
-
-    def push(self) -> tuple[int, float] | None:
-        """Push `data_rows_per_push` rows; (the newest row's seq, ack time), or None when it failed."""
-        rows = self.rows.rows(SETTINGS.data_rows_per_push)
-        started = time.perf_counter()
-        ack, ended = self.call("push", "POST", f"/v1/data/{self.sid}/rows", {"rows": rows})
-        if ack is None:
-            return None
-        self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
-        record_acked(self.token, self.sid, ack["seqs"])
-        return max(ack["seqs"]), ended
-
-
-class DataProducer(DataUser):
-    """Pushes rows at a steady rate (a push every `data_push_interval_s`, whatever its round trip)."""
-
-    abstract = True
-    label = "data_producer"
-    wait_time = constant_pacing(SETTINGS.data_push_interval_s)
-
-    @task
-    def push_rows(self) -> None:
-        if self.sid is None and not self.open():
-            return
-        self.push()
-
-
-class FlashSubscriber(DataUser):
-    """Registers a flash question, subscribes to its session's SSE events and pushes rows
-    now and then; times each push's ack to the `data_updated` and the `flash_ready` of its version."""
-
-    abstract = True
-    label = "flash_subscriber"
-    wait_time = constant_pacing(SETTINGS.flash_push_interval_s)
-
-    def on_start(self) -> None:
-        super().on_start()
-        self.clocks = {"data_updated": PushClock(), "flash_ready": PushClock()}
-        self.subscribed = gevent.event.Event()
-        self.reader = None
-        self.response = None
-
-    def on_stop(self) -> None:
-        if self.reader is not None:
-            self.reader.kill()
-        if self.response is not None:
-            self.response.close()
-        super().on_stop()
-
-    def start_session(self) -> bool:
-        if not self.open():
-            return False
-        started = time.perf_counter()
-        registered, _ = self.call("register", "POST", f"/v1/data/{self.sid}/flash",
-                                  {"question": SETTINGS.flash_question})
-        if registered is None:
-            return False
-        self.fire("register", started)
-        self.reader = gevent.spawn(self._read_events, self.sid)
-        if not self.subscribed.wait(SETTINGS.timeout_s):  # events from "now": subscribe before the first push
-            self.fire("subscribe", started, exception=TimeoutError("the event stream did not open"))
-            return False
-        return True
-
-    @task
-    def push_and_time(self) -> None:
-        if self.reader is None and not self.start_session():
-            return
-        pushed = self.push()
-        if pushed is not None:
-            for clock in self.clocks.values():
-                clock.acked(*pushed)
-        deadline = time.perf_counter() - SETTINGS.timeout_s
-        for name, clock in self.clocks.items():
-            for acked in clock.expired(deadline):
-                self.fire(name, acked, exception=TimeoutError(f"no {name} in {SETTINGS.timeout_s:g} s"))
-
-    def _read_events(self, sid: str) -> None:
-        """The session's SSE stream for the user's life; a broken stream resumes from its last id."""
-        parser = SseParser()
-        while True:
-            # resume after the last event seen (none yet: from the session's first), so no
-            # event is lost while (re)connecting
-            headers = {"Accept": "text/event-stream", "Last-Event-ID": parser.last_id or "0"}
-            started = time.perf_counter()
-            try:
-                # NOTE: the read timeout only bounds a silent stream: the gateway sends a
-                # keep-alive comment about every 15 s.
-                self.response = self.http.get(f"{self.url}/v1/data/{sid}/events", headers=headers, stream=True,
-                                              timeout=(SETTINGS.timeout_s, 60.0))
-                if self.response.status_code != 200:
-                    raise http_error(self.response)
-                if not self.subscribed.is_set():
-                    self.fire("subscribe", started)
-                    self.subscribed.set()
-                for line in self.response.iter_lines(chunk_size=None, decode_unicode=True):
-                    event = parser.feed(line)
-                    if event is not None:
-                        self._on_event(event.kind, event.payload)
-            except (requests.RequestException, ApiError) as exc:
-                self.fire("subscribe", started, exception=exc)
-            gevent.sleep(1.0)
-
-    def _on_event(self, kind: str, payload: dict) -> None:
-        if kind == "error":  # the stream's last event (Redis away: UNAVAILABLE); the loop resumes it
-            self.fire("subscribe", time.perf_counter(), exception=ApiError(payload.get("code", "?"),
-                                                                            payload.get("message", "")))
-            return
-        clock = self.clocks.get(kind)
-        if clock is None:
-            return  # rows_dropped: counted by the gateway's metrics and the push acks
-        now = time.perf_counter()
-        for acked in clock.reached(int(payload.get("version", 0))):
-            self.fire(kind, acked, length=int(payload.get("version", 0)), ms=(now - acked) * 1000.0)
-
-
-class GrpcDataProducer(DataProducer):
-    """`DataProducer` over the public gRPC API: OpenData, then a PushRows client stream per push."""
-
-    abstract = True
-    label = "grpc_data_producer"
-
-    def on_start(self) -> None:
-        super().on_start()
-        self.client = HeadstartClient(SETTINGS.grpc_target, self.token, timeout_s=SETTINGS.timeout_s)
-
-    def on_stop(self) -> None:
-        if self.sid and not SETTINGS.acked_path:  # with faults, the command checks the rows, then closes it
-            try:
-                self.client.close_data(self.sid)
-            except ApiError:
-                pass  # the run is ending: an unclosed session is the gateway's to expire
-        self.sid = None
-        self.client.close()
-        super().on_stop()
-
-    def open(self) -> bool:
-        started = time.perf_counter()
-        try:
-            self.sid = self.client.open_data(SETTINGS.data_db).session_id
-        except ApiError as exc:
-            self.refused(exc.code, started, exc.message)
-            return False
-        self.fire("open", started)
-        return True
-
-    def push(self) -> tuple[int, float] | None:
-        rows = self.rows.rows(SETTINGS.data_rows_per_push)
-        started = time.perf_counter()
-        try:
-            ack = self.client.push_rows(self.sid, rows)
-        except ApiError as exc:
-            if exc.code in REJECTION_CODES:
-                self.fire("rejected", started)
-            else:
-                self.fire("push", started, exception=TimeoutError(exc.message) if exc.code == "DEADLINE_EXCEEDED"
-                          else exc)
-            return None
-        ended = time.perf_counter()
-        self.fire("push", started, length=len(rows), ms=(ended - started) * 1000.0)
-        record_acked(self.token, self.sid, ack.seqs)
-        return max(ack.seqs), ended

@@ -1,7 +1,7 @@
-"""Generate the README's configuration table: every `HEADSTART_*` setting, its default and meaning.
+"""Generate the configuration table of docs/configuration.md: every `HEADSTART_*` setting, its default and meaning.
 
-    .venv/bin/python scripts/gen_settings_table.py          # rewrite the table in README.md
-    .venv/bin/python scripts/gen_settings_table.py --check  # exit 1 when the README is stale
+    .venv/bin/python scripts/gen_settings_table.py          # rewrite the table in docs/configuration.md
+    .venv/bin/python scripts/gen_settings_table.py --check  # exit 1 when the table is stale
 
 Rows come from the code: the fields of the pydantic settings objects
 (`EngineSettings`, env prefix `HEADSTART_`; `GatewaySettings`,
@@ -9,7 +9,7 @@ Rows come from the code: the fields of the pydantic settings objects
 `FlashSettings`, `HEADSTART_FLASH_`), each
 with its default and its `Field(description=...)`, then the variables some
 module reads with `os.environ` (`PLAIN`, each checked to appear in the file
-named beside it). The table sits between the two MARKER lines of README.md.
+named beside it). The table sits between the two MARKER lines of docs/configuration.md.
 tests/test_settings_table.py fails when the table is stale or when a
 `HEADSTART_*` name in the code is in no row.
 """
@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "configuration.md"  # the page that holds the table
 sys.path[:0] = [str(ROOT / "shared"), str(ROOT)]  # this checkout's settings, not an installed copy
 BEGIN, END = "<!-- settings-table:begin (scripts/gen_settings_table.py) -->", "<!-- settings-table:end -->"
 
@@ -187,20 +187,20 @@ def table() -> str:
 
 
 def render_readme(readme: str) -> str:
-    """The README with the table between the markers replaced."""
+    """The page with the table between the markers replaced."""
     start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
     return readme[:start] + "\n" + table() + "\n" + readme[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that the README is current")
+    parser.add_argument("--check", action="store_true", help="only check that the table is current")
     ns = parser.parse_args(argv)
     readme = README.read_text()
     rendered = render_readme(readme)
     if ns.check:
         if rendered != readme:
-            print("README.md's settings table is stale: run scripts/gen_settings_table.py", file=sys.stderr)
+            print("docs/configuration.md's settings table is stale: run scripts/gen_settings_table.py", file=sys.stderr)
             return 1
         return 0
     README.write_text(rendered)

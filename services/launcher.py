@@ -68,7 +68,7 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
                   grpc_port: int = 50051, replicas: int = 1, tokens: list[str] | None = None, device: str = "cpu",
                   redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
                   table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,
-                  default_max_new_tokens: int | None = None, block: bool = True,
+                  default_max_new_tokens: int | None = None, openai_database: str = "", block: bool = True,
                   say=print) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
@@ -82,6 +82,7 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
             off for a caller that runs its own (e.g. with another answer length).
         default_max_new_tokens: the gateway's answer length when a request names none, and the
             flash worker's (None: the gateway's setting, $HEADSTART_GATEWAY_DEFAULT_MAX_NEW_TOKENS).
+        openai_database: the database of an OpenAI completion that names none (empty: required).
     """
     token_map = parse_token_specs(tokens or [])
     if not token_map and host not in LOOPBACK:
@@ -112,7 +113,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         gateway = GatewayServer(GatewaySettings(
             host=host, port=port, grpc_host=host, grpc_port=grpc_port, engine_target=engine.grpc_target,
             engine_app=engine.app_name, tokens=token_map, engine_secret=secret,
-            engine_capacity=replicas * max_sessions, redis_url=redis_url,
+            engine_capacity=replicas * max_sessions, redis_url=redis_url, served_model=model,
+            openai_database=openai_database,
             **({} if default_max_new_tokens is None else {"default_max_new_tokens": default_max_new_tokens}),
         )).start()
         stack_exit.callback(gateway.stop)

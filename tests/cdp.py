@@ -101,3 +101,10 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
             shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def enter_token(browser: Browser, token: str) -> None:
+    """Type a bearer token into the page's token field, as a user does (it is never in the URL)."""
+    browser.wait_for("!document.getElementById('auth-bar').hidden")
+    browser.eval(f"(() => {{ const t = document.getElementById('token'); t.value = {token!r};"
+                 " t.dispatchEvent(new Event('change')); })()")

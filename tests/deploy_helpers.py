@@ -12,11 +12,20 @@ pytest.importorskip("helm_python", reason="the `deploy` extra (helm-python-sdk) 
 from services.deploy.chart import RenderedObject, render_chart  # noqa: E402
 
 COMPONENTS = ("gateway", "engine", "tablecache", "flash", "redis")
+# The one value a default install must name: where the user pushed the image (the chart fails without it).
+IMAGE = "image.repository=registry.example/headstart"
 # Every optional object on (ServiceMonitor, autoscaling, monitoring namespace, a database to register,
 # catalogue volumes and a catalogue DSN Secret).
 ALL_ON = (
     "metrics.serviceMonitor.enabled=true",
     "engine.autoscaling.enabled=true",
+    "metrics.dashboard.enabled=true",
+    "gateway.ingress.enabled=true",
+    "gateway.ingress.host=sql.example.com",
+    "gateway.ingress.tlsSecretName=sql-example-tls",
+    "gateway.gatewayApi.parentRef.name=public",
+    "gateway.gatewayApi.httpRoute.enabled=true",
+    "gateway.gatewayApi.grpcRoute.enabled=true",
     "networkPolicy.monitoringNamespace.kubernetes\\.io/metadata\\.name=monitoring",
     "tablecache.databases={concert_singer}",
     "model.hfToken.secretName=hf-token",
@@ -28,7 +37,8 @@ ALL_ON = (
 
 @lru_cache(maxsize=None)
 def render(sets: tuple[str, ...] = (), values_files: tuple[str, ...] = ()) -> tuple[RenderedObject, ...]:
-    return tuple(render_chart(values_files, sets))
+    """The chart with `values_files` and `sets` over a default install (the image named)."""
+    return tuple(render_chart(values_files, (IMAGE, *sets)))
 
 
 def component_of(obj: RenderedObject) -> str:

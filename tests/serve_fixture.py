@@ -24,6 +24,7 @@ import pytest
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
 MAX_ATTACHED = 4
 NUM_REPLICAS = 2
+SERVED_MODEL = "random:tiny"  # the engine's model: what the OpenAI API lists
 KV_BUDGET_BYTES = 64 << 20  # per replica; far above what the tests hold (random:tiny float64: 512 bytes a token)
 
 
@@ -62,6 +63,7 @@ def _gateway(engine, **overrides):
                  "engine_secret": engine.secret, "redis_url": engine.redis_url, **overrides}
     # another engine_target: a gateway cut off from the engine; other tokens: tenants of its own
     overrides = {"engine_target": engine.grpc_target, "tokens": TOKENS, **overrides}
+    overrides = {"served_model": SERVED_MODEL, **overrides}
     settings = GatewaySettings(host="127.0.0.1", port=0, grpc_port=0, engine_app=engine.app_name,
                                reconnect_timeout_s=90, **overrides)
     server = GatewayServer(settings).start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cdp import Browser, find_chromium
+from tests.cdp import Browser, enter_token, find_chromium
 
 CHROMIUM = find_chromium()
 pytestmark = [
@@ -29,7 +29,9 @@ def browser():
 
 def test_page_types_and_shows_sql(browser, serve_stack):
     browser.call("Page.enable")
-    browser.call("Page.navigate", url=f"{serve_stack.http_url}/?token=tok-alice&db=world_1")
+    browser.call("Page.navigate", url=f"{serve_stack.http_url}/?db=world_1")
+    assert browser.wait_for("document.getElementById('status').textContent") == "enter the token above"
+    enter_token(browser, "tok-alice")
     browser.wait_for("document.getElementById('status').textContent.startsWith('session')")
     assert browser.eval("document.getElementById('db').value") == "world_1"
     browser.eval("document.getElementById('question').focus()")
@@ -46,3 +48,15 @@ def test_page_types_and_shows_sql(browser, serve_stack):
     assert float(ttft.split()[1]) > 0
     assert sql.strip()
     assert browser.eval("document.getElementById('error').textContent") == ""
+    # the token stays in the page's memory: not in the address, the storage or a cookie
+    assert browser.eval("location.href.includes('tok-alice') || JSON.stringify(localStorage).includes('tok-alice')"
+                        " || JSON.stringify(sessionStorage).includes('tok-alice') || document.cookie !== ''") is False
+
+
+def test_a_token_in_an_old_link_is_dropped_from_the_address(browser, serve_stack):
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=f"{serve_stack.http_url}/?token=tok-alice&db=world_1")
+    browser.wait_for("document.getElementById('auth-note').textContent !== ''")
+    assert browser.eval("location.search") == "?db=world_1"
+    # not used either: the page waits for the token field
+    assert browser.wait_for("document.getElementById('status').textContent") == "enter the token above"

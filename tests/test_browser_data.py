@@ -15,7 +15,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.cdp import Browser, find_chromium
+from tests.cdp import Browser, enter_token, find_chromium
 
 CHROMIUM = find_chromium()
 pytestmark = [
@@ -51,9 +51,11 @@ def flash_worker(serve_engine):
 def open_panel(browser: Browser, stack) -> None:
     """The data panel alone, a data session open on world_1 and its event stream subscribed."""
     browser.call("Page.enable")
-    browser.call("Page.navigate", url=f"{stack.http_url}/?token=tok-alice&view=data&data_db=world_1")
+    browser.call("Page.navigate", url=f"{stack.http_url}/?view=data&data_db=world_1")
+    browser.wait_for("document.getElementById('typing-panel')?.hidden === true")
+    # the data view alone has the token field too (it sits above both panels)
+    enter_token(browser, "tok-alice")
     browser.wait_for("document.getElementById('data-db').value === 'world_1'")
-    assert browser.eval("document.getElementById('typing-panel').hidden") is True
     browser.eval("document.getElementById('data-open').click()")
     browser.wait_for("document.getElementById('data-status').dataset.events === 'open'"
                      " || document.getElementById('data-error').textContent", WAIT_S)

@@ -10,7 +10,7 @@ import base64
 import pytest
 import yaml
 
-from tests.deploy_helpers import component_of, containers, render
+from tests.deploy_helpers import IMAGE, component_of, containers, render
 
 from services.deploy.chart import ChartValuesError, render_chart  # noqa: E402
 
@@ -136,7 +136,7 @@ def test_catalogue_changes_restart_the_servers():
 ])
 def test_a_mistyped_catalogue_key_fails_naming_it(sets, words):
     with pytest.raises(ChartValuesError) as err:
-        render_chart(sets=sets)
+        render_chart(sets=(IMAGE, *sets))
     for word in words:
         assert word in str(err.value)
 

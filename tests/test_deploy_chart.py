@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy_helpers import ALL_ON, COMPONENTS, component_of, render
+from tests.deploy_helpers import ALL_ON, COMPONENTS, IMAGE, component_of, render
 
 from services.deploy.chart import CHART_DIR, ChartValuesError, lint_chart, render_chart  # noqa: E402
 
@@ -19,6 +19,7 @@ EXPECTED_DEFAULT = {
     ("tablecache-register", "NetworkPolicy"),
     ("flash", "Deployment"), ("flash", "ConfigMap"), ("flash", "NetworkPolicy"),
     ("redis", "StatefulSet"), ("redis", "Service"), ("redis", "Secret"), ("redis", "NetworkPolicy"),
+    ("engine", "PodDisruptionBudget"), ("model-cache", "PersistentVolumeClaim"),
 }
 
 
@@ -31,7 +32,10 @@ def test_defaults_render_every_component():
 
 
 def test_everything_on_adds_the_optional_objects():
-    assert kinds(render(ALL_ON)) == EXPECTED_DEFAULT | {("gateway", "ServiceMonitor"), ("catalogue", "Secret")}
+    assert kinds(render(ALL_ON)) == EXPECTED_DEFAULT | {
+        ("gateway", "ServiceMonitor"), ("catalogue", "Secret"), ("gateway", "Ingress"), ("gateway", "HTTPRoute"),
+        ("gateway", "GRPCRoute"), ("engine-metrics", "Service"), ("engine-metrics", "ServiceMonitor"),
+        ("dashboard", "ConfigMap")}
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
@@ -52,7 +56,7 @@ def test_a_component_off_omits_its_objects(component):
 
 def test_optional_gateway_objects_follow_their_flags():
     objects = render(("gateway.autoscaling.enabled=false", "gateway.podDisruptionBudget.enabled=false",
-                      "networkPolicy.enabled=false"))
+                      "networkPolicy.enabled=false", "engine.podDisruptionBudget.enabled=false"))
     found = {o.kind for o in objects}
     assert not found & {"HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy"}
     gateway = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "gateway")
@@ -79,7 +83,7 @@ def test_a_redis_user_without_its_needs_fails_clearly(sets, words):
     from services.deploy.chart import ChartError
 
     with pytest.raises(ChartError, match=words):
-        render_chart(sets=sets)
+        render_chart(sets=(IMAGE, *sets))
 
 
 @pytest.mark.parametrize("sets, words", [
@@ -96,10 +100,17 @@ def test_a_redis_user_without_its_needs_fails_clearly(sets, words):
     (("flash.healthPort=0",), ["/flash/healthPort"]),
     (("containerSecurityContext.runAsNonRoot=false",), ["/containerSecurityContext/runAsNonRoot"]),
     (("model.source=pvc",), ["/model/pvc/claimName"]),
+    (("gateway.ingress.hots=sql.example.com",), ["/gateway/ingress", "hots"]),
+    (("gateway.gatewayApi.httpRoute.enable=true",), ["/gateway/gatewayApi/httpRoute", "enable"]),
+    (("model.cache.sise=1Gi",), ["/model/cache", "sise"]),
+    (("model.cache.accessMode=ReadMany",), ["/model/cache/accessMode"]),
+    (("metrics.dashboard.enabeld=true",), ["/metrics/dashboard", "enabeld"]),
+    (("engine.podDisruptionBudget.maxUnavailable=0",), ["/engine/podDisruptionBudget/maxUnavailable"]),
+    (("engine.shmSizeLimit=lots",), ["/engine/shmSizeLimit"]),
 ])
 def test_a_misspelled_or_mistyped_key_fails_naming_it(sets, words):
     with pytest.raises(ChartValuesError) as err:
-        render_chart(sets=sets)
+        render_chart(sets=(IMAGE, *sets))
     for word in words:
         assert word in str(err.value)
 
@@ -108,10 +119,10 @@ def test_values_files_then_sets_in_order(tmp_path):
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     first.write_text("gateway:\n  replicas: 3\n  autoscaling:\n    enabled: false\n")
     second.write_text("gateway:\n  replicas: 4\n")
-    objects = render_chart([first, second], ["gateway.replicas=5"])
+    objects = render_chart([first, second], [IMAGE, "gateway.replicas=5"])
     gateway = next(o for o in objects if o.kind == "Deployment" and component_of(o) == "gateway")
     assert gateway.obj["spec"]["replicas"] == 5
-    assert next(o for o in render_chart([first, second]) if o.name == gateway.name
+    assert next(o for o in render_chart([first, second], [IMAGE]) if o.name == gateway.name
                 and o.kind == "Deployment").obj["spec"]["replicas"] == 4
 
 
@@ -126,7 +137,7 @@ def test_a_values_file_that_is_not_a_map_is_refused(tmp_path):
 def test_helm_lint_strict_is_clean(sets):
     from services.deploy.chart import compose_values
 
-    assert lint_chart(compose_values((), sets), kube_version="v1.33.0") == []
+    assert lint_chart(compose_values((), (IMAGE, *sets)), kube_version="v1.33.0") == []
 
 
 def test_gpu_example_renders_two_gpu_replicas_with_external_redis():

@@ -11,13 +11,13 @@ pytest.importorskip("helm_python")
 from typer.testing import CliRunner  # noqa: E402
 
 from headstart.cli import app  # noqa: E402
-from tests.deploy_helpers import render  # noqa: E402
+from tests.deploy_helpers import IMAGE, render  # noqa: E402
 
 runner = CliRunner()
 
 
 def test_render_prints_every_object():
-    result = runner.invoke(app, ["deploy", "render", "--set", "gateway.replicas=3"])
+    result = runner.invoke(app, ["deploy", "render", "--set", IMAGE, "--set", "gateway.replicas=3"])
     assert result.exit_code == 0, result.output
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == \
@@ -40,8 +40,14 @@ def test_render_of_a_missing_values_file_fails(tmp_path):
     assert result.exit_code == 2 and "nope.yaml" in result.output
 
 
+def test_render_without_the_image_says_how_to_build_and_name_it():
+    result = runner.invoke(app, ["deploy", "render"])
+    assert result.exit_code == 2 and "image.repository is required" in result.output
+    assert "docker build --build-context shared=../shared" in result.output
+
+
 def test_validate_passes_the_defaults():
-    result = runner.invoke(app, ["deploy", "validate"])
+    result = runner.invoke(app, ["deploy", "validate", "--set", IMAGE])
     assert result.exit_code == 0, result.output
     assert "valid for Kubernetes 1.33.0 (strict); helm lint clean" in result.output
 

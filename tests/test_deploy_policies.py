@@ -114,12 +114,19 @@ def test_every_network_policy_selects_rendered_pods_and_only_the_gateway_is_open
                 continue
             for peer in peers:
                 if "namespaceSelector" in peer or "ipBlock" in peer:
-                    assert is_gateway or _is_kuberay_operator(peer, rule), f"{policy.ref}: {peer}"
+                    assert is_gateway or _is_kuberay_operator(peer, rule) or _is_prometheus_on_ray_metrics(
+                        policy, peer, rule), f"{policy.ref}: {peer}"
                 else:
                     assert [r for r, labels in pods if matches(peer["podSelector"], labels)], \
                         f"{policy.ref}: peer {peer} matches no rendered pod"
     # default deny: every pod the chart makes is behind some policy
     assert covered == {ref for ref, _ in pods}
+
+
+def _is_prometheus_on_ray_metrics(policy, peer: dict, rule: dict) -> bool:
+    """The engine admits the monitoring namespace (pods of no particular kind) on Ray's metrics port only."""
+    return (component_of(policy) == "engine" and "podSelector" not in peer and "namespaceSelector" in peer
+            and [p["port"] for p in rule.get("ports", [])] == [8080])
 
 
 def _is_kuberay_operator(peer: dict, rule: dict) -> bool:

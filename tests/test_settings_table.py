@@ -1,4 +1,4 @@
-"""The README's configuration table (scripts/gen_settings_table.py) is current and
+"""The configuration table of docs/configuration.md (scripts/gen_settings_table.py) is current and
 names every `HEADSTART_*` variable the code reads."""
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def _names_in_code() -> set[str]:
     return names
 
 
-def test_the_readme_settings_table_is_current():
+def test_the_settings_table_is_current():
     gen = _gen()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     assert gen.render_readme(readme) == readme, "run: .venv/bin/python scripts/gen_settings_table.py"
 
 
@@ -82,12 +82,12 @@ def test_a_plain_variable_its_file_does_not_read_is_an_error(tmp_path, monkeypat
         gen.plain_rows(tmp_path)
 
 
-def test_every_error_code_has_a_row_in_the_readme():
-    """The README's Errors table names every code an edge can send, with its HTTP and gRPC statuses."""
+def test_every_error_code_has_a_row_in_the_errors_table():
+    """The Errors table (docs/operations.md) names every code an edge can send, with its HTTP and gRPC statuses."""
     from headstart.client.errors import CODES
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Errors"):]
+    readme = (ROOT / "docs" / "operations.md").read_text()
+    section = readme[readme.index("## Errors"):]
     section = section[:section.index("\n#")]
     rows = {line.split("|")[1].strip().strip("`"): line.split("|") for line in section.splitlines()
             if line.startswith("| `")}

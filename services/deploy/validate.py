@@ -3,7 +3,8 @@
 Built-in kinds go through kubernetes-validate in strict mode (unknown fields
 are errors) for `KUBERNETES_VERSION`. Custom resources go through their CRD's
 OpenAPI schema, vendored in `schemas/` (KubeRay's RayService, prometheus-
-operator's ServiceMonitor; Apache-2.0, licenses beside them), made strict the
+operator's ServiceMonitor; Apache-2.0, licenses beside them; for the Gateway
+API's HTTPRoute and GRPCRoute, a subset schema of our own), made strict the
 same way: an object schema with `properties` and no
 `x-kubernetes-preserve-unknown-fields` rejects other fields, as
 `kubectl apply --validate=strict` does. A RayService's `serveConfigV2` is also
@@ -31,6 +32,10 @@ SCHEMA_DIR = Path(__file__).parent / "schemas"
 CRD_SCHEMAS = {
     ("ray.io/v1", "RayService"): "ray.io_v1_rayservice.json",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "monitoring.coreos.com_v1_servicemonitor.json",
+    # NOTE: our subsets of Gateway API v1 (the upstream CRDs are not vendored): they catch a
+    # misspelled or misplaced field of what the chart renders, not every rule of the real CRD.
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_v1_httproute.subset.json",
+    ("gateway.networking.k8s.io/v1", "GRPCRoute"): "gateway.networking.k8s.io_v1_grpcroute.subset.json",
 }
 
 

@@ -4,7 +4,7 @@ Through Serve's gRPC proxy every message of a bidi stream is Ray actor work:
 each request message is a `receive_grpc_messages` call from the replica to
 the proxy, each event an object-ref item back. With 40 keystrokes a second
 (8 typists) that took about a quarter of a 2-core machine from the forwards
-(docs/benchmarks.md, "Session streams past Serve's proxy"). So each replica
+(docs/benchmarks-archive.md, "Session streams past Serve's proxy"). So each replica
 also serves `Engine.Session` on a gRPC port of its own. Serve still decides
 where a session lives: the gateway asks `Locate` through the proxy (sticky by
 `session_id`, like every call of the session) and opens the stream at the

@@ -22,8 +22,16 @@ def progress(seq: int, cached: int, prompt_tokens: int) -> engine_pb2.EngineEven
         progress=types_pb2.Progress(seq=seq, cached_tokens=cached, prompt_tokens=prompt_tokens))
 
 
-def tokens(text: str, ids: list[int]) -> engine_pb2.EngineEvent:
-    return engine_pb2.EngineEvent(tokens=types_pb2.Tokens(text=text, token_ids=ids))
+def tokens(text: str, ids: list[int], logprobs: list[types_pb2.TokenLogprob] | None = None
+           ) -> engine_pb2.EngineEvent:
+    return engine_pb2.EngineEvent(tokens=types_pb2.Tokens(text=text, token_ids=ids, logprobs=logprobs or []))
+
+
+def token_logprob(lp, decode) -> types_pb2.TokenLogprob:
+    """A `TokenLogprobs` on the wire, each token with its own text (`decode([id])`)."""
+    return types_pb2.TokenLogprob(
+        token_id=lp.token_id, token=decode([lp.token_id]), logprob=lp.logprob,
+        top=[types_pb2.TopLogprob(token_id=t, token=decode([t]), logprob=v) for t, v in lp.top])
 
 
 def result(res: SubmitResult, replica: str, seq: int) -> engine_pb2.EngineEvent:

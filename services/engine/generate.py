@@ -26,15 +26,18 @@ _END = object()
 
 def _pump(request: GenerationRequest, decode: Callable[[list[int]], str], replica: str, seq: int,
           post: Callable[[object], None]) -> None:
-    deltas = TextDeltas(decode)
+    holdback = max((len(s) for s in request.params.stop), default=1) - 1
+    deltas = TextDeltas(decode, holdback)
     try:
-        for token_id in request.stream():
+        for i, token_id in enumerate(request.stream()):
             text = deltas.push(token_id)
-            post(events.tokens(text, [token_id]))
-        tail = deltas.flush()
+            lp = request.logprobs[i] if request.params.logprobs and i < len(request.logprobs) else None
+            post(events.tokens(text, [token_id], [events.token_logprob(lp, decode)] if lp is not None else None))
+        result = request.result()
+        tail = deltas.flush(result.text)
         if tail:
             post(events.tokens(tail, []))
-        post(events.result(request.result(), replica, seq))
+        post(events.result(result, replica, seq))
     except BaseException as exc:  # the request's error (Cancelled, PromptTooLong, ...)
         post(events.from_exception(exc, seq))
     finally:

@@ -29,7 +29,10 @@ def sampling_params(proto: types_pb2.SamplingParams, default_max_new: int = DEFA
     """SamplingParams from the wire (0 = default); raises InvalidInput when out of range."""
     params = SamplingParams(
         max_new_tokens=proto.max_new_tokens or default_max_new, temperature=proto.temperature,
-        top_p=proto.top_p or 1.0, seed=proto.seed,
+        top_p=proto.top_p or 1.0, seed=proto.seed, top_k=proto.top_k, min_new_tokens=proto.min_new_tokens,
+        ignore_eos=proto.ignore_eos, presence_penalty=proto.presence_penalty,
+        frequency_penalty=proto.frequency_penalty, repetition_penalty=proto.repetition_penalty or 1.0,
+        stop=tuple(proto.stop), logprobs=proto.logprobs, top_logprobs=proto.top_logprobs,
     )
     params.validate()
     return params

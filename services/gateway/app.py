@@ -16,13 +16,16 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from headstart.client.errors import ApiError
 from services.gateway.data_rest import build_data_router
 from services.gateway.grpc_server import start_grpc_server
 from services.gateway.openai_api import build_openai_router
+from services.gateway.openai_errors import OpenAIError
+from services.gateway.request_id import RequestIdMiddleware
 from services.gateway.rest import build_router, error_response
 from services.gateway.service import GatewayService
 from services.gateway.settings import GatewaySettings
@@ -61,7 +64,17 @@ def create_app(settings: GatewaySettings, service: GatewayService | None = None)
     async def unexpected_error(request: Request, exc: Exception):  # a bug: still a JSON error, counted
         logging.getLogger(__name__).exception("REST request failed")
         service.metrics.errors.labels("rest", "INTERNAL").inc()
-        return error_response(ApiError("INTERNAL", type(exc).__name__))
+        return both_shapes(500, "INTERNAL", type(exc).__name__)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def routing_error(request: Request, exc: StarletteHTTPException):
+        """An unknown path (404) or method (405): neither REST's nor OpenAI's clients know which
+        API a wrong URL was meant for, so the body is in both shapes."""
+        code = {404: "NOT_FOUND", 405: "INVALID_ARGUMENT"}.get(exc.status_code, "INVALID_ARGUMENT")
+        message = (f"no route {request.method} {request.url.path}: this server has the headstart REST API and "
+                   "OpenAI's /v1/models, /v1/chat/completions, /v1/completions (no embeddings, images, audio)"
+                   if exc.status_code == 404 else f"{request.method} is not allowed on {request.url.path}")
+        return both_shapes(exc.status_code, code, message, dict(exc.headers or {}))
 
     app.include_router(build_router(service))
     app.include_router(build_data_router(service))  # /v1/data/...: data sessions, flash questions, SSE
@@ -76,7 +89,15 @@ def create_app(settings: GatewaySettings, service: GatewayService | None = None)
         return FileResponse(STATIC_DIR / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(RequestIdMiddleware)
     return app
+
+
+def both_shapes(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    """An error body that REST clients (`code`, `message`) and OpenAI clients (`error`) both read."""
+    openai_code = "not_found" if status == 404 else code.lower()
+    body = {"code": code, "message": message, **OpenAIError(status, message, openai_code).body()}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 class GatewayServer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 
 from headstart.client.errors import ApiError
@@ -35,6 +37,33 @@ class Authenticator:
                 if hmac.compare_digest(known.encode(), token.encode()):
                     return tenant
         raise ApiError("UNAUTHENTICATED", "missing or unknown bearer token")
+
+
+# A browser's WebSocket cannot send an Authorization header; it may offer
+# subprotocols (the Sec-WebSocket-Protocol header), so the page offers
+# `headstart` and `bearer.<base64url token>` (Kubernetes' API server reads
+# `base64url.bearer.authorization.k8s.io.<token>` the same way). The gateway
+# accepts `headstart`; the token never appears in a URL (nor in access logs).
+WS_SUBPROTOCOL = "headstart"
+WS_BEARER_PREFIX = "bearer."
+
+
+def websocket_token(protocol_header: str | None) -> tuple[str | None, str | None]:
+    """(the bearer token offered in a Sec-WebSocket-Protocol header, the subprotocol to accept).
+
+    Raises:
+        ApiError: UNAUTHENTICATED when the bearer entry is not base64url.
+    """
+    offered = [p.strip() for p in (protocol_header or "").split(",") if p.strip()]
+    token = None
+    for entry in offered:
+        if entry.startswith(WS_BEARER_PREFIX):
+            raw = entry[len(WS_BEARER_PREFIX):]
+            try:
+                token = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                raise ApiError("UNAUTHENTICATED", "the bearer subprotocol is not base64url") from None
+    return token, WS_SUBPROTOCOL if WS_SUBPROTOCOL in offered else None
 
 
 def parse_token_specs(specs: list[str]) -> dict[str, str]:

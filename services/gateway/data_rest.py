@@ -1,4 +1,4 @@
-"""REST and SSE routes of data sessions (README "Data API"); the tenant comes from the bearer token.
+"""REST and SSE routes of data sessions (docs/api.md, "Data API"); the tenant comes from the bearer token.
 
     POST   /v1/data                   {db, retention?, retention_tokens?, buffer_rows?}
     POST   /v1/data/{sid}/rows        {rows: [{table, values}]}

@@ -8,6 +8,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 RTT_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
 TTFT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+ANSWER_BUCKETS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 60_000)
+RATIO_BUCKETS = (0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
+TOKEN_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class GatewayMetrics:
@@ -20,6 +23,16 @@ class GatewayMetrics:
             buckets=RTT_BUCKETS, registry=self.registry)
         self.ttft = Histogram("headstart_gateway_ttft_ms", "engine TTFT of submits",
                               buckets=TTFT_BUCKETS, registry=self.registry)
+        # Every answer (typed submits, completions, OpenAI calls): what a person waits for, and how
+        # much of the prompt the cache held when they pressed Enter (the Grafana dashboard's panels).
+        self.answer = Histogram("headstart_gateway_answer_ms", "engine time from submit to the complete answer",
+                                ["edge"], buckets=ANSWER_BUCKETS, registry=self.registry)
+        self.cached_ratio = Histogram("headstart_gateway_cached_ratio_at_submit",
+                                      "prompt tokens in the cache at submit / prompt tokens", ["edge"],
+                                      buckets=RATIO_BUCKETS, registry=self.registry)
+        self.computed_at_submit = Histogram("headstart_gateway_computed_tokens_at_submit",
+                                            "prompt tokens computed after submit", ["edge"],
+                                            buckets=TOKEN_BUCKETS, registry=self.registry)
         self.sessions = Gauge("headstart_gateway_sessions", "open sessions", registry=self.registry)
         self.connections = Gauge("headstart_gateway_connections",
                                  "WebSocket connections, gRPC Type streams and event subscribers held now",
@@ -58,6 +71,13 @@ class GatewayMetrics:
     def observe_rtt(self, seconds: float) -> None:
         self.snapshot_rtt.observe(seconds)
         self.rtt_samples.append(seconds)
+
+    def observe_result(self, edge: str, result) -> None:
+        """An engine Result (types_pb2.Result): its answer time and cache figures."""
+        self.answer.labels(edge).observe(result.total_ms)
+        if result.prompt_tokens:
+            self.cached_ratio.labels(edge).observe(result.cached_tokens_at_submit / result.prompt_tokens)
+        self.computed_at_submit.labels(edge).observe(result.computed_tokens_at_submit)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

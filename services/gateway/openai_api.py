@@ -1,17 +1,20 @@
-"""OpenAI-compatible endpoints at the gateway, for the clients and load tools that speak it.
+"""OpenAI-compatible endpoints at the gateway, for the SDKs and the load tools that speak it.
 
     GET  /health                    liveness, as vLLM answers it (load tools check it)
-    GET  /v1/models                 the databases, as models `headstart/<db_id>`
-    GET  /v1/models/{model}
+    GET  /v1/models                 the served model (the gateway's `served_model`)
+    GET  /v1/models/{model}         it, or a `headstart/<db>` alias
     POST /v1/chat/completions       the last user message is the question
     POST /v1/completions            the prompt is the question
 
-Each completion is the engine's Complete (`mode` prefix) on the database the
-model id names: the same warm prompt cache (and table blocks on a stack with
-`--table-cache`) that serves `POST /v1/complete` and the gRPC `Complete`.
-`stream: true` answers with server-sent events ending in `data: [DONE]`;
-`stream_options.include_usage` adds a last chunk with `usage`. The same bearer
-tokens as every other edge; errors in OpenAI's shape (`openai_schema.py`).
+A request names the model, the database (`database`, or an alias model id)
+and optionally a typing session (`session`); `openai_schema.py` reads it,
+`openai_params.py` its generation parameters, `openai_runs.py` runs its
+choices on the engine, `openai_responses.py` builds the answer. `stream:
+true` answers with server-sent events ending in `data: [DONE]`;
+`stream_options.include_usage` adds a last chunk with `usage`. The same
+bearer tokens as every other edge; errors in OpenAI's shape
+(`openai_errors.py`). Request fields nobody read are named in the response
+header `x-headstart-ignored-params`.
 """
 
 from __future__ import annotations
@@ -24,28 +27,30 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from headstart.client.errors import ApiError
-from headstart.v1 import engine_pb2
+from headstart.v1 import types_pb2
 from services.gateway.limits import check_size, check_text
-from services.gateway.rest import cancel_on_disconnect
+from services.gateway.openai_errors import OpenAIError, bad_param
+from services.gateway.openai_responses import chunk, full_response, logprobs_body, new_id, usage_chunk
+from services.gateway.openai_runs import ChoiceEvent, choice_events
 from services.gateway.openai_schema import (
     MODEL_PREFIX,
     OWNER,
     CompletionCall,
-    OpenAIError,
-    bad_param,
-    chunk,
-    full_response,
-    new_id,
     parse_chat,
     parse_completion,
+    resolve_target,
 )
+from services.gateway.rest import cancel_on_disconnect
 from services.gateway.service import GatewayService
 
 EDGE = "openai"
+IGNORED_HEADER = "x-headstart-ignored-params"
 
 
 def build_openai_router(service: GatewayService) -> APIRouter:
     router = APIRouter()
+    settings = service.settings
+    served = settings.served_model
 
     def error_response(exc: OpenAIError) -> JSONResponse:
         service.metrics.errors.labels(edge=EDGE, code=exc.code).inc()
@@ -57,11 +62,12 @@ def build_openai_router(service: GatewayService) -> APIRouter:
         except ApiError as exc:
             raise OpenAIError.from_api(exc) from exc
 
-    def known_models() -> dict[str, str]:
-        return {MODEL_PREFIX + d.id: d.id for d in service.list_databases()}
+    def known_dbs() -> set[str]:
+        return {d.id for d in service.list_databases()}
 
     def model_entry(model_id: str) -> dict:
-        return {"id": model_id, "object": "model", "created": 0, "owned_by": OWNER}
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": OWNER, "root": served,
+                "parent": None if model_id == served else served}
 
     @router.get("/health")
     async def health():
@@ -74,13 +80,17 @@ def build_openai_router(service: GatewayService) -> APIRouter:
             authenticate(request)
         except OpenAIError as exc:
             return error_response(exc)
-        return {"object": "list", "data": [model_entry(m) for m in known_models()]}
+        return {"object": "list", "data": [model_entry(served)]}
 
     @router.get("/v1/models/{model:path}")
     async def get_model(model: str, request: Request):
         try:
             authenticate(request)
-            return model_entry(_check_model(model, known_models()))
+            db = model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else model
+            if model != served and db not in known_dbs():
+                raise OpenAIError(404, f"the model {model!r} does not exist: this server serves {served!r}",
+                                  "model_not_found", "model")
+            return model_entry(model)
         except OpenAIError as exc:
             return error_response(exc)
 
@@ -88,14 +98,16 @@ def build_openai_router(service: GatewayService) -> APIRouter:
         service.metrics.messages.labels(edge=EDGE, type="chat" if chat else "completion").inc()
         try:
             tenant = authenticate(request)
-            call = (parse_chat if chat else parse_completion)(await _json_body(request, service))
-            _check_model(call.model, known_models())
+            data = await _json_body(request, settings.max_message_bytes)
+            call = (parse_chat if chat else parse_completion)(data, settings.openai_max_n)
+            target = resolve_target(call, served, known_dbs(), settings.openai_database)
             _check_limits(call, chat, service)
         except OpenAIError as exc:
             return error_response(exc)
         # A client that leaves before the answer (or, streaming, before its first token) cancels
         # the generation from the first byte on; once streaming, Starlette closes the stream.
-        left, answer = await cancel_on_disconnect(request, _answer(call, chat, _engine_events(service, tenant, call)))
+        events = choice_events(service, tenant, call, target)
+        left, answer = await cancel_on_disconnect(request, _answer(call, chat, events))
         if left:
             service.metrics.disconnects.labels(EDGE).inc()
             return Response(status_code=499)  # nobody reads it: the client is gone
@@ -112,28 +124,6 @@ def build_openai_router(service: GatewayService) -> APIRouter:
     return router
 
 
-async def _answer(call: CompletionCall, chat: bool, events: AsyncIterator[engine_pb2.EngineEvent]):
-    """The response (a stream once the first event is in, else the whole answer), or the OpenAIError to send."""
-    try:
-        first = await _first_event(events)
-        if call.stream:
-            return StreamingResponse(_sse(call, chat, first, events), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        return full_response(call, chat, await _final_result(first, events))
-    except OpenAIError as exc:
-        await events.aclose()
-        return exc
-
-
-def _check_model(model: str, known: dict[str, str]) -> str:
-    """The listed id of `model` (bare db ids are accepted too); 404 model_not_found otherwise."""
-    model_id = model if model.startswith(MODEL_PREFIX) else MODEL_PREFIX + model
-    if model_id not in known:
-        raise OpenAIError(404, f"the model {model!r} does not exist: models are databases, see GET /v1/models",
-                          "model_not_found", "model")
-    return model_id
-
-
 def _check_limits(call: CompletionCall, chat: bool, service: GatewayService) -> None:
     limit = service.settings.max_new_tokens_limit
     if call.max_tokens is not None and call.max_tokens > limit:
@@ -144,37 +134,41 @@ def _check_limits(call: CompletionCall, chat: bool, service: GatewayService) -> 
         raise OpenAIError.from_api(exc, "messages" if chat else "prompt") from exc
 
 
-async def _json_body(request: Request, service: GatewayService) -> dict:
+async def _json_body(request: Request, limit: int) -> dict:
     raw = await request.body()
     try:
-        check_size(len(raw), service.settings.max_message_bytes)
+        check_size(len(raw), limit)
     except ApiError as exc:
         raise OpenAIError.from_api(exc) from exc
     try:
         data = json.loads(raw or b"{}")
     except ValueError as exc:
         raise OpenAIError(400, f"malformed JSON: {exc}", "invalid_json") from exc
-    except RecursionError:  # `[` x 8000: nested deeper than the parser goes (it was a 500)
+    except RecursionError:  # `[` x 8000: nested deeper than the parser goes
         raise OpenAIError(400, "malformed JSON: nested too deeply", "invalid_json") from None
     if not isinstance(data, dict):
         raise OpenAIError(400, "the body must be a JSON object", "invalid_json")
     return data
 
 
-async def _engine_events(service: GatewayService, tenant: str,
-                         call: CompletionCall) -> AsyncIterator[engine_pb2.EngineEvent]:
-    """The engine's events for `call`; an engine Error event is raised as OpenAIError."""
+async def _answer(call: CompletionCall, chat: bool, events: AsyncIterator[ChoiceEvent]):
+    """The response (a stream once the first event is in, else the whole answer), or the OpenAIError to send."""
     try:
-        async for event in service.complete(tenant, call.db, call.question, call.max_tokens, "prefix", None,
-                                            sampling=call.sampling):
-            if event.WhichOneof("kind") == "error":
-                raise OpenAIError.from_api(ApiError(event.error.code, event.error.message))
-            yield event
-    except ApiError as exc:
-        raise OpenAIError.from_api(exc) from exc
+        first = await _first_event(events)
+        headers = {IGNORED_HEADER: ",".join(call.ignored)} if call.ignored else {}
+        response_id = new_id(chat)
+        if call.stream:
+            return StreamingResponse(_sse(call, chat, response_id, first, events), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", **headers})
+        results, logprobs = await _final_results(call.n, first, events)
+        return JSONResponse(full_response(call, chat, results, response_id,
+                                          logprobs if call.sampling.logprobs else None), headers=headers)
+    except OpenAIError as exc:
+        await events.aclose()
+        return exc
 
 
-async def _first_event(events: AsyncIterator[engine_pb2.EngineEvent]) -> engine_pb2.EngineEvent:
+async def _first_event(events: AsyncIterator[ChoiceEvent]) -> ChoiceEvent:
     """Wait for the first event before answering, so a failure at the start is an HTTP error, not a stream."""
     try:
         return await anext(events)
@@ -182,41 +176,71 @@ async def _first_event(events: AsyncIterator[engine_pb2.EngineEvent]) -> engine_
         raise OpenAIError(500, "the engine ended the completion without a result", "internal") from None
 
 
-async def _final_result(first: engine_pb2.EngineEvent, events: AsyncIterator) -> engine_pb2.EngineEvent:
-    event = first
+async def _final_results(n: int, first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
+                         ) -> tuple[list[types_pb2.Result], list[list[types_pb2.TokenLogprob]]]:
+    """Every choice's Result and token log-probabilities (empty when not asked), in index order."""
+    results: dict[int, types_pb2.Result] = {}
+    logprobs: list[list[types_pb2.TokenLogprob]] = [[] for _ in range(n)]
+    item: ChoiceEvent | None = first
     async with contextlib.aclosing(events):
-        while event.WhichOneof("kind") != "result":
-            event = await anext(events, None)
-            if event is None:
-                raise OpenAIError(500, "the engine ended the completion without a result", "internal")
-    return event.result
+        while item is not None:
+            index, event = item
+            kind = event.WhichOneof("kind")
+            if kind == "result":
+                results[index] = event.result
+            elif kind == "tokens":
+                logprobs[index].extend(event.tokens.logprobs)
+            item = await anext(events, None)
+    if len(results) != n:
+        raise OpenAIError(500, "the engine ended a choice without a result", "internal")
+    return [results[i] for i in range(n)], logprobs
 
 
-async def _sse(call: CompletionCall, chat: bool, first: engine_pb2.EngineEvent,
-               events: AsyncIterator[engine_pb2.EngineEvent]) -> AsyncIterator[str]:
-    """Server-sent events: chunks as tokens arrive, the finish, the usage when asked, `[DONE]`."""
-    response_id = new_id(chat)
+async def _sse(call: CompletionCall, chat: bool, response_id: str, first: ChoiceEvent,
+               events: AsyncIterator[ChoiceEvent]) -> AsyncIterator[str]:
+    """Server-sent events: chunks as tokens arrive, each choice's finish, the usage when asked, `[DONE]`."""
 
     def data(body: dict) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
+    results: dict[int, types_pb2.Result] = {}
+    # log-probabilities of tokens whose text is not out yet (a held-back or partial character)
+    pending: dict[int, list] = {i: [] for i in range(call.n)}
+    offsets = dict.fromkeys(range(call.n), 0)
+
+    def logprobs_of(index: int) -> dict | None:
+        if not call.sampling.logprobs:
+            return None
+        body = logprobs_body(chat, pending[index], offsets[index])
+        offsets[index] += sum(len(e.token) for e in pending[index])
+        pending[index] = []
+        return body
+
     async with contextlib.aclosing(events):
         if chat:
-            yield data(chunk(response_id, call, chat, text="", role=True))
-        event = first
+            for index in range(call.n):
+                yield data(chunk(response_id, call, chat, index, text="", role=True))
+        item: ChoiceEvent | None = first
         try:
-            while event is not None and event.WhichOneof("kind") != "result":
-                if event.WhichOneof("kind") == "tokens" and event.tokens.text:
-                    yield data(chunk(response_id, call, chat, text=event.tokens.text))
-                event = await anext(events, None)
+            while item is not None:
+                index, event = item
+                kind = event.WhichOneof("kind")
+                if kind == "tokens":
+                    pending[index].extend(event.tokens.logprobs)
+                    if event.tokens.text:
+                        yield data(chunk(response_id, call, chat, index, text=event.tokens.text,
+                                         logprobs=logprobs_of(index)))
+                elif kind == "result":
+                    results[index] = event.result
+                    yield data(chunk(response_id, call, chat, index, finish_reason=event.result.finish_reason or "stop",
+                                     logprobs=logprobs_of(index) if pending[index] else None))
+                item = await anext(events, None)
         except OpenAIError as exc:
             yield data(exc.body())
             return
-        if event is None:
-            yield data(OpenAIError(500, "the engine ended the completion without a result", "internal").body())
+        if len(results) != call.n:
+            yield data(OpenAIError(500, "the engine ended a choice without a result", "internal").body())
             return
-        result = event.result
-        yield data(chunk(response_id, call, chat, finish_reason=result.finish_reason or "stop"))
         if call.include_usage:
-            yield data(chunk(response_id, call, chat, result=result))
+            yield data(usage_chunk(response_id, call, chat, [results[i] for i in range(call.n)]))
         yield "data: [DONE]\n\n"

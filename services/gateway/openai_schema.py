@@ -1,93 +1,98 @@
-"""The OpenAI wire format at the gateway: request parsing, response objects, errors.
+"""An OpenAI request read into a `CompletionCall`, or refused naming the parameter.
 
-A request is read into a `CompletionCall` (the database, the question, the
-sampling parameters) or rejected with an `OpenAIError` naming the offending
-parameter; the routes in `openai_api.py` run the call on the engine's
-Complete path and build the responses here.
+What a request names:
 
-Model ids name databases: `headstart/<db_id>` (what `/v1/models` lists) or the
-bare `<db_id>`.
+- `model`: the served model's id, as `GET /v1/models` lists it (the
+  gateway's `served_model`). `headstart/<db>` (and the bare `<db>`) are kept
+  as aliases that name the model *and* the database, for clients made
+  before the `database` field.
+- `database` (the SDK's `extra_body`): the catalogue database whose schema
+  the prompt holds; without it, the gateway's `openai_database` default.
+- `session` (`extra_body`): the id of a typing session of this tenant (what
+  a WebSocket `ready`, a gRPC `open` or `POST /v1/sessions` returned). The
+  answer then comes from that session's cache: typed ahead, it is usually
+  the whole prompt already, and the first token needs no forward pass.
+- the question: the last user message (chat), or the prompt (text).
+
+The routes (`openai_api.py`) resolve the model against the catalogue and
+run the call (`openai_runs.py`); responses are built in `openai_responses.py`.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from headstart.client.errors import ApiError, http_status
 from headstart.v1 import types_pb2
+from services.gateway.openai_errors import OpenAIError, bad_param
+from services.gateway.openai_params import check_refused, choice_count, ignored_fields, sampling
 
 MODEL_PREFIX = "headstart/"
 OWNER = "headstart"
-# Parameters that would change what is generated and that we cannot honour:
-# rejected unless they hold their neutral value, so a client never gets a
-# silently different answer.
-_UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
-                "best_of": (None, 1), "tools": (None, []), "functions": (None, []),
-                "response_format": (None, {"type": "text"}), "logit_bias": (None, {})}
-_OPENAI_CODES = {"UNAUTHENTICATED": "invalid_api_key", "PROMPT_TOO_LONG": "context_length_exceeded",
-                 "TEXT_TOO_LONG": "context_length_exceeded", "RATE_LIMITED": "rate_limit_exceeded",
-                 "RESOURCE_EXHAUSTED": "rate_limit_exceeded"}
-
-
-class OpenAIError(Exception):
-    """A failure in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`."""
-
-    def __init__(self, status: int, message: str, code: str, param: str | None = None, type_: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
-        self.type = type_ or _error_type(status)
-
-    @classmethod
-    def from_api(cls, exc: ApiError, param: str | None = None) -> "OpenAIError":
-        """Our typed error (same HTTP status as REST); `code` is OpenAI's name where it has one."""
-        return cls(http_status(exc.code), exc.message, _OPENAI_CODES.get(exc.code, exc.code.lower()), param)
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": self.param}}
-
-
-def _error_type(status: int) -> str:
-    if status == 401:
-        return "authentication_error"
-    if status == 429:
-        return "rate_limit_error"
-    if status >= 500:
-        return "server_error"
-    return "invalid_request_error"
-
-
-def bad_param(param: str, message: str) -> OpenAIError:
-    return OpenAIError(400, message, "invalid_value", param)
 
 
 @dataclass(frozen=True)
 class CompletionCall:
-    """One chat or text completion, as the engine's Complete will run it."""
+    """One chat or text completion, as the engine will run it."""
 
-    model: str
-    db: str
+    model: str  # as the client sent it (echoed in responses)
+    database: str | None  # the `database` field (None: from the model alias or the default)
+    session: str | None
     question: str
     max_tokens: int | None
     sampling: types_pb2.SamplingParams
+    n: int
     stream: bool
     include_usage: bool
     max_tokens_param: str = "max_tokens"  # the name the client used (for errors)
+    ignored: list[str] = field(default_factory=list)  # fields nobody read (a response header)
 
 
-def db_of_model(model: object) -> str:
-    """The database id a model id names (`headstart/world_1` or `world_1`)."""
-    if not isinstance(model, str) or not model.strip():
-        raise bad_param("model", "model must be a non-empty string naming a database (see GET /v1/models)")
-    return model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else model
+@dataclass(frozen=True)
+class Target:
+    """What a call runs on: the database, and the typing session if one was named."""
+
+    db: str
+    session: str | None
 
 
-def parse_chat(data: dict) -> CompletionCall:
+def resolve_target(call: CompletionCall, served_model: str, known_dbs: set[str], default_db: str) -> Target:
+    """The database (and session) of `call`.
+
+    Raises:
+        OpenAIError: 404 `model_not_found` for a model that is neither the
+            served one nor a database alias; 400 naming `database` when none
+            is given and there is no default, or the alias and the field disagree.
+    """
+    alias = _alias_db(call.model, served_model, known_dbs)
+    db = call.database or alias or default_db
+    if alias and call.database and call.database != alias:
+        raise bad_param("database", f"the model {call.model!r} names database {alias!r}, the database field "
+                                    f"{call.database!r}")
+    if not db:
+        raise bad_param("database", "name the database: the body field `database` (extra_body={'database': "
+                                    "'world_1'} in the SDK), or a model alias headstart/<db>")
+    if db not in known_dbs:
+        raise OpenAIError(404, f"unknown database {db!r} (GET /v1/databases lists them)", "database_not_found",
+                          "database")
+    return Target(db, call.session)
+
+
+def _alias_db(model: str, served_model: str, known_dbs: set[str]) -> str | None:
+    """None for the served model; the database of an alias; 404 otherwise."""
+    if model == served_model:
+        return None
+    db = model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else model
+    if db in known_dbs:
+        return db
+    raise OpenAIError(404, f"the model {model!r} does not exist: this server serves {served_model!r} "
+                           "(GET /v1/models)", "model_not_found", "model")
+
+
+def parse_chat(data: dict, max_n: int) -> CompletionCall:
     """`/v1/chat/completions`: the question is the last user message's text.
 
     System and earlier messages are not part of the prompt: the database's own
-    prompt (instructions and schema) is what the prefix and table caches hold.
+    prompt (instructions and schema) is what the prefix and session caches hold.
     """
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -99,12 +104,11 @@ def parse_chat(data: dict) -> CompletionCall:
     if not users:
         raise bad_param("messages", "no user message: the last user message is the question")
     question = _text_of(messages[users[-1]].get("content"), f"messages[{users[-1]}].content")
-    max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
-    param = "max_completion_tokens" if "max_completion_tokens" in data else "max_tokens"
-    return _call(data, question, max_tokens, param)
+    param = "max_completion_tokens" if data.get("max_completion_tokens") is not None else "max_tokens"
+    return _call(data, question, data.get(param), param, max_n, chat=True)
 
 
-def parse_completion(data: dict) -> CompletionCall:
+def parse_completion(data: dict, max_n: int) -> CompletionCall:
     """`/v1/completions`: the prompt is the question (one string, or a list of one)."""
     prompt = data.get("prompt")
     if isinstance(prompt, list):
@@ -113,48 +117,38 @@ def parse_completion(data: dict) -> CompletionCall:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise bad_param("prompt", "prompt must be a string: the question (token-id prompts are not supported)")
-    return _call(data, prompt, data.get("max_tokens"), "max_tokens")
+    return _call(data, prompt, data.get("max_tokens"), "max_tokens", max_n, chat=False)
 
 
-def _call(data: dict, question: str, max_tokens: object, max_param: str) -> CompletionCall:
+def _call(data: dict, question: str, max_tokens: object, max_param: str, max_n: int, chat: bool) -> CompletionCall:
     model = data.get("model")
-    db = db_of_model(model)
-    for name, neutral in _UNSUPPORTED.items():
-        if data.get(name) not in neutral:
-            raise bad_param(name, f"{name} is not supported by headstart")
-    if data.get("n", 1) != 1:
-        raise bad_param("n", "n must be 1")
-    if data.get("stop") not in (None, [], ""):
-        raise bad_param("stop", "stop sequences are not supported (generation ends at the end of the turn)")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_param("model", "model must be a non-empty string (GET /v1/models lists it)")
+    check_refused(data)
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise bad_param(max_param, f"{max_param} must be a positive integer")
+    database, session = _optional_str(data, "database"), _optional_str(data, "session")
+    n = choice_count(data, max_n)
+    if session is not None and n > 1:
+        raise bad_param("n", "a typing session answers one choice at a time: n must be 1 with session")
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_param("stream", "stream must be a boolean")
     options = data.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_param("stream_options", "stream_options must be an object")
-    return CompletionCall(model, db, question, max_tokens, _sampling(data), stream, bool(options.get("include_usage")),
-                          max_param)
+    params, _ = sampling(data, max_tokens, chat)
+    return CompletionCall(model, database, session, question, max_tokens, params, n, stream,
+                          bool(options.get("include_usage")), max_param, ignored_fields(data))
 
 
-def _sampling(data: dict) -> types_pb2.SamplingParams:
-    """Greedy unless asked: omitted `temperature` is 0 here (OpenAI's default is 1)."""
-    values = {}
-    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
-        value = data.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high \
-                or (name == "top_p" and value == 0):
-            raise bad_param(name, f"{name} must be a number in {'(' if name == 'top_p' else '['}{low:g}, {high:g}]")
-        values[name] = float(value)
-    seed = data.get("seed")
-    if seed is not None:
-        if not isinstance(seed, int) or isinstance(seed, bool) or not -2**63 <= seed < 2**63:
-            raise bad_param("seed", "seed must be an integer")
-        values["seed"] = seed
-    return types_pb2.SamplingParams(**values)
+def _optional_str(data: dict, name: str) -> str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise bad_param(name, f"{name} must be a non-empty string")
+    return value
 
 
 def _text_of(content: object, param: str) -> str:
@@ -165,55 +159,3 @@ def _text_of(content: object, param: str) -> str:
                                          and isinstance(p.get("text"), str) for p in content):
         return "".join(p["text"] for p in content)
     raise bad_param(param, "the question must be text (a string or a list of text parts)")
-
-
-# -- responses --------------------------------------------------------------
-
-def new_id(chat: bool) -> str:
-    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-
-
-def usage(result: types_pb2.Result) -> dict:
-    """Prompt, cached and completion tokens of an engine result (OpenAI's `usage`)."""
-    completion = len(result.token_ids)
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": completion,
-            "total_tokens": result.prompt_tokens + completion,
-            "prompt_tokens_details": {"cached_tokens": result.cached_tokens_at_submit}}
-
-
-def headstart_extra(result: types_pb2.Result) -> dict:
-    """What an OpenAI client ignores and a headstart client may read: the SQL and timings."""
-    return {"sql": result.sql, "ttft_ms": result.ttft_ms, "total_ms": result.total_ms,
-            "computed_tokens_at_submit": result.computed_tokens_at_submit,
-            "answer_tokens_at_submit": result.answer_tokens_at_submit}
-
-
-def full_response(call: CompletionCall, chat: bool, result: types_pb2.Result) -> dict:
-    choice = {"index": 0, "finish_reason": result.finish_reason or "stop", "logprobs": None}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": result.text}
-    else:
-        choice["text"] = result.text
-    return {"id": new_id(chat), "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()), "model": call.model, "choices": [choice], "usage": usage(result),
-            "headstart": headstart_extra(result)}
-
-
-def chunk(response_id: str, call: CompletionCall, chat: bool, *, text: str | None = None, role: bool = False,
-          finish_reason: str | None = None, result: types_pb2.Result | None = None) -> dict:
-    """One streamed chunk: a piece of text, the opening role, the finish, or (result) the usage."""
-    body = {"id": response_id, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()), "model": call.model}
-    if result is not None:  # the usage chunk: no choices (stream_options.include_usage)
-        body.update(choices=[], usage=usage(result), headstart=headstart_extra(result))
-        return body
-    choice: dict = {"index": 0, "finish_reason": finish_reason, "logprobs": None}
-    if chat:
-        delta: dict = {"role": "assistant"} if role else {}
-        if text is not None:
-            delta["content"] = text
-        choice["delta"] = delta
-    else:
-        choice["text"] = text or ""
-    body["choices"] = [choice]
-    return body

@@ -27,7 +27,7 @@ from services.gateway.limits import check_seq, check_tables, check_text, new_cha
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.loop_lag import LoopLagProbe
 from services.gateway.runs import RunPool
-from services.gateway.sessions import GatewaySession, SessionRegistry, engine_session_id
+from services.gateway.sessions import SESSION_ENDED, GatewaySession, SessionRegistry, engine_session_id
 from services.gateway.settings import GatewaySettings
 from services.gateway.tenancy import TenantQuotas
 
@@ -170,6 +170,7 @@ class GatewayService:
         if session is None:
             raise ApiError("NOT_FOUND", f"no session {session_id!r}")
         self.metrics.sessions.set(self.sessions.count())
+        session.end_taps()
         if session.link is not None:
             await session.link.close()
             self.metrics.reconnects.inc(session.link.num_reconnects)
@@ -210,7 +211,7 @@ class GatewayService:
 
     async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None,
                      sampling: types_pb2.SamplingParams | None = None) -> None:
-        """Enter: answer `text`. `sampling` (temperature, top_p, seed; checked by the edge): greedy when absent."""
+        """Enter on a typing session: answer `text` (the engine's events go to the session's readers)."""
         seq, text = check_seq(seq, session.seq), check_text(text, self.settings.max_text_chars)
         self._check_link(session)
         if seq < session.seq:
@@ -222,6 +223,41 @@ class GatewayService:
         session.touch()
         session.seq, session.text, session.submitted_seq = seq, text, seq
         await session.link.send_submit(seq, text, params)
+
+    async def answer_on_session(self, tenant: str, session_id: str, question: object, max_new_tokens: object = None,
+                                sampling: types_pb2.SamplingParams | None = None
+                                ) -> AsyncIterator[engine_pb2.EngineEvent]:
+        """Submit `question` on a typing session of `tenant` and yield that answer's
+        events: tokens, then the result (an OpenAI completion naming the session).
+
+        The submit takes the next sequence number (a typing client's next
+        snapshot with the same number is dropped as not newer: harmless, the
+        one after carries the whole text). The answer comes from the session's
+        cache; its events also reach the session's own connection.
+
+        Raises:
+            ApiError: NOT_FOUND (no such session of this tenant), the submit's
+                refusal, the engine's error for it, SESSION_CLOSED.
+        """
+        session = self.get(tenant, session_id)
+        tap = session.add_tap()
+        try:
+            seq = session.seq + 1
+            await self.submit(session, seq, question, max_new_tokens, sampling)
+            while True:
+                event = await tap.get()
+                if event is SESSION_ENDED:
+                    raise ApiError("SESSION_CLOSED", f"session {session_id!r} closed before its answer")
+                kind = event.WhichOneof("kind")
+                if kind == "tokens":
+                    yield event
+                elif kind == "result" and event.result.seq == seq:
+                    yield event
+                    return
+                elif kind == "error" and event.error.seq in (seq, 0):
+                    raise ApiError(event.error.code, event.error.message, seq)
+        finally:
+            session.remove_tap(tap)
 
     def params(self, max_new_tokens: object) -> types_pb2.SamplingParams:
         if max_new_tokens is None or max_new_tokens == 0:
@@ -263,6 +299,8 @@ class GatewayService:
             outcome = "error"
             try:
                 async for event in call:
+                    if event.WhichOneof("kind") == "result":
+                        self.metrics.observe_result("complete", event.result)
                     yield event
                 outcome = "done"
             except asyncio.CancelledError:
@@ -310,6 +348,8 @@ class GatewayService:
             raise ApiError("UNAVAILABLE", "the engine is unreachable for this session; open a new one")
 
     def _deliver(self, session: GatewaySession, event: engine_pb2.EngineEvent) -> None:
-        if event.WhichOneof("kind") == "result" and event.result.ttft_ms:
-            self.metrics.ttft.observe(event.result.ttft_ms)
+        if event.WhichOneof("kind") == "result":
+            if event.result.ttft_ms:
+                self.metrics.ttft.observe(event.result.ttft_ms)
+            self.metrics.observe_result("session", event.result)
         session.deliver(event)

@@ -20,6 +20,8 @@ from headstart.v1 import engine_pb2
 # Put in a listener's queue when another connection attached to its session:
 # the edge tells its client (SESSION_MOVED) and ends, instead of both sharing one queue.
 TAKEN_OVER = object()
+# Put in every tap when the session closes: a reader waiting for an answer ends.
+SESSION_ENDED = object()
 
 
 def engine_session_id(tenant: str, session_id: str) -> str:
@@ -42,6 +44,9 @@ class GatewaySession:
     # the task of the edge connection that attached the listener: a listener whose
     # task has ended without detaching is a leak the reaper closes (`orphaned`)
     owner: asyncio.Task | None = None
+    # Readers of one answer (an OpenAI completion naming the session): they get
+    # every event too, beside the connection, which keeps the session.
+    taps: list[asyncio.Queue] = field(default_factory=list)
     submitted_seq: int = 0
     last_active: float = field(default_factory=time.monotonic)
 
@@ -79,9 +84,28 @@ class GatewaySession:
         return self.seq, self.text
 
     def deliver(self, event: engine_pb2.EngineEvent) -> None:
-        """To the attached connection; with none attached the event is dropped (nobody reads it)."""
+        """To the attached connection and the taps; with none the event is dropped (nobody reads it)."""
         if self.listener is not None:
             self.listener.put_nowait(event)
+        for tap in self.taps:
+            tap.put_nowait(event)
+
+    def add_tap(self) -> asyncio.Queue:
+        """A queue that gets every event from now on, until `remove_tap`."""
+        tap: asyncio.Queue = asyncio.Queue()
+        self.taps.append(tap)
+        self.touch()
+        return tap
+
+    def remove_tap(self, tap: asyncio.Queue) -> None:
+        if tap in self.taps:
+            self.taps.remove(tap)
+        self.touch()
+
+    def end_taps(self) -> None:
+        """The session closed: every tap's reader gets SESSION_ENDED."""
+        for tap in self.taps:
+            tap.put_nowait(SESSION_ENDED)
 
 
 class SessionRegistry:

@@ -35,7 +35,14 @@ class GatewaySettings(BaseSettings):
     execute_row_limit: int = Field(20, ge=1, description="rows returned by the page's read-only Run")
     execute_timeout_s: float = Field(5.0, gt=0, description="a Run's deadline (then CANCELLED)")
     spider_dir: Path | None = Field(None, description="Spider data dir (default ../shared/data/spider)")
-    # -- tenant safety (README "Security") -----------------------------------
+    # -- the OpenAI-compatible API (services/gateway/openai_api.py) ----------
+    served_model: str = Field("headstart", min_length=1, description="the model id GET /v1/models lists and a "
+                              "completion's `model` names (`headstart serve`: its --model)")
+    openai_database: str = Field("", description="the database of an OpenAI completion that names none "
+                                 "(empty: `database` is required)")
+    openai_max_n: int = Field(4, ge=1, le=16, description="most choices (`n`) one OpenAI completion may ask for; "
+                              "each takes one of the tenant's completion slots")
+    # -- tenant safety (docs/operations.md "Security"; limits: docs/configuration.md) -
     engine_secret: str = Field("", repr=False, description="sent to the engine on every call "
                                "(empty: $HEADSTART_ENGINE_SECRET or the file in $HEADSTART_ENGINE_SECRET_FILE)")
     sqlite_roots: list[Path] = Field(default_factory=list, description="folders whose SQLite files are served "
@@ -57,7 +64,7 @@ class GatewaySettings(BaseSettings):
     max_connections_per_tenant: int = Field(512, ge=1, description="WebSocket connections and gRPC Type streams "
                                             "one tenant may hold at once, at most; its share is "
                                             "twice its session share, capped by this")
-    # -- data sessions (README "Data API") -----------------------------------
+    # -- data sessions (docs/api.md "Data API") --------------------------------
     redis_url: str = Field("", description="Redis of the data API: rows log, session meta, flash answers, "
                            "events (empty: $HEADSTART_REDIS_URL; neither: the data API answers UNAVAILABLE)")
     data_sessions_per_tenant: int = Field(64, ge=1, description="data sessions one tenant may hold open "

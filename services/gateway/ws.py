@@ -1,4 +1,4 @@
-"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in the README, "WebSocket protocol").
+"""The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in docs/api.md, "WebSocket protocol").
 
 Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
 "text":...,"max_new_tokens":k}, {"type":"cancel"}, and rows for a data session
@@ -19,6 +19,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2
+from services.gateway.auth import websocket_token
 from services.gateway.limits import RateLimiter, check_size
 from services.gateway.service import GatewayService
 from services.gateway.sessions import TAKEN_OVER
@@ -58,10 +59,21 @@ def error_json(code: str, message: str, seq: int = 0) -> dict:
 
 
 async def session_socket(ws: WebSocket, service: GatewayService) -> None:
-    """Serve one WebSocket connection from accept to close, counted in its tenant's connection share."""
-    await ws.accept()
+    """Serve one WebSocket connection from accept to close, counted in its tenant's connection share.
+
+    The token: `Authorization: Bearer T` (clients that can set headers), the
+    subprotocol `bearer.<base64url T>` beside `headstart` (browsers: the page),
+    or `?token=T` (older clients; it ends up in access logs: avoid it)."""
     try:
-        tenant = service.auth.tenant(*credentials(ws.headers.get("authorization"), ws.query_params.get("token")))
+        offered, subprotocol = websocket_token(ws.headers.get("sec-websocket-protocol"))
+    except ApiError as exc:
+        await ws.accept()
+        await _refuse(ws, service, exc)
+        return
+    await ws.accept(subprotocol=subprotocol)
+    try:
+        tenant = service.auth.tenant(*credentials(ws.headers.get("authorization"),
+                                                  ws.query_params.get("token") or offered))
         service.quotas.connections.acquire(tenant)
     except ApiError as exc:
         await _refuse(ws, service, exc)
@@ -73,8 +85,8 @@ async def session_socket(ws: WebSocket, service: GatewayService) -> None:
 
 
 def credentials(authorization: str | None, token: str | None) -> tuple[str | None, str | None]:
-    """What a WebSocket authenticates with: its `Authorization` header when it sends one, else `?token=`
-    (browsers cannot set headers on a WebSocket). The header wins: a URL (logged, shared, put in a
+    """What a WebSocket authenticates with: its `Authorization` header when it sends one, else its
+    subprotocol token or `?token=` (browsers cannot set headers on a WebSocket). The header wins: a URL (logged, shared, put in a
     page by someone else) must not override the credentials the client itself sent (issue 29)."""
     return (authorization, None) if authorization else (None, token)
 

@@ -136,6 +136,8 @@ def serve(
     max_sessions: int = typer.Option(64, help="sessions per replica"),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads per replica (default: cores / replicas)"),
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
+    openai_database: str = typer.Option("", help="database of an OpenAI completion that names none "
+                                        "(default: the request must name it, body field `database`)"),
 ):
     """Start the local stack: Ray, the engine deployment, the gateway (and Redis). Ctrl-C stops it all."""
     from services.launcher import serve_command
@@ -144,7 +146,7 @@ def serve(
         _fail(f"unknown --table-cache {table_cache!r}; valid: {', '.join(TABLE_CACHE_MODES)}")
     serve_command(model=model, dtype=dtype, host=host, port=port, grpc_port=grpc_port, replicas=replicas,
                   tokens=token, device=device, redis_url=redis_url, max_sessions=max_sessions, threads=threads,
-                  table_cache=table_cache, block=True, say=typer.echo)
+                  table_cache=table_cache, openai_database=openai_database, block=True, say=typer.echo)
 
 
 def _runtime(**settings):

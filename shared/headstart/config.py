@@ -60,7 +60,7 @@ class EngineSettings(BaseSettings):
     # frees the time for it. Decode steps share the typing forwards
     # ("typing+decode"): with decode steps apart ("typing,decode") an answer
     # streaming while others type waited behind their typing forwards and
-    # reached its last token later than without anticipation (docs/benchmarks.md).
+    # reached its last token later than without anticipation (docs/benchmarks-archive.md).
     batch_scope: Literal["typing", "typing,decode", "typing+decode", "all"] = Field(
         "typing+decode",
         description="which jobs may share a batch: typing prefill; and decode steps apart (,) or with it (+); every job",

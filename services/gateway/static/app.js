@@ -1,20 +1,33 @@
-// The typing page: one WebSocket per database (protocol in docs/serving.md).
+// The typing page: one WebSocket per database (protocol in docs/api.md).
 "use strict";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-let token = params.get("token") || localStorage.getItem("headstart-token") || "";
+// The bearer token lives in this variable only: never in the URL, localStorage or a cookie.
+let token = "";
 let ws = null, seq = 0, submittedSeq = 0, sql = "";
+// Whether the gateway wants a token (GET /healthz says); data.js awaits it too.
+const authRequired = fetch("/healthz").then((r) => r.json()).then((h) => h.auth);
 
 function authHeaders() { return token ? { Authorization: "Bearer " + token } : {}; }
 function setError(text) { $("error").textContent = text || ""; }
+// A WebSocket cannot carry an Authorization header: the token rides in the
+// Sec-WebSocket-Protocol header instead, base64url-encoded (as Kubernetes does).
+function wsProtocols() {
+  if (!token) return undefined;
+  const b64 = btoa(String.fromCharCode(...new TextEncoder().encode(token)));
+  return ["headstart", "bearer." + b64.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")];
+}
+// True once the page may call the API: no auth, or a token was entered.
+async function canCall() { return !(await authRequired) || token !== ""; }
 
 async function start() {
-  const health = await (await fetch("/healthz")).json();
-  $("token-row").hidden = !health.auth;
-  $("token").value = token;
-  $("token").addEventListener("change", () => {
-    token = $("token").value; localStorage.setItem("headstart-token", token); loadDatabases();
-  });
+  if (params.has("token")) {  // an old link: the token must not stay in the address bar (or be used from it)
+    params.delete("token");
+    history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+    $("auth-note").textContent = "the token is no longer read from the URL: type it here";
+  }
+  $("auth-bar").hidden = !(await authRequired);
+  $("token").addEventListener("change", () => { token = $("token").value; setError(""); loadDatabases(); });
   $("db").addEventListener("change", connect);
   $("question").addEventListener("input", onInput);
   $("question").addEventListener("keydown", onKey);
@@ -23,6 +36,7 @@ async function start() {
 }
 
 async function loadDatabases() {
+  if (!(await canCall())) { $("status").textContent = "enter the token above"; return; }
   const resp = await fetch("/v1/databases", { headers: authHeaders() });
   if (!resp.ok) { setError("databases: " + (await resp.json()).message); return; }
   const { databases } = await resp.json();
@@ -42,11 +56,10 @@ function connect() {
   const url = new URL("/v1/sessions/ws", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   url.searchParams.set("db", db);
-  if (token) url.searchParams.set("token", token);
   seq = 0; submittedSeq = 0;
   $("status").textContent = "connecting…";
   $("question").disabled = true;
-  ws = new WebSocket(url);
+  ws = new WebSocket(url, wsProtocols());
   ws.onmessage = (ev) => onMessage(JSON.parse(ev.data));
   ws.onclose = (ev) => { $("status").textContent = `disconnected (${ev.code})`; $("question").disabled = true; };
 }

@@ -1,5 +1,5 @@
 // The live data panel: a data session, rows pushed over REST, events over SSE
-// (the data API in the README). Loaded after app.js: uses its authHeaders().
+// (the data API in docs/api.md). Loaded after app.js: uses its authHeaders() and canCall().
 "use strict";
 (() => {
   const el = (id) => document.getElementById(id);
@@ -38,6 +38,8 @@
   }
 
   async function loadDatabases() {
+    if (!(await canCall())) { el("data-status").textContent = "enter the token above"; return; }
+    el("data-status").textContent = "";
     let databases;
     try { ({ databases } = await api("GET", "/v1/databases")); } catch (e) { setError("databases: " + e.message); return; }
     const wanted = params.get("data_db") || params.get("db") || "world_1";

@@ -1,4 +1,4 @@
-"""Data-session calls of the Python client (README "Data API"), sync and async.
+"""Data-session calls of the Python client (docs/api.md, "Data API"), sync and async.
 
     with HeadstartClient("localhost:50051", token="...") as client:
         sid = client.open_data("world_1").session_id

@@ -3,7 +3,7 @@
 Which kernels read a CPU's weights fastest depends on the machine: on one
 2-core EPYC MKL's float32 decode step took 78-82 ms and oneDNN's packed
 matmuls 97 ms; on another of the same kind MKL took 109-157 ms and oneDNN
-56-93 ms (docs/benchmarks.md, "Per-token speed"). So `auto` does not
+56-93 ms (docs/benchmarks-archive.md, "Per-token speed"). So `auto` does not
 guess: at engine start it times each candidate kernel set on a scratch
 cache and keeps the fastest (`choose_kernels`). The model runner supplies
 the candidates (how to install each) and the workloads (a prefill chunk, a

@@ -15,43 +15,21 @@ a row for the worker to run (`headstart.engine.steps`) or finishes at once.
 
 from __future__ import annotations
 
-import math
-
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import torch
-
 from headstart.engine.commit import Commit, start_commit
-from headstart.engine.decode import decode_row, pick_token  # noqa: F401 (pick_token: re-exported)
+from headstart.engine.decode import decode_row
 from headstart.engine.errors import Cancelled
 from headstart.engine.kv import KVState
 from headstart.engine.prompt_lookup import draft
+from headstart.engine.sampling import Sampler, SamplingParams, StopText, pick_token  # noqa: F401 (re-exported)
 from headstart.engine.states import RequestState, advance
 from headstart.engine.steps import Row, RowResult
 from headstart.prompt import common_prefix_len, uncached_tokens
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Greedy when temperature == 0 (the default: exactness is defined for it)."""
-
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-
-    def validate(self) -> None:
-        from headstart.engine.errors import InvalidInput
-
-        if not 1 <= self.max_new_tokens <= 4096:
-            raise InvalidInput("max_new_tokens must be between 1 and 4096")
-        # NOTE: `not x >= 0` rather than `x < 0`: NaN compares False both ways and must be refused
-        if not (math.isfinite(self.temperature) and self.temperature >= 0) or not 0 < self.top_p <= 1:
-            raise InvalidInput("temperature must be a finite number >= 0 and top_p in (0, 1]")
 
 
 @dataclass
@@ -103,7 +81,9 @@ class GenerationRequest:
         self.token_ids: list[int] = []
         self._ahead = ahead  # greedy answer tokens decoded before the submit
         self._expected_cached = expected_cached  # what `prepare` will hold (a cost hint)
-        self.draft_tokens = draft_tokens  # prompt-lookup drafts per decode step (greedy; 0: none)
+        # prompt-lookup drafts per decode step: plain greedy only (a penalty makes a token depend on the
+        # ones before it being emitted first)
+        self.draft_tokens = draft_tokens if params.plain_greedy else 0
         self.forwards = 0  # decode forwards run (with drafts, fewer than tokens)
         self.ahead_used = 0
         self._known: list[int] = []
@@ -123,7 +103,10 @@ class GenerationRequest:
         self._cancel_asked = False  # by cancel(), on any thread: the next step ends the request
         self.job = None  # the worker job running the steps (see enqueue_on)
         self.decode_yields = 0  # decode steps stopped midway for a new submit
-        self._generator = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
+        self.sampler = Sampler(params, prompt_ids, stop_ids)
+        self._stop_text = StopText(params.stop) if params.stop else None
+        self.stop_at: int | None = None  # where a stop string starts in the text (it and what follows are cut)
+        self.logprobs: list = []  # TokenLogprobs of each token of token_ids, when the request asked for them
         # Answer tokens already known at submit stream from the caller's
         # thread at once, without waiting for the step in flight on the worker.
         self.finished_early = False
@@ -155,9 +138,10 @@ class GenerationRequest:
             raise TimeoutError("generation did not finish in time")
         if self.error is not None:
             raise self.error
+        text = self._decode(self.token_ids)
         return SubmitResult(
             token_ids=list(self.token_ids),
-            text=self._decode(self.token_ids),
+            text=text if self.stop_at is None else text[: self.stop_at],
             ttft_ms=(self.first_token_at - self.started) * 1000.0,
             total_ms=(self.finished_at - self.started) * 1000.0,
             prompt_tokens=len(self.prompt_ids),
@@ -182,7 +166,7 @@ class GenerationRequest:
         if self.status not in _BEFORE_FIRST_TOKEN:
             return 1.0
         # read on the worker thread between steps (the scheduler's rule): no race
-        if self._ahead is not None and self.params.temperature == 0 and self._ahead():
+        if self._ahead is not None and self.params.plain_greedy and self._ahead():
             return 0.0
         return self.pending_tokens() / (self.chunk_tokens + 1)
 
@@ -259,7 +243,7 @@ class GenerationRequest:
         if self.state is None:
             self.state = self._prepare()
         kv, target = self.state, self.prompt_ids
-        ahead = self._ahead() if self._ahead is not None and self.params.temperature == 0 else []
+        ahead = self._ahead() if self._ahead is not None and self.params.plain_greedy else []
         if self._known and ahead[: len(self._known)] != self._known:
             # unreachable while the session holds its generation slot: only an
             # answer-ahead step may run meanwhile, and it only appends
@@ -282,13 +266,13 @@ class GenerationRequest:
         if not commit.step.last:
             return True
         self._set(RequestState.DECODE)
-        return self._emit(pick_token(self.state.last_logits, self.params, self._generator))
+        return self._emit(self.sampler.pick(self.state.last_logits))
 
     def _decode_step(self) -> Row:
         limit = self.params.max_new_tokens - len(self.token_ids)
         guess = draft(self.prompt_ids + self.token_ids, self.draft_tokens) if self.draft_tokens else []
         return decode_row(self.model, self.state, self.token_ids[-1], self._yield_requested, self._decoded,
-                          self.params, self._generator, guess, limit, self.stop_ids)
+                          self.sampler.pick, guess, limit, self.stop_ids)
 
     def _decoded(self, tokens: list[int] | None) -> bool:
         if tokens is None:
@@ -298,12 +282,26 @@ class GenerationRequest:
         return all(self._emit(token) for token in tokens)
 
     def _emit(self, token: int) -> bool:
+        """Keep `token` and stream it; False when the answer ends here (an
+        end-of-turn token unless `ignore_eos`, a stop string, the length)."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
-        if token in self.stop_ids:
+        if token in self.stop_ids and not self.params.ignore_eos:
             self.finish_reason = "stop"
             return False
         self.token_ids.append(token)
+        self.sampler.observe(token)
+        if self.params.logprobs:  # before the token is streamed: the streamer reads it by index
+            self.logprobs.append(self.sampler.last_logprob)
+        if self._stop_text is not None:
+            # searched after every token (a match below min_new_tokens is passed over, as vLLM does)
+            at = self._stop_text.find(self._decode(self.token_ids))
+            if at is not None and len(self.token_ids) >= self.params.min_new_tokens:
+                # NOTE: this token is not streamed: it completed the stop string, and
+                # the streamer sends the text before it from the result
+                # (services/engine/generate.py), so no stop text ever goes out.
+                self.stop_at, self.finish_reason = at, "stop"
+                return False
         self._stream.put(token)
         if len(self.token_ids) >= self.params.max_new_tokens:
             self.finish_reason = "length"

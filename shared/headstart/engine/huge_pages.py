@@ -5,7 +5,7 @@ half a million pages (0.5B model, float32) and as many TLB misses. In one
 anonymous mapping advised `MADV_HUGEPAGE` the same bytes sit in 2 MiB pages.
 Measured on the 2-core EPYC (Linux 6.18, THP "madvise"): the 0.5B model's
 matrices streamed by the native kernel in 57-59 ms from huge pages against
-63-65 ms from torch's allocator (3 alternating rounds, docs/benchmarks.md).
+63-65 ms from torch's allocator (3 alternating rounds, docs/benchmarks-archive.md).
 
 Linux with THP in "always" or "madvise" mode; elsewhere (or if the advice
 is refused) the copies are plain memory and everything still works.

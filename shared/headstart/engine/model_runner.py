@@ -345,7 +345,7 @@ def _auto_choice(model, timer: Timer | None) -> FastPathChoice:
         timed["native"] = before if before is not None and before.name == "native" else NativeOps(model, packed=packed)
     installs = {"off": lambda: _install(model, None)}
     installs.update({name: (lambda ops=ops: _install(model, ops)) for name, ops in timed.items()})
-    # too loaded to time: the fastest on the quiet machines measured (docs/benchmarks.md)
+    # too loaded to time: the fastest on the quiet machines measured (docs/benchmarks-archive.md)
     bf16 = next(model.parameters()).dtype == torch.bfloat16
     fallback = "native" if "native" in candidates else "onednn" if bf16 else "off"
     try:

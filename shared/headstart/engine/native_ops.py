@@ -44,8 +44,9 @@ from headstart.engine.screened_head import ScreenedHead, screens
 # kernel, by weight dtype. float32: its 8 x 3-4 blocks beat oneDNN's packed
 # GEMM up to a few dozen tokens (the 0.5B's layers, median of 7 rounds, ms,
 # native / oneDNN: 8 tokens 61 / 88, 16 92 / 120, 32 145 / 173, 48 203 / 226,
-# 64 262 / 273, 128 490 / 480; docs/benchmarks.md, "8 rows x 4, plain
-# loads"), so typing rows riding with eight decode steps stay on it.
+# 64 262 / 273, 128 490 / 480; docs/benchmarks-archive.md, "The linear kernel:
+# 8 x 4 blocks whose loads fold into the FMAs"), so typing rows riding with
+# eight decode steps stay on it.
 # bfloat16: the kernel widens each weight to float32 and oneDNN multiplies in
 # bfloat16, which is faster from 4 tokens (8 tokens: 115 / 43 ms); it stays
 # at 8, where the kernel keeps batched rows bit-identical to lone ones

@@ -111,7 +111,7 @@ def riding_target(full_ids: list[int], settled_ids: list[int], cached_ids: list[
     settled words (`settled_ids`, up to the last word boundary) and only
     once at least `bulk_tokens` of them are new: on a CPU a token riding in
     a forward of a few tokens costs about twice what it costs among a dozen
-    more (docs/benchmarks.md), so words go in bulk, not one by one. The
+    more (docs/benchmarks-archive.md), so words go in bulk, not one by one. The
     cache keeps whatever of the whole prompt it already holds (`cached_ids`)."""
     if complete:
         return CommitTarget(full_ids)

@@ -11,7 +11,7 @@ cache is copied or joined. Two ways, chosen per row:
   fixed order of sums, so a row's output is the same bits whether it shares
   the call or not. One call per layer instead of one per row: a batched
   forward of 8 decode steps made 192 calls, each with its own argument
-  marshalling and thread-team start (0.05-0.1 ms each; docs/benchmarks.md).
+  marshalling and thread-team start (0.05-0.1 ms each; docs/benchmarks-archive.md).
 - **Matrix products** (longer rows, i.e. prefill chunks, and every row on
   the other ops): the row's query groups against each piece's keys, one
   softmax over all pieces, the weighted values summed piece by piece.

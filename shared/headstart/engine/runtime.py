@@ -72,7 +72,7 @@ class EngineRuntime:
         # forward runs: torch work on a second thread gives libgomp a second team,
         # more threads than cores, and then its waiting threads barely spin before
         # they sleep (a 2-row forward of the 0.5B: 70 ms against 50-58 with one
-        # team; docs/benchmarks.md, "Two OpenMP teams").
+        # team; docs/benchmarks-archive.md, "Two OpenMP teams").
         try:
             self.loaded, self.fast_path = self.worker.run_sync(lambda: self._set_up(loaded), name="set-up")
         except BaseException:

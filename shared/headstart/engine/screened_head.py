@@ -55,7 +55,7 @@ SCREEN_MIN_BYTES = 64 << 20
 # rows wanting logits in one forward up to which the screen is used: each row
 # adds integer products over the int8 head and a recompute. The 0.5B's head,
 # ms (median of 15, full / screened): 1 row 19.0 / 7.4, 2 18.4 / 9.0, 4 22.9 /
-# 11.4, 6 25.8 / 14.3, 8 28.7 / 16.3 (docs/benchmarks.md)
+# 11.4, 6 25.8 / 14.3, 8 28.7 / 16.3 (docs/benchmarks-archive.md)
 SCREEN_MAX_ROWS = 8
 # past this share of candidates the recompute costs more than the full head
 MAX_CANDIDATE_FRACTION = 0.25

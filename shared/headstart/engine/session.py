@@ -124,7 +124,7 @@ class Session(SessionSteps):
                 self._stop_speculation_locked(abort=False)
             # Racing the worker is safe here: a torn read of the cache or the
             # answer tokens fails the check in usable_for and yields [].
-            known = self._ahead.usable_for(list(self._kv.ids), final_ids) if params.temperature == 0 else []
+            known = self._ahead.usable_for(list(self._kv.ids), final_ids) if params.plain_greedy else []
             request = GenerationRequest(
                 self.model, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,

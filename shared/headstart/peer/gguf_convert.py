@@ -37,7 +37,7 @@ def llama_cpp_version() -> str:
         return metadata.version("llama-cpp-python")
     except metadata.PackageNotFoundError as exc:
         raise PeerUnavailable("llama-cpp-python is not installed: install the peer extra "
-                              "(pip install -e '.[peer]', see README 'Peer engine')") from exc
+                              "(pip install -e '.[peer]', see docs/peer.md)") from exc
 
 
 def converter_dir() -> Path:

@@ -19,7 +19,7 @@ Built from the vendored source by `headstart peer build-server`
   for the comparison, f32 (`-ctk/-ctv f32`, `-fa off`), as our float32
   engine keeps it: llama.cpp's CPU flash attention rounds to f16 whatever
   the cache type, which moved a top-2 logit gap of the random 0.5B by ~0.1
-  and flipped a near-tie; `cache_type="f16"` asks for f16 explicitly;
+  and flipped a near-tie (docs/peer.md, "the text mismatch"); `cache_type="f16"` asks for f16 explicitly;
 - the same threads for prompt and decode as one of our replicas.
 """
 

@@ -142,7 +142,7 @@ class LlamaCppServer(PeerProcess):
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
                 "--n_ctx", str(self.n_ctx), "--cache", "true", "--cache_type", "ram",
                 "--logits_all", "false", "--interrupt_requests", "false", "--verbose", "false",
-                # K and V in f32 (GGML_TYPE_F32 = 0), as ours: its default f16 cache rounds them (README:
+                # K and V in f32 (GGML_TYPE_F32 = 0), as ours: its default f16 cache rounds them (docs/peer.md:
                 # the text mismatch); flash attention stays off (its default), which on CPU is f16 too
                 "--type_k", "0", "--type_v", "0"]
 

@@ -144,7 +144,7 @@ class HeadstartServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OpenData(self, request, context):
-        """Data sessions (README "Data API"): a live cache of a database's schema
+        """Data sessions (docs/api.md, "Data API"): a live cache of a database's schema
         plus the rows pushed to it, so a question costs only its own tokens.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

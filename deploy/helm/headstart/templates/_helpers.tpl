@@ -39,6 +39,9 @@ app.kubernetes.io/component: {{ .component }}
 {{/* image: a component's override or the global one; call with (dict "root" $ "image" .Values.gateway.image). */}}
 {{- define "headstart.image" -}}
 {{- $repo := default .root.Values.image.repository .image.repository -}}
+{{- if not $repo -}}
+{{- fail "image.repository is required: the registry path you pushed the headstart image to (docker build --build-context shared=../shared -t REGISTRY/headstart:0.1.0 . && docker push REGISTRY/headstart:0.1.0; then --set image.repository=REGISTRY/headstart)" -}}
+{{- end -}}
 {{- $tag := default (default .root.Chart.AppVersion .root.Values.image.tag) .image.tag -}}
 {{- printf "%s:%s" $repo $tag -}}
 {{- end -}}
@@ -82,13 +85,25 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* Volumes for the model (PVC or hub cache) and a writable /tmp; call with the root context. */}}
+{{/* The model cache's claim (values model.cache): an existing one, or the chart's. */}}
+{{- define "headstart.modelCacheClaim" -}}
+{{- default (printf "%s-model-cache" (include "headstart.fullname" .)) .Values.model.cache.existingClaim -}}
+{{- end -}}
+
+{{/* Volumes for the model (PVC or hub cache) and a writable /tmp; call with the root context.
+     The hub cache is a PersistentVolumeClaim (model.cache), so a restarted pod reads the
+     model it downloaded before instead of downloading it again. */}}
 {{- define "headstart.modelVolumes" -}}
 - name: tmp
   emptyDir: {}
 - name: model-cache
+{{- if .Values.model.cache.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "headstart.modelCacheClaim" . }}
+{{- else }}
   emptyDir:
-    sizeLimit: {{ .Values.model.cacheSizeLimit }}
+    sizeLimit: {{ .Values.model.cache.emptyDirSizeLimit }}
+{{- end }}
 {{- if eq .Values.model.source "pvc" }}
 - name: model
   persistentVolumeClaim:
@@ -215,10 +230,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-catalogue-postgres" (include "headstart.fullname" .)) .Values.catalogue.postgres.existingSecret -}}
 {{- end -}}
 
+{{/* Ray pods' /dev/shm: memory-backed and larger than the container default of 64 MiB
+     (Ray's object store falls back to slow disk-backed memory without it). */}}
+{{- define "headstart.rayShmVolume" -}}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.engine.shmSizeLimit }}
+{{- end -}}
+
+{{- define "headstart.rayShmVolumeMount" -}}
+- name: dshm
+  mountPath: /dev/shm
+{{- end -}}
+
 {{/* The catalogue's environment (shared/headstart/schema/catalogue.py); call with (dict "root" $ "gateway" true|false).
-     Paths only: the DSNs stay in the Secret, read from the mounted file. */}}
+     Paths only: the DSNs stay in the Secret, read from the mounted file. The image's own Spider
+     databases (/shared/data/spider) are served unless catalogue.spider.builtin is false or a
+     claim replaces them. */}}
 {{- define "headstart.catalogueEnv" -}}
 {{- $c := .root.Values.catalogue }}
+{{- if and (not $c.spider.builtin) (not $c.spider.claimName) }}
+- name: HEADSTART_CATALOGUE_SPIDER
+  value: "0"
+{{- end }}
 {{- if $c.spider.claimName }}
 {{- $dir := clean (printf "/catalogue/spider/%s" (trimPrefix "/" $c.spider.path)) }}
 - name: HEADSTART_SPIDER_DIR
@@ -290,4 +325,16 @@ app.kubernetes.io/component: {{ .component }}
 {{/* A checksum of the catalogue values: pods restart (the catalogue is read at start) when it changes. */}}
 {{- define "headstart.catalogueChecksum" -}}
 {{- toJson .Values.catalogue | sha256sum -}}
+{{- end -}}
+
+{{/* The Gateway (Gateway API) the routes attach to: one parentRefs entry. */}}
+{{- define "headstart.gatewayParentRef" -}}
+{{- $p := .Values.gateway.gatewayApi.parentRef -}}
+- name: {{ $p.name }}
+  {{- with $p.namespace }}
+  namespace: {{ . }}
+  {{- end }}
+  {{- with $p.sectionName }}
+  sectionName: {{ . }}
+  {{- end }}
 {{- end -}}
