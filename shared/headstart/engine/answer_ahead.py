@@ -61,8 +61,8 @@ class AnswerAhead:
             return then(len(tokens or []))
 
         guess = draft(prompt_ids + self.tokens, self.draft_tokens) if self.draft_tokens else []
-        return decode_row(model, kv, self.tokens[-1], should_abort, on_tokens, None, None, guess,
-                          self.max_tokens - len(self.tokens), self.stop_ids)
+        return decode_row(model, kv, self.tokens[-1], should_abort, on_tokens, draft=guess,
+                          limit=self.max_tokens - len(self.tokens), stop_ids=self.stop_ids)
 
     def usable_for(self, kv_ids: list[int], prompt_ids: list[int]) -> list[int]:
         """The tokens that start the greedy answer to `prompt_ids`, or [].

@@ -272,7 +272,7 @@ class GenerationRequest:
         limit = self.params.max_new_tokens - len(self.token_ids)
         guess = draft(self.prompt_ids + self.token_ids, self.draft_tokens) if self.draft_tokens else []
         return decode_row(self.model, self.state, self.token_ids[-1], self._yield_requested, self._decoded,
-                          self.sampler.pick, guess, limit, self.stop_ids)
+                          self.sampler.pick, draft=guess, limit=limit, stop_ids=self.stop_ids)
 
     def _decoded(self, tokens: list[int] | None) -> bool:
         if tokens is None:
