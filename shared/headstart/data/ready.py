@@ -21,7 +21,7 @@ the exit with the full answer. Nothing is computed while the setting is off.
 Off by default, and restricted to V, because of what it does on a trained
 model (`headstart bench ready-exit`, issue 30; docs/benchmarks.md): on the
 Qwen2.5-Coder-0.5B with the data prompt, the ready top token opens an SQL
-answer ("```", its runner-up "Here" or "SELECT") at every measured version,
+answer ("```", runner-up "Here", gap 0.18-1.31) at every measured version,
 never a word that answers anything, and the full answers mostly start with
 another token. Without V (the rule before issue 30) the exit would have
 answered such queries with "```", never right. With V it does not fire on
