@@ -17,9 +17,11 @@ retention's two modes (shift vs rebuild) on drift and cost.
    (its cache keeps growing: a reference for drift and query time only).
 3. **Ready-position exit** (paper §3.9.4). One session keeps its
    ready-position logits; after each batch every question is answered in
-   full, and the exit is scored offline at each threshold: hit rate (the
-   gap is above it, so the exit would answer) and errors (a hit whose one
-   token is not the full answer's first token, or not its whole text).
+   full, and the gap rule alone is scored offline at each threshold: hit
+   rate (the gap is above it) and errors (a hit whose one token is not the
+   full answer's first token, or not its whole text). The exit itself also
+   needs a fast answer (`headstart.data.ready`); on a trained model and
+   Spider databases: `headstart bench ready-exit`.
 
     python -m bench.data_sessions --out bench-out/data   (or: headstart bench data)
 

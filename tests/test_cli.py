@@ -79,6 +79,24 @@ def test_bench_ttft_plumbing(tmp_path):
     assert (out / "ttft.md").read_text().count("\n|") >= 5 and (out / "ttft.png").stat().st_size > 1000
 
 
+def test_bench_ready_exit_plumbing(tmp_path):
+    """`bench ready-exit` on random:tiny: its files, one ready position per batch, every question answered."""
+    out = tmp_path / "ready"
+    proc = run(["bench", "ready-exit", "--model", "random:tiny", "--db", "concert_singer", "--batches", "2",
+                "--max-rows", "8", "--spider", "1", "--max-new-tokens", "3", "--threads", "1", "--out", str(out)],
+               tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "ready-exit.json").read_text())
+    assert [(p["db"], p["rows"]) for p in report["points"]] == [("concert_singer", 4), ("concert_singer", 8)]
+    assert [len(p["answers"]) for p in report["points"]] == [1 + 3, 1 + 3]
+    assert [t["tau"] for t in report["thresholds"]] == [0.5, 1.0, 2.0, 4.0, 8.0]
+    for t in report["thresholds"]:
+        assert t["queries"] == 8 and t["right"] <= t["fires"] <= 8 and t["fires_in_v"] <= t["fires"]
+    assert (out / "ready-exit.md").read_text().count("\n|") >= 8 and (out / "ready-exit.png").stat().st_size > 1000
+    proc = run(["bench", "ready-exit", "--model", "random:tiny", "--db", "world_1", "--out", str(out)], tmp_path)
+    assert proc.returncode == 2 and "no stream questions for ['world_1']" in proc.stderr
+
+
 def test_bench_decode_step_plumbing(tmp_path):
     """One decode step per kernel choice: the files, the cases, and every
     kernel picking the model's own forward's tokens (timings not asserted)."""

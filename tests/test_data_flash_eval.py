@@ -12,7 +12,10 @@ import pytest
 import torch
 
 from headstart.data import flash_eval
+from headstart.data import DataSettings
 from headstart.data.answer import logit_gap
+from headstart.data.ready import in_fast_vocabulary
+from headstart.data.types import FAST_ANSWERS
 from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.kv import prefill
 from headstart.engine.steps import commit_rows, run_rows
@@ -118,18 +121,27 @@ def test_evaluate_runs_ahead_of_ingestion_and_queries(runtime, db):
 
 
 def test_ready_position_logits_and_the_speculative_exit(runtime, db):
-    session = open_session(runtime, db, retention_tokens=4000, ready_exit_gap=0.0)
+    # the paper's fast-answer vocabulary, here the random model's ready word (a trained one's is "```")
+    probe = open_session(runtime, db, retention_tokens=4000, ready_exit_gap=0.0)
+    try:
+        probe.push(rows(0, 3))
+        probe.wait_idle()
+        word = probe.ready_position().text
+    finally:
+        probe.close()
+    assert word.strip(), f"the random model's ready token {word!r} is blank: pick other rows"
+    session = open_session(runtime, db, retention_tokens=4000, ready_exit_gap=0.0, ready_exit_vocabulary={word})
     try:
         session.push(rows(0, 3))
         session.wait_idle()
         ready = session.ready_position()
-        assert ready is not None and ready.version == session.data_version == 3
+        assert ready is not None and ready.version == session.data_version == 3 and ready.text == word
         cold = prefill(runtime.model, session.context_ids() + session.prompt.ready_ids())
         assert torch.allclose(ready.logits, cold.last_logits, atol=1e-9, rtol=0)
         assert ready.token == int(torch.argmax(cold.last_logits)) and ready.token not in runtime.stop_ids
         quick = session.query(QUESTION, 8)
         assert quick.speculative and quick.token_ids == [ready.token] and quick.text == ready.text
-        assert quick.data_version == 3
+        assert quick.data_version == 3 and quick.sql == ""  # a word, not SQL
         full = session.query(QUESTION, 8, allow_speculative=False)
         assert not full.speculative
         info = session.describe()
@@ -144,6 +156,39 @@ def test_ready_position_logits_and_the_speculative_exit(runtime, db):
         assert session.ready_position().version == 4
     finally:
         session.close()
+
+
+def test_a_ready_token_outside_the_fast_answers_is_no_answer(runtime, db):
+    """Above any threshold, a top token that is not a fast answer (on a trained
+    model the ready token opens SQL: "```", "SELECT") runs the query in full."""
+    session = open_session(runtime, db, retention_tokens=4000, ready_exit_gap=0.0)
+    try:
+        session.push(rows(0, 3))
+        session.wait_idle()
+        ready = session.ready_position()
+        assert ready is not None and not in_fast_vocabulary(ready.text)
+        assert not session.query(QUESTION, 3).speculative
+        assert session.describe()["ready_exits"] == 0
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("text, fast", [
+    ("Yes", True), (" no", True), ("TRUE", True), (" Down", True), ("12", True), (" 7", True),
+    ("```", False), ("SELECT", False), (" SELECT", False), ("Here", False), ("", False), (" ", False),
+    ("-1", False), ("1.5", False), ("\uff11\uff12", False), ("yes!", False),
+])
+def test_fast_answers_are_one_word_verdicts_and_unsigned_integers(text, fast):
+    assert in_fast_vocabulary(text) is fast
+
+
+def test_the_vocabulary_is_a_setting():
+    assert in_fast_vocabulary(" UP", DataSettings(ready_exit_vocabulary={" Up "}).ready_exit_vocabulary)
+    assert not in_fast_vocabulary("yes", DataSettings(ready_exit_vocabulary={"up"}).ready_exit_vocabulary)
+    assert DataSettings().ready_exit_vocabulary == FAST_ANSWERS
+    for bad in ("yes", {"yes", " "}, {"yes", 1}):
+        with pytest.raises(InvalidInput):
+            DataSettings(ready_exit_vocabulary=bad)
 
 
 def test_the_exit_is_off_by_default_and_above_its_threshold(runtime, db):

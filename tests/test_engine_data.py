@@ -352,8 +352,11 @@ def test_ready_exit_gap_reaches_the_session(replica):
     session.wait_idle()  # the ready position is computed by a job after the batch
     ready = session.ready_position()
     assert ready is not None and ready.version == 2
+    assert not query(stub, sid).speculative  # the random model's ready token is no fast answer
+    # the wire carries the gap; the fast-answer vocabulary stays the engine's (here: that token)
+    session.settings = replace(session.settings, ready_exit_vocabulary={ready.text.strip() or "x"})
     answer = query(stub, sid)
-    assert (answer.speculative, answer.version, answer.text) == (True, 2, ready.text)
+    assert (answer.speculative, answer.version, answer.text, answer.sql) == (True, 2, ready.text, "")
     assert answer.logit_gap == pytest.approx(ready.gap)
     assert json.loads(stub.DataDescribe(engine_pb2.DataRef(session_id=sid), metadata=md()).describe_json)[
         "ready_exits"] == 1

@@ -337,6 +337,28 @@ def bench_data(
                    latency_tokens, retention_rows, retention_batch, bound, seed)
 
 
+@bench_app.command("ready-exit")
+def bench_ready_exit(
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
+    db: list[str] = typer.Option(["concert_singer", "pets_1", "orchestra", "employee_hire_evaluation"],
+                                 help="Spider databases streamed into data sessions (those with stream questions)"),
+    batches: int = typer.Option(3, help="ingestion batches per database: one ready position each"),
+    max_rows: int = typer.Option(48, help="rows streamed per database at most"),
+    spider: int = typer.Option(2, help="Spider dev questions per batch (besides 3 stream questions)"),
+    max_new_tokens: int = typer.Option(64, help="the cap on a full answer (answers end at EOS)"),
+    threads: int = typer.Option(2),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("bench-out/ready-exit")),
+):
+    """Data sessions' ready-position exit on Spider: the ready gap per threshold, its top token, exits right."""
+    from bench.ready_exit import run_ready_exit_bench
+
+    try:
+        run_ready_exit_bench(out, model, _split(db), batches, max_rows, spider, max_new_tokens, threads, seed)
+    except ValueError as exc:  # a database without stream questions
+        _fail(str(exc))
+
+
 @bench_app.command("stream")
 def bench_stream(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),

@@ -9,12 +9,23 @@ while it runs, it runs again on the newest version.
 
 With `DataSettings.ready_exit_gap` set, a query first checks them: when they
 belong to the current version and cache, their top-1 minus top-2 logit is
-above the threshold and the top token is not a stop token, the query
-returns that token's text at once (`QueryResult.speculative`), with no
-forward at all. Approximate by design (the question is never read): off by
-default; `describe()` counts `ready_exits`, and `DataSession.ready_position()`
-lets a benchmark compare the exit with the full answer. Nothing is computed
-while the setting is off.
+above the threshold and the top token is a fast answer (the paper's
+vocabulary V: a word of `DataSettings.ready_exit_vocabulary`, yes / no /
+true / false / up / down by default, or an unsigned integer), the query
+returns that token's text at once (`QueryResult.speculative`, no SQL), with
+no forward at all. Approximate by design (the question is never read: one
+answer for every question on that version). `describe()` counts
+`ready_exits`, and `DataSession.ready_position()` lets a benchmark compare
+the exit with the full answer. Nothing is computed while the setting is off.
+
+Off by default, and restricted to V, because of what it does on a trained
+model (`headstart bench ready-exit`, issue 30; docs/benchmarks.md): on the
+Qwen2.5-Coder-0.5B with the data prompt, the ready top token opens an SQL
+answer ("```", runner-up "Here", gap 0.18-1.31) at every measured version,
+never a word that answers anything, and the full answers mostly start with
+another token. Without V (the rule before issue 30) the exit would have
+answered such queries with "```", never right. With V it does not fire on
+this product's prompt; it stays for prompts whose answers are one word.
 """
 
 from __future__ import annotations
@@ -27,10 +38,16 @@ import torch
 
 from headstart.data.answer import Snapshot, logit_gap
 from headstart.data.states import DataState
-from headstart.data.types import QueryResult
+from headstart.data.types import FAST_ANSWERS, QueryResult
 from headstart.engine.scheduler_types import Priority
 from headstart.engine.steps import Row, RowResult
-from headstart.eval.extract import extract_sql
+
+
+def in_fast_vocabulary(text: str, vocabulary: frozenset[str] = FAST_ANSWERS) -> bool:
+    """Whether a token's text is a fast answer: a word of `vocabulary`
+    (stripped, case-folded) or an unsigned integer."""
+    word = text.strip().lower()
+    return word in vocabulary or (word.isascii() and word.isdigit())
 
 
 @dataclass(frozen=True)
@@ -128,9 +145,12 @@ class ReadyLogits:
         position = self.usable(session)
         if position is None or not position.gap > threshold or position.token in session.runtime.stop_ids:
             return None
+        if not in_fast_vocabulary(position.text, session.settings.ready_exit_vocabulary):
+            return None  # the first token of a longer answer ("```", "SELECT"), not an answer
         with session._lock:
             session.counts["ready_exits"] += 1
             session.counts["queries"] += 1
-        return QueryResult(position.text, extract_sql(position.text), position.version, position.rows,
+        # a fast answer is a word, not SQL: nothing to execute
+        return QueryResult(position.text, "", position.version, position.rows,
                            position.context, [position.token], position.logits, time.perf_counter() - started,
                            speculative=True)

@@ -181,8 +181,9 @@ class DataSession(Ingestion, RetentionJobs):
 
         With `DataSettings.ready_exit_gap` set (and `allow_speculative`), a
         query may instead be answered at once from the ready-position logits
-        of the current version (`speculative=True`, one token, no forward;
-        see `headstart.data.ready`).
+        of the current version when their top token is a fast answer
+        (`speculative=True`, one word, no SQL, no forward; see
+        `headstart.data.ready`).
 
         Raises:
             InvalidInput: the question is empty or too long, or max_new_tokens < 1.

@@ -10,6 +10,10 @@ from headstart.data.rows import DataRow
 from headstart.engine.errors import InvalidInput
 
 RETENTION_MODES = ("shift", "rebuild")
+# The paper's fast-answer vocabulary V (§3.9.4): the speculative exit answers
+# only with one of these words (or an unsigned integer), never with the
+# first token of a longer answer (`headstart.data.ready`).
+FAST_ANSWERS = frozenset({"yes", "no", "true", "false", "up", "down"})
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,9 @@ class DataSettings:
     buffer_rows: unprocessed rows kept per session; batch_rows:
     rows one ingestion step adds; max_row_chars / max_row_tokens: a row's
     limits; max_question_chars: a question's limit; ready_exit_gap: the
-    speculative exit's threshold (None: off; see `DataSession.query`)."""
+    speculative exit's threshold (None: off; see `headstart.data.ready`);
+    ready_exit_vocabulary: the one-word answers it may give (the paper's
+    fast-answer vocabulary; unsigned integers always qualify)."""
 
     retention_tokens: int = 2048
     retention: str = "rebuild"
@@ -32,6 +38,7 @@ class DataSettings:
     max_row_tokens: int = 128
     max_question_chars: int = 2000
     ready_exit_gap: float | None = None
+    ready_exit_vocabulary: frozenset[str] = FAST_ANSWERS
 
     def __post_init__(self):
         if self.retention not in RETENTION_MODES:
@@ -45,6 +52,10 @@ class DataSettings:
             raise InvalidInput("max_row_tokens must not exceed retention_tokens")
         if self.ready_exit_gap is not None and not self.ready_exit_gap >= 0:
             raise InvalidInput("ready_exit_gap must be None (off) or a number >= 0")
+        words = self.ready_exit_vocabulary
+        if isinstance(words, str) or not all(isinstance(w, str) and w.strip() for w in words):
+            raise InvalidInput("ready_exit_vocabulary must be a collection of non-empty words")
+        object.__setattr__(self, "ready_exit_vocabulary", frozenset(w.strip().lower() for w in words))
 
     @property
     def retention_window(self) -> tuple[int, int]:
