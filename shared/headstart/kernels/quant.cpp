@@ -436,10 +436,18 @@ constexpr int MT = 2;  // 2 x (2 int + 2 float) ymm accumulators of 16
 template <int KIND>
 void run_kind(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t K,
               int mt, float* y, int64_t ldy) {
-  if (KIND == Q8_0 && s.wide[b])
+  // one token (a decode step): a build of its own, with no unused accumulators or token checks
+  const bool wide = KIND == Q8_0 && s.wide[b];
+  if (mt == 1) {
+    if (wide)
+      block_q<KIND, 1, true>(s, b, xq, xs, xsum16, K, 1, y, ldy);
+    else
+      block_q<KIND, 1, false>(s, b, xq, xs, xsum16, K, 1, y, ldy);
+  } else if (wide) {
     block_q<KIND, MT, true>(s, b, xq, xs, xsum16, K, mt, y, ldy);
-  else
+  } else {
     block_q<KIND, MT, false>(s, b, xq, xs, xsum16, K, mt, y, ldy);
+  }
 }
 
 void run_block(const Segment& s, int64_t b, const int8_t* xq, const float* xs, const float* xsum16, int64_t M,
