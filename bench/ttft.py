@@ -19,6 +19,7 @@ real time. Also measured: one decode step on a warm cache, the floor.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from pathlib import Path
@@ -64,7 +65,8 @@ def _side_by_side_steps(runtime: EngineRuntime, peer_mode, db: str, first_ms: fl
             return {}
         peer_runs.append(run)
         if i < rounds - 1:
-            ours.append(measure_decode_step(runtime, db))
+            with peer_mode.server.paused():
+                ours.append(measure_decode_step(runtime, db))
     steps = [r["decode_step_ms"] for r in peer_runs]
     out = dict(peer_runs[0], decode_step_ms=statistics.median(steps), decode_step_rounds_ms=steps,
                ours_side_by_side_ms=statistics.median(ours), ours_side_by_side_rounds_ms=ours)
@@ -96,8 +98,9 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts
             runtime.base_state(runtime.prompt_for(db))
-        runtime.complete(dbs[0], "warm up", "prefix", 2)
-        decode_ms = measure_decode_step(runtime, dbs[0])
+        with peer.paused() if peer else contextlib.nullcontext():
+            runtime.complete(dbs[0], "warm up", "prefix", 2)
+            decode_ms = measure_decode_step(runtime, dbs[0])
         # with llama.cpp beside us: one of our decode-step samples per question,
         # right after llama.cpp's answer (whose per-token time it reports), so
         # the two engines' steps are measured side by side, alternating
@@ -112,28 +115,10 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
         for i, q in enumerate(picked):
             trace = Typist(wpm=wpm, typo_rate=typo_rate, pause_s=pause, seed=seed + i).trace(q["question"])
             outputs = {}
-            for mode in MODES:
-                session_mode = mode in ("paper", "headstart")
-                result = replay_in_mode(runtime, q["db_id"], trace, "session" if session_mode else mode,
-                                        policy=mode if session_mode else "headstart",
-                                        max_new_tokens=max_new_tokens, wait_typing=False)
-                outputs[mode] = result.token_ids
-                rows.append({
-                    "question": i, "db_id": q["db_id"], "text": q["question"], "mode": mode,
-                    "ttft_ms": result.ttft_ms, "prompt_tokens": result.prompt_tokens,
-                    "cached_tokens_at_submit": result.cached_tokens_at_submit,
-                    "computed_tokens_at_submit": result.computed_tokens_at_submit,
-                    "wasted_tokens": result.wasted_tokens, "total_ms": result.total_ms,
-                    "num_tokens": len(result.token_ids),
-                    "answer_tokens_ready_at_submit": result.extra.get("answer_tokens_ready_at_submit", 0),
-                    # the whole answer (its stop token included) decoded ahead, before Enter
-                    "complete_at_submit": result.finish_reason == "stop" and result.extra.get(
-                        "answer_tokens_ready_at_submit", 0) > len(result.token_ids),
-                    "decode_forwards": result.extra.get("decode_forwards"),
-                    "typing_s": trace.submit_t, "keystrokes": len(trace.events),
-                })
-                print(f"  q{i} {q['db_id']:8s} {mode:9s} ttft {result.ttft_ms:8.1f} ms  computed@submit "
-                      f"{result.computed_tokens_at_submit:4d}  wasted {result.wasted_tokens:4d}", flush=True)
+            # llama.cpp stopped while our modes run (its idle threads poll for work on the same cores)
+            with peer.paused() if peer else contextlib.nullcontext():
+                for mode in MODES:
+                    _run_mode(runtime, q, i, trace, mode, max_new_tokens, outputs, rows)
             for row in rows[-len(MODES):]:
                 row["identical_to_cold"] = outputs[row["mode"]] == outputs["cold"]
             if peer:
@@ -142,7 +127,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                              "typing_s": trace.submit_t, "keystrokes": len(trace.events)})
                 print(f"  q{i} {q['db_id']:8s} llamacpp  ttft {row['ttft_ms']:8.1f} ms  same prompt tokens "
                       f"{row['same_prompt_tokens']}  same text as cold {row['identical_to_cold']}", flush=True)
-                decode_rounds.append(measure_decode_step(runtime, dbs[0], steps=8))
+                with peer.paused():
+                    decode_rounds.append(measure_decode_step(runtime, dbs[0], steps=8))
                 print(f"  q{i} decode step: ours {decode_rounds[-1]:.1f} ms, llama.cpp "
                       f"{(peer_mode.server_decode_ms or [float('nan')])[-1]:.1f} ms", flush=True)
         if decode_rounds:
@@ -153,6 +139,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
             peer.stop()
     if peer:
         peer_decode = dict(peer_decode, server=peer.describe(), threads=peer.threads, gguf_type=gguf_type,
+                           gguf=peer.gguf.name, attention=getattr(peer, "cache_type", None),
                            server_decode_step_ms=peer_mode.server_decode_step_ms(),
                            rounds={"ours_ms": decode_rounds, "llamacpp_ms": list(peer_mode.server_decode_ms)})
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
@@ -162,6 +149,31 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                                            fast_path_choice=runtime.fast_path_choice.to_dict()), peer_decode)
     _write(report, out)
     return report
+
+
+def _run_mode(runtime, q: dict, i: int, trace, mode: str, max_new_tokens: int, outputs: dict, rows: list) -> None:
+    """One question in one of our modes: its row, and its tokens in `outputs`."""
+    session_mode = mode in ("paper", "headstart")
+    result = replay_in_mode(runtime, q["db_id"], trace, "session" if session_mode else mode,
+                            policy=mode if session_mode else "headstart",
+                            max_new_tokens=max_new_tokens, wait_typing=False)
+    outputs[mode] = result.token_ids
+    rows.append({
+        "question": i, "db_id": q["db_id"], "text": q["question"], "mode": mode,
+        "ttft_ms": result.ttft_ms, "prompt_tokens": result.prompt_tokens,
+        "cached_tokens_at_submit": result.cached_tokens_at_submit,
+        "computed_tokens_at_submit": result.computed_tokens_at_submit,
+        "wasted_tokens": result.wasted_tokens, "total_ms": result.total_ms,
+        "num_tokens": len(result.token_ids),
+        "answer_tokens_ready_at_submit": result.extra.get("answer_tokens_ready_at_submit", 0),
+        # the whole answer (its stop token included) decoded ahead, before Enter
+        "complete_at_submit": result.finish_reason == "stop" and result.extra.get(
+            "answer_tokens_ready_at_submit", 0) > len(result.token_ids),
+        "decode_forwards": result.extra.get("decode_forwards"),
+        "typing_s": trace.submit_t, "keystrokes": len(trace.events),
+    })
+    print(f"  q{i} {q['db_id']:8s} {mode:9s} ttft {result.ttft_ms:8.1f} ms  computed@submit "
+          f"{result.computed_tokens_at_submit:4d}  wasted {result.wasted_tokens:4d}", flush=True)
 
 
 GGUF_OF_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -247,8 +259,7 @@ def _write(report: dict, out: Path) -> None:
             + ([f"{s['p50_vs_llamacpp']:.3f}", f"{s['total_p50_vs_llamacpp']:.3f}"] if vs_peer else [])
             for m, s in report["modes"].items()]
     peer_line = ("llamacpp mode: not run (no llama.cpp server available, or --llamacpp off)\n" if peer is None else
-                 f"llamacpp ran on {peer['server']} ({peer['threads']} threads, GGUF "
-                 f"{(peer.get('gguf_decode') or {}).get('gguf_type', 'f32')}); "
+                 f"llamacpp ran on {peer['server']} ({peer['threads']} threads, {_peer_weights(peer)}); "
                  + (f"one llama.cpp decode step on the same weights ({peer['decode_step_source']}): "
                     f"{peer['decode_step_ms']:.1f} ms, ours / llama.cpp = {peer['ours_vs_llamacpp_decode']:.2f}; "
                     if peer["decode_step_ms"] else "")
@@ -268,6 +279,14 @@ def _write(report: dict, out: Path) -> None:
     (out / "ttft.md").write_text(table)
     print("\n" + table)
     _plot(report, out / "ttft.png")
+
+
+def _peer_weights(peer: dict) -> str:
+    """What llama.cpp served: the model's own GGUF file with its default attention, or a conversion."""
+    gguf = peer.get("gguf_decode") or {}
+    if gguf.get("attention") == "default":
+        return f"the same GGUF file ({gguf.get('gguf')}), llama.cpp's default KV type and flash attention"
+    return f"GGUF {gguf.get('gguf_type', 'f32')}, KV {gguf.get('attention') or 'f32'}"
 
 
 def _forwards_line(report: dict) -> str:
