@@ -17,6 +17,7 @@ to `out_dir`. A benchmark, not a test: it never fails on a timing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -87,15 +88,17 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
         wall: dict[tuple[bool, str], float] = {}
         server = peer.at(n) if peer else None  # llama-server restarted with -np N
         for r in range(rounds):
-            for path in PATHS:
-                for anticipate in ((True, False) if r % 2 == 0 else (False, True)):
-                    key = (anticipate, path)
-                    metrics.rtt_samples.clear()
-                    started = time.perf_counter()
-                    got.setdefault(key, []).extend(await _round(stack, path, anticipate, n, questions, r, rounds, db,
-                                                                typist, max_new_tokens, None))
-                    wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
-                    rtts.setdefault(key, []).extend(metrics.rtt_samples)
+            # llama-server stopped while our rounds run: idle, its threads still poll the same cores
+            with server.paused() if server else contextlib.nullcontext():
+                for path in PATHS:
+                    for anticipate in ((True, False) if r % 2 == 0 else (False, True)):
+                        key = (anticipate, path)
+                        metrics.rtt_samples.clear()
+                        started = time.perf_counter()
+                        got.setdefault(key, []).extend(await _round(stack, path, anticipate, n, questions, r, rounds,
+                                                                    db, typist, max_new_tokens, None))
+                        wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
+                        rtts.setdefault(key, []).extend(metrics.rtt_samples)
             if peer:
                 key = ("llamacpp", "openai")
                 started = time.perf_counter()

@@ -115,3 +115,20 @@ def test_a_drafted_decode_step_keeps_what_one_at_a_time_steps_pick(tiny_runtime)
     assert kept == greedy[:2]
     kept, kv = step(right, stop={greedy[1]})
     assert kept == greedy[:2] and kv.ids == prompt + [14, greedy[0]]
+
+
+def test_prompt_lookup_drafts_follow_the_latest_recurring_ngram():
+    """The drafter proposes what followed the latest earlier occurrence of the context's last
+    n tokens (longest n first), nothing when nothing recurs; the bench's replay counts one
+    forward per step and the tokens each checks."""
+    from bench.prompt_lookup import simulate
+    from headstart.engine.prompt_lookup import draft
+
+    context = [1, 2, 3, 9, 1, 2, 4, 7, 1, 2]
+    assert draft(context, 3) == [4, 7, 1]  # [1, 2] last seen before 4 (the latest), over [1, 2] before 3
+    assert draft(context + [3], 2) == [9, 1]  # [1, 2, 3] recurs: its follower, longest n-gram first
+    assert draft([5, 6, 7], 4) == [] and draft(context, 0) == []
+    tokens, sizes = simulate([([10, 11, 12, 13], [11, 12, 13, 99])], k=3, ngram_min=1)
+    # answer 11 12 13 EOS: the first from the prefill; then one forward of 4 (11 and the draft 12 13 11):
+    # 12 and 13 right, the model's own token after them (EOS) from the same forward
+    assert (tokens, sizes) == (3, [4])

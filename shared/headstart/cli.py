@@ -397,6 +397,22 @@ from loadtest.run import loadtest_cli  # noqa: E402 (`headstart loadtest`: Locus
 app.command("loadtest")(loadtest_cli)
 
 
+@bench_app.command("prompt-lookup")
+def bench_prompt_lookup(
+    run: Path = typer.Option(..., help="a finished `headstart eval` run (its folder): the answers replayed"),
+    model: str = typer.Option(DEFAULT_MODEL, help="the model whose forwards are timed (the run's)"),
+    limit: int = typer.Option(300, help="answers replayed (the run's first N scored questions)"),
+    out: Path = typer.Option(Path("bench-out/prompt-lookup")),
+):
+    """Prompt-lookup drafts: tokens per forward on real answers and decode time vs no drafts, per kernel level."""
+    from bench.prompt_lookup import run_prompt_lookup_bench
+
+    try:
+        run_prompt_lookup_bench(run, out, model, limit)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+
+
 @bench_app.command("tables")
 def bench_tables(
     dataset: str = typer.Option("spider-dev", help="spider-dev | bird-dev"),
