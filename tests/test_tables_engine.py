@@ -67,13 +67,27 @@ def test_schema_order_matches_cold_in_pfk(runtime):
         assert table.token_ids != cold.token_ids
 
 
+@pytest.mark.parametrize("db", ["concert_singer", "pets_1"])
+def test_whole_schema_matches_cold_in_pfk(runtime, db):
+    """A whole-schema prompt of a one-group database is its group's encode sequence (schema
+    order, even where the topological order differs: pets_1, issue 30): tokens equal cold's."""
+    table = runtime.complete(db, QUESTIONS[0], max_new_tokens=MAX_NEW)
+    cold = runtime.complete(db, QUESTIONS[0], "cold", MAX_NEW)
+    if runtime.prefix_source.service.mode == "pfk":
+        assert table.token_ids == cold.token_ids
+    else:
+        assert table.token_ids != cold.token_ids
+
+
 def test_p0_is_assembled_and_kept_under_a_table_key(runtime):
-    prompt = runtime.prompt_for("world_1")
+    prompt = runtime.prompt_for("flight_2")
     base = runtime.base_state(prompt)
     assert base.ids == prompt.base_ids
     reference = runtime.worker.run_sync(lambda: prefill(runtime.model, prompt.base_ids))
     diff = max(float((a.keys - b.keys).abs().max()) for a, b in zip(base.cache.layers, reference.cache.layers))
-    assert diff > 1e-3  # world_1 encodes country before city: the assembled P0 is not the prefill's
+    # flight_2 is two groups, (airlines,) and (airports, flights): airports' block never saw
+    # airlines, which the prompt lists first, so the assembled P0 is not the prefill's
+    assert diff > 1e-3
     mode = runtime.prefix_source.service.mode
     loaded = runtime.loaded
     assert runtime.p0_store.get(p0_key(f"{loaded.model_id}|tables={mode}", "float64", prompt.base_ids),
@@ -88,7 +102,7 @@ def test_session_matches_a_cold_run_over_the_same_assembled_p0(runtime, kind, po
     rng = random.Random(f"{kind}-{policy}-{pace}")
     question = QUESTIONS[rng.randrange(len(QUESTIONS))]
     snapshots = KINDS[kind](question, rng)
-    session = runtime.open_session("world_1", policy)
+    session = runtime.open_session("flight_2", policy)  # its assembled P0 is not the prefill's
     try:
         for seq, text in enumerate(snapshots, 1):
             session.update(seq, text)
@@ -97,7 +111,7 @@ def test_session_matches_a_cold_run_over_the_same_assembled_p0(runtime, kind, po
         result = session.submit(len(snapshots) + 1, snapshots[-1], PARAMS).result()
     finally:
         runtime.close_session(session.session_id)
-    expected = from_base(runtime, "world_1", snapshots[-1])
+    expected = from_base(runtime, "flight_2", snapshots[-1])
     assert len(expected) == MAX_NEW
     assert result.token_ids == expected
 

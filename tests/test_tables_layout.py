@@ -69,6 +69,26 @@ def test_groups_per_mode(tokenizer, mode, groups):
     assert layout_of(tokenizer, schema, mode).groups == groups
 
 
+def test_pfk_groups_list_their_tables_in_schema_order(tokenizer):
+    """pets_1's topological order is Student, Pets, Has_Pet (Has_Pet references both); its
+    prompt lists Student, Has_Pet, Pets, and so does its group (issue 30)."""
+    schema = load_spider_tables(default_spider_dir() / "tables.json")["pets_1"]
+    assert layout_of(tokenizer, schema).groups == (("Student", "Has_Pet", "Pets"),)
+
+
+@pytest.mark.parametrize("schema", _schemas())
+def test_a_single_group_is_the_whole_schema_prompt(tokenizer, schema):
+    """Where every table is in one foreign-key group, the group's encode sequence is the
+    whole-schema prompt up to the end of its last table: its blocks are exact there."""
+    prompt = PromptBuilder(tokenizer, schema)
+    layout = TableLayout.build(prompt, model_id="m", dtype="float32", mode="pfk")
+    first, _ = layout.group_sequence(layout.groups[0])
+    if len(layout.groups) == 1:
+        assert prompt.base_ids[:len(first)] == first
+    else:  # the first group still starts the prompt with the schema's first table
+        assert layout.groups[0][0] == schema.table_names[0]
+
+
 def test_group_sequence_is_head_then_tables(tokenizer):
     schema = load_spider_tables(default_spider_dir() / "tables.json")["flight_2"]
     layout = layout_of(tokenizer, schema)

@@ -2,7 +2,7 @@
 
 A block is produced once per (model, dtype, database, schema version, table)
 by the precompute job, which encodes each foreign-key group of tables as one
-causal sequence in topological order. The block of a table keeps:
+causal sequence in schema order (`layout`). The block of a table keeps:
 
 - the table's token ids (what the table trie matches in a prompt),
 - its keys *before* rotary position encoding (so it can be placed at any

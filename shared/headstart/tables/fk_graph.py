@@ -1,5 +1,9 @@
 """The foreign-key graph of a schema: which tables are encoded together, in which order.
 
+The table cache encodes each group (`groups`) together, but in schema order,
+not in the topological order given here (`layout` says why); `order` and
+`parents` remain the graph's own view.
+
 Nodes are the schema's tables. For every foreign key of table B that
 references table A there is one edge A -> B (referenced -> referencing), so a
 topological order puts a referenced table before the tables that point at it,

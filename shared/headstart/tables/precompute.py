@@ -1,11 +1,11 @@
 """Block precompute: encode each group of tables once and store one block per table.
 
-For every group of a `TableLayout` (a foreign-key group in topological order,
+For every group of a `TableLayout` (a foreign-key group in schema order,
 or a single table in `independent` mode) one causal forward runs over
 
     head + table_1 + table_2 + ... + table_k
 
-so each table attends to the head and to the tables it references. Each
+so each table attends to the head and to its group's tables listed before it. Each
 table's keys are captured before rotary encoding (`rope.capture_pre_rope_keys`),
 its values read from the cache, and both stored with its token ids and its
 position in that sequence (`position_offset`).
