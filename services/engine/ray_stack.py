@@ -63,6 +63,11 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Serve kills a proxy that misses its ready check (5 s) three times in a row, and
+    # serve.start then fails ("Proxy actor reported not ready"): on a 2-core machine busy
+    # with forwards a proxy's first start takes longer. Ray's processes inherit these.
+    for name in ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"):
+        os.environ.setdefault(name, "30")
     keep_ray_on_loopback()
     temp_dir.mkdir(parents=True, exist_ok=True)
     if len(str(temp_dir)) > 60:
