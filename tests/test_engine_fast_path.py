@@ -21,9 +21,9 @@ from headstart.engine.model_runner import (
     fast_path_name,
     resolve_fast_path,
 )
-from headstart.engine.native_ops import native_supports
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
+from tests.kernel_skips import skip_unless_runs_here
 from tests.typing_traces import KINDS, QUESTIONS
 
 MAX_NEW = 8
@@ -63,8 +63,7 @@ def test_fast_path_computes_the_models_forward(tiny32, mode):
     """A prefill and a chunked extension through the fast path give the
     logits of the model's own forward (up to float32 reassociation), and
     the lone extension really runs the installed ops."""
-    if mode == "native" and (why := native_supports(tiny32)) is not None:
-        pytest.skip(f"native cannot run here: {why}")
+    skip_unless_runs_here(tiny32, mode)
     enable_fast_path(tiny32, "off")
     reference = prefill(tiny32, PROMPT).last_logits
     assert enable_fast_path(tiny32, mode) == mode and fast_path_name(tiny32) == mode
@@ -129,8 +128,7 @@ def test_batched_decode_rows_match_lone_rows_on_the_fast_path(tiny32):
 @pytest.fixture(scope="module", params=[("float64", "eager"), ("float32", "onednn"), ("float32", "native")])
 def fast_runtime(request, tmp_path_factory):
     dtype, mode = request.param
-    if mode == "native" and (why := native_supports(load_model("random:tiny", dtype).model)) is not None:
-        pytest.skip(f"native cannot run here: {why}")
+    skip_unless_runs_here(load_model("random:tiny", dtype).model, mode)
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype=dtype, fast_path=mode,
                                           p0_cache_dir=tmp_path_factory.mktemp("p0"), chunk_tokens=64,
                                           debounce_ms=0.0)
@@ -198,8 +196,7 @@ def test_batch_invariant_rows_are_bit_identical_to_lone(dtype, mode):
     """HEADSTART_BATCH_INVARIANT: a batched row's logits equal its lone
     forward's bit for bit (a near-tie can no longer flip with batching)."""
     model = load_model("random:tiny", dtype).model
-    if mode == "onednn" and not onednn_supports(model):
-        pytest.skip(f"oneDNN has no {dtype} kernels on this CPU (bfloat16 needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT)")
+    skip_unless_runs_here(model, mode)
     assert enable_fast_path(model, mode, batch_invariant=True) == mode
     lone, batched = batched_vs_lone(model)
     for a, b in zip(lone, batched):

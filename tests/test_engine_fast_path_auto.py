@@ -29,6 +29,7 @@ from headstart.engine.native_ops import native_supports
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 from tests.engine_fixture import typed_then_submitted
+from tests.kernel_skips import skip_unless_runs_here
 
 PROMPT = list(range(1000, 1041))
 WORKLOADS = ("prefill_64", "decode_1", "decode_4")
@@ -137,8 +138,7 @@ def test_auto_does_not_time_a_tiny_or_float64_model(dtype, monkeypatch):
 @pytest.mark.parametrize("mode", ["off", "eager", "onednn", "native"])
 def test_a_forced_choice_is_not_measured(tiny32, mode):
     """HEADSTART_FAST_PATH other than auto: taken as given, the timer never runs."""
-    if mode == "native" and native_supports(tiny32) is not None:
-        pytest.skip(f"native cannot run here: {native_supports(tiny32)}")
+    skip_unless_runs_here(tiny32, mode)
     assert enable_fast_path(tiny32, mode, timer=never) == mode
     choice = fast_path_choice(tiny32)
     assert (choice.kernels, choice.requested, choice.measured) == (mode, mode, False)
