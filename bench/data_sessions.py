@@ -15,6 +15,9 @@ retention's two modes (shift vs rebuild) on drift and cost.
    re-rotation; rebuild's re-prefill forwards) per retention pass, and the
    ingestion wall time; `none` is the same rows with a bound never reached
    (its cache keeps growing: a reference for drift and query time only).
+   Accuracy: eight questions with gold SQL (`GOLD`) answered in full on each
+   mode's cache (the flash path), their SQL run at the answer's version:
+   how many are right, and how many whole answers equal a cold prefill's.
 3. **Ready-position exit** (paper §3.9.4). One session keeps its
    ready-position logits; after each batch every question is answered in
    full, and the gap rule alone is scored offline at each threshold: hit
@@ -31,7 +34,6 @@ Writes data.json, data.md and data.png under --out.
 from __future__ import annotations
 
 from headstart.models.catalogue import DEFAULT_MODEL
-import argparse
 import random
 import sqlite3
 import statistics
@@ -48,6 +50,17 @@ from headstart.engine.runtime import EngineRuntime
 
 QUESTIONS = ["What is the average value per sensor?", "Which sensor had the highest reading?",
              "How many readings are above 50?"]
+# Retention's accuracy: questions with the SQL that answers them (run on the working copy at the
+# answer's data version, as the flash answers' SQL is). The model sees only the rows retention kept;
+# the SQL runs on every row, so a right answer is the SQL, not the numbers it has seen.
+GOLD = [("How many readings are there?", "SELECT count(*) FROM readings"),
+        ("What is the average value per sensor?", "SELECT sensor, avg(value) FROM readings GROUP BY sensor"),
+        ("Which sensor had the highest reading?", "SELECT sensor FROM readings ORDER BY value DESC LIMIT 1"),
+        ("How many readings are above 50?", "SELECT count(*) FROM readings WHERE value > 50"),
+        ("How many readings came from the north site?", "SELECT count(*) FROM readings WHERE site = 'north'"),
+        ("What is the lowest value recorded?", "SELECT min(value) FROM readings"),
+        ("Which sites have readings?", "SELECT DISTINCT site FROM readings"),
+        ("What is the average value at each site?", "SELECT site, avg(value) FROM readings GROUP BY site")]
 
 
 def make_db(directory: Path) -> str:
@@ -111,7 +124,30 @@ def latency_vs_rows(runtime, db: str, steps: list[int], repeats: int, new_tokens
     return points
 
 
-def retention_modes(runtime, db: str, rows: int, batch: int, bound: int, new_tokens: int, seed: int) -> dict:
+def retention_accuracy(runtime, session: DataSession, answer_tokens: int) -> dict:
+    """GOLD's questions answered in full on the session's cache (its flash path): how many answers'
+    SQL gives the gold SQL's result (`spider` rules), and how many answers equal, token for token,
+    a cold prefill's of the same context (what `rebuild` promises; `shift` changes attention)."""
+    from headstart.eval.compare import get_rule
+    from headstart.eval.records import ResultSet
+
+    rule, right, same, wrong = get_rule("spider"), 0, 0, []
+    answers = session.evaluate([q for q, _ in GOLD], max_new_tokens=answer_tokens)
+    for (question, gold_sql), answer in zip(GOLD, answers):
+        names, rows = session.copy.execute(gold_sql, answer.version)
+        ok = answer.error is None and rule.equal(ResultSet(tuple(names), tuple(rows)),
+                                                 ResultSet(tuple(answer.columns), tuple(answer.rows)), gold_sql)
+        right += ok
+        if not ok:
+            wrong.append(dict(question=question, sql=answer.sql, error=answer.error))
+        ids = session.context_ids() + session.prompt.question_ids(question)
+        tokens, _, _ = runtime.worker.run_sync(lambda: cold(runtime, ids, answer_tokens))
+        same += answer.token_ids == tokens
+    return dict(accuracy_right=right, accuracy_questions=len(GOLD), same_as_cold=same, wrong=wrong)
+
+
+def retention_modes(runtime, db: str, rows: int, batch: int, bound: int, new_tokens: int, seed: int,
+                    answer_tokens: int = 96) -> dict:
     out = {}
     for mode in ("none", "shift", "rebuild"):
         settings = DataSettings(retention_tokens=(1 << 20) if mode == "none" else bound,
@@ -133,7 +169,8 @@ def retention_modes(runtime, db: str, rows: int, batch: int, bound: int, new_tok
                 drifts.append(float((result.first_logits.double() - first.double()).abs().max()))
                 matches.append(result.token_ids == tokens)
                 qms.append(result.seconds * 1000)
-            out[mode] = dict(ingest_ms=ingest_s * 1000, ingest_ms_per_batch=ingest_s * 1000 / -(-rows // batch),
+            accuracy = retention_accuracy(runtime, session, answer_tokens)
+            out[mode] = dict(**accuracy,ingest_ms=ingest_s * 1000, ingest_ms_per_batch=ingest_s * 1000 / -(-rows // batch),
                              max_logit_diff=max(drifts), greedy_match=sum(matches), questions=len(QUESTIONS),
                              query_ms=statistics.median(qms), rows_in_cache=info["rows_in_cache"],
                              sliding_tokens=info["sliding_tokens"], retired=info["retired"],
@@ -176,7 +213,7 @@ def ready_exit(runtime, db: str, rows: int, batch: int, thresholds: list[float],
 
 def run_data_bench(out: Path, model: str = DEFAULT_MODEL, dtype: str = "float32", threads: int = 2,
                    steps: list[int] | None = None, repeats: int = 5, new_tokens: int = 8, latency_tokens: int = 1, retention_rows: int = 120,
-                   retention_batch: int = 10, bound: int = 600, seed: int = 0,
+                   retention_batch: int = 10, bound: int = 600, seed: int = 0, answer_tokens: int = 96,
                    ready_thresholds: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)) -> dict:
     steps = steps or [0, 25, 50, 100, 200]
     runtime = EngineRuntime.from_settings(model=model, dtype=dtype, threads=threads, p0_cache_on_disk=False,
@@ -187,13 +224,15 @@ def run_data_bench(out: Path, model: str = DEFAULT_MODEL, dtype: str = "float32"
             print("query latency vs rows in the cache", flush=True)
             latency = latency_vs_rows(runtime, db, steps, repeats, latency_tokens, seed)
             print(f"retention: {retention_rows} rows in batches of {retention_batch}, bound {bound} tokens", flush=True)
-            retention = retention_modes(runtime, db, retention_rows, retention_batch, bound, new_tokens, seed)
+            retention = retention_modes(runtime, db, retention_rows, retention_batch, bound, new_tokens, seed,
+                                        answer_tokens)
             print("ready-position exit by threshold", flush=True)
             ready = ready_exit(runtime, db, retention_rows, retention_batch, list(ready_thresholds), new_tokens, seed)
     finally:
         runtime.shutdown()
     first, last = latency[0], latency[-1]
     report = dict(model=model, dtype=dtype, threads=threads, new_tokens=new_tokens, latency_tokens=latency_tokens,
+                  answer_tokens=answer_tokens,
                   repeats=repeats,
                   latency=latency, stateful_growth=last["stateful_ms"] / first["stateful_ms"],
                   reprefill_growth=last["reprefill_ms"] / first["reprefill_ms"],
@@ -214,7 +253,8 @@ def markdown(report: dict) -> str:
     modes = report["retention"]["modes"]
     ret = [[m, f"{v['ingest_ms_per_batch']:.1f}", f"{v['shifts'] + v['rebuilds']}", f"{v['retention_ms_per_pass']:.1f}",
             f"{v['max_logit_diff']:.2e}",
-            f"{v['greedy_match']}/{v['questions']}", f"{v['query_ms']:.1f}", v["rows_in_cache"], v["retired"]]
+            f"{v['greedy_match']}/{v['questions']}", f"{v['query_ms']:.1f}", v["rows_in_cache"], v["retired"],
+            f"{v['accuracy_right']}/{v['accuracy_questions']}", f"{v['same_as_cold']}/{v['accuracy_questions']}"]
            for m, v in modes.items()]
     r, ready = report["retention"], report["ready_exit"]
     exits = [[tau, f"{v['hit_rate']:.0%}", v["hits"], v["first_token_errors"], v["text_errors"]]
@@ -225,9 +265,10 @@ def markdown(report: dict) -> str:
             + f"\n\ngrowth last/first: stateful {report['stateful_growth']:.2f}, "
               f"re-prefill {report['reprefill_growth']:.2f}\n\n"
             + f"retention: {r['rows']} rows in batches of {r['batch']}, bound {r['bound_tokens']} tokens "
-              f"(none: bound never reached), {report['new_tokens']} answer tokens\n\n"
+              f"(none: bound never reached), {report['new_tokens']} answer tokens; {len(GOLD)} questions "
+              f"answered in full (cap {report['answer_tokens']}) for EX and for equality with cold\n\n"
             + markdown_table(["mode", "ingest ms/batch", "retention passes", "ms per pass", "max abs logit diff vs cold", "greedy match", "query ms",
-                              "rows kept", "rows retired"], ret)
+                              "rows kept", "rows retired", "SQL right (EX)", "whole answer = cold"], ret)
             + f"\n\nready-position exit: {ready['queries']} queries, logit gap p50 {ready['gap_p50']:.2f}, "
               f"max {ready['gap_max']:.2f} (an error: a hit whose token is not the full answer's "
               "first token / text)\n\n"
@@ -265,23 +306,12 @@ def plot(report: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("bench-out/data"))
-    parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", default="0,25,50,100,200", help="rows in the cache at each latency point")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=8, help="answer tokens in the retention comparison")
-    parser.add_argument("--latency-tokens", type=int, default=1, help="answer tokens in the latency points")
-    parser.add_argument("--retention-rows", type=int, default=120)
-    parser.add_argument("--retention-batch", type=int, default=10)
-    parser.add_argument("--bound", type=int, default=600, help="retention bound in tokens")
-    parser.add_argument("--seed", type=int, default=0)
-    a = parser.parse_args()
-    run_data_bench(a.out, a.model, a.dtype, a.threads, [int(s) for s in a.steps.split(",")], a.repeats, a.new_tokens,
-                   a.latency_tokens,
-                   a.retention_rows, a.retention_batch, a.bound, a.seed)
+    """`python -m bench.data_sessions`: the same options as `headstart bench data`."""
+    import typer
+
+    from headstart.cli import bench_data
+
+    typer.run(bench_data)
 
 
 if __name__ == "__main__":

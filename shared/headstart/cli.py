@@ -328,13 +328,14 @@ def bench_data(
     retention_batch: int = typer.Option(10),
     bound: int = typer.Option(600, help="retention bound in tokens"),
     seed: int = typer.Option(0),
+    answer_tokens: int = typer.Option(96, help="cap of the whole answers scored for accuracy per retention mode"),
     out: Path = typer.Option(Path("bench-out/data")),
 ):
     """Data sessions: query latency vs rows in the cache; retention shift vs rebuild (drift, cost)."""
     from bench.data_sessions import run_data_bench
 
     run_data_bench(out, model, dtype, threads, [int(s) for s in steps.split(",")], repeats, new_tokens,
-                   latency_tokens, retention_rows, retention_batch, bound, seed)
+                   latency_tokens, retention_rows, retention_batch, bound, seed, answer_tokens)
 
 
 @bench_app.command("ready-exit")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Optional
@@ -27,6 +26,7 @@ from headstart.eval.generators import GENERATORS, MODES, GeneratorSettings, buil
 from headstart.eval.harness import run_eval
 from headstart.eval.records import QuestionResult
 from headstart.eval.report import write_run
+from headstart.eval.row_log import RowLog
 from headstart.eval.summary import summarize
 from headstart.models.catalogue import DEFAULT_MODEL
 
@@ -56,8 +56,12 @@ def eval_command(
     timeout_s: float = 30.0,
     row_limit: int = 100_000,
     progress: bool = False,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Evaluate `mode` on `dataset`; write the report under `out`; return the summary.
+
+    Each answer is appended to `out`/rows.jsonl as it is scored (`row_log`);
+    `resume=True` goes on from a killed run's log with the same settings.
 
     Raises ConfigError / DatasetError (bad options), EngineUnavailableError (a
     model mode without the engine), ExecutorError / LocalPostgresError.
@@ -76,15 +80,31 @@ def eval_command(
         model=model, dtype=dtype, device=device, threads=threads, max_new_tokens=max_new_tokens,
         wpm=wpm, seed=seed, speed=speed, db_by_path=dataset != "spider-dev" or db_dir is not None,
     )
-    started = time.perf_counter()
+    answers_depend_on = {
+        "mode": mode, "dataset": dataset, "model": model or None, "db_dir": str(data.db_dir) if data.db_dir else None,
+        "dbs": dbs, "limit": limit, "executor": executor, "rules": rules, "pg_schema_prefix": pg_schema_prefix,
+        "dtype": dtype, "device": device, "max_new_tokens": max_new_tokens, "wpm": wpm, "seed": seed, "speed": speed,
+        "timeout_s": timeout_s, "row_limit": row_limit,
+    }
+    log = RowLog(Path(out), answers_depend_on, resume=resume)
     with ExitStack() as stack:
+        stack.callback(log.close)
         dsn = _postgres_dsn(stack, postgres_dsn) if executor == "postgres" else None
         runner = build_executor(executor, limits, dsn, pg_schema_prefix)
         stack.callback(runner.close)
-        generator = build_generator(mode, settings)
-        stack.callback(generator.close)
-        on_row = _progress_printer(len(data.questions)) if progress else None
-        rows = run_eval(data.questions, generator, runner, rule, on_row=on_row)
+        if len(log.done) < len(data.questions):  # a finished log needs no model
+            generator = build_generator(mode, settings)
+            stack.callback(generator.close)
+        else:
+            generator = _NothingLeft()
+        progress_row = _progress_printer(len(data.questions), log.done) if progress else None
+
+        def on_row(row: QuestionResult) -> None:
+            log.append(row)
+            if progress_row is not None:
+                progress_row(row)
+
+        rows = run_eval(data.questions, generator, runner, rule, on_row=on_row, done=log.done)
         notes = list(getattr(runner, "notes", []))
     summary = summarize(rows)
     if mode == "gold":
@@ -94,11 +114,28 @@ def eval_command(
         "dbs": dbs, "limit": limit, "executor": executor, "rules": rules, "pg_schema_prefix": pg_schema_prefix,
         "postgres": _postgres_label(executor, postgres_dsn),
         "dtype": dtype, "device": device, "max_new_tokens": max_new_tokens, "wpm": wpm, "seed": seed, "speed": speed,
-        "timeout_s": timeout_s, "row_limit": row_limit, "elapsed_s": round(time.perf_counter() - started, 3),
+        "timeout_s": timeout_s, "row_limit": row_limit, "elapsed_s": round(log.elapsed_s(), 3),
+        "segments": log.segment + 1, "resumed_rows": len(log.done), "threads": threads,
         "executor_notes": notes,
     }
     write_run(Path(out), config, summary, rows)
+    log.finish()
     return {**summary, "config": config}
+
+
+class _NothingLeft:
+    """The generator of a resumed run whose log already has every answer (never asked)."""
+
+    mode = "resumed"
+
+    def warmup(self, question: Any) -> None:
+        return None
+
+    def generate(self, question: Any) -> Any:
+        raise AssertionError("every answer was in the row log")
+
+    def close(self) -> None:
+        return None
 
 
 def compare_command(runs: list[Path], out: Path) -> dict[str, Any]:
@@ -123,8 +160,12 @@ def _postgres_dsn(stack: ExitStack, given: str | None) -> str:
     return stack.enter_context(LocalPostgres()).dsn
 
 
-def _progress_printer(total: int):
-    counts = {"done": 0, "correct": 0}
+def _progress_printer(total: int, done: dict[int, QuestionResult] | None = None):
+    done = done or {}
+    already = len(done)
+    counts = {"done": already, "correct": sum(bool(r.correct) for r in done.values())}
+    if already:
+        print(f"[{already}/{total}] resumed from the row log", file=sys.stderr, flush=True)
 
     def on_row(row: QuestionResult) -> None:
         counts["done"] += 1
@@ -163,6 +204,7 @@ def eval_cli(
     speed: Optional[float] = typer.Option(None, help="session mode: replay speed (default real time)"),
     timeout_s: float = typer.Option(30.0, help="per-query timeout, gold and predicted"),
     row_limit: int = typer.Option(100_000, help="most rows a query may return"),
+    resume: bool = typer.Option(False, "--resume", help="go on from OUT/rows.jsonl, a killed run's answers (same options)"),
 ) -> None:
     """Evaluate a serving mode on spider-dev | bird-dev | FILE.json: accuracy, exact match, TTFT."""
     from headstart.eval.errors import EvalError
@@ -174,7 +216,7 @@ def eval_cli(
             executor=executor, rules=rules, postgres_dsn=postgres_dsn, pg_schema_prefix=pg_schema_prefix,
             dtype=dtype, device=device,
             threads=threads, max_new_tokens=max_new_tokens, wpm=wpm, seed=seed, speed=speed,
-            timeout_s=timeout_s, row_limit=row_limit, progress=True,
+            timeout_s=timeout_s, row_limit=row_limit, progress=True, resume=resume,
         )
     except EvalError as exc:
         typer.secho(f"error [{exc.code}]: {exc}", fg=typer.colors.RED, err=True)

@@ -10,7 +10,7 @@ end the run: the row records the error and counts as wrong.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from headstart.eval.compare import ResultComparator
 from headstart.eval.exact_match import exact_match
@@ -35,14 +35,23 @@ def run_eval(
     rule: ResultComparator,
     *,
     on_row: Callable[[QuestionResult], None] | None = None,
+    done: Mapping[int, QuestionResult] | None = None,
 ) -> list[QuestionResult]:
-    """Score every question; `on_row` is called after each (progress bars, streaming logs)."""
+    """Score every question; `on_row` is called after each new row (progress, the row log).
+
+    `done` holds rows a resumed run already has, by dataset index: they are
+    returned in their place and not generated again.
+    """
     questions = list(questions)
-    first = next((q for q in questions if not q.skipped), None)
+    done = done or {}
+    first = next((q for q in questions if not q.skipped and q.index not in done), None)
     if first is not None:
         generator.warmup(first)
     rows = []
     for question in questions:
+        if question.index in done:
+            rows.append(done[question.index])
+            continue
         row = score_question(question, generator, executor, rule)
         rows.append(row)
         if on_row is not None:
