@@ -58,7 +58,20 @@ def summarize(samples: list[Sample], rtts: list[float]) -> dict:
             s.answer_tokens_at_submit for s in ok if s.answer_tokens_at_submit is not None]) else None,
         "keystroke_rtt_p50_ms": percentile([r * 1000 for r in rtts], 50),
         "keystroke_rtt_p99_ms": percentile([r * 1000 for r in rtts], 99),
+        "answer_tokens_p50": percentile([s.answer_tokens for s in ok if s.answer_tokens is not None], 50),
     }
+
+
+def output_agreement(samples: list[dict]) -> dict:
+    """Whether each question got one answer text in every mode and path of ours (anticipatory and
+    prefix, WebSocket and gRPC, every N): the exactness promise under load and batching. llama.cpp's
+    answers are its own arithmetic and are not counted."""
+    texts: dict[str, set[str]] = {}
+    for s in samples:
+        if s["anticipate"] in (True, False) and s["path"] in PATHS and not s["error"]:
+            texts.setdefault(s["question"], set()).add(s["text"])
+    differing = sorted(q for q, seen in texts.items() if len(seen) > 1)
+    return {"questions": len(texts), "identical": len(texts) - len(differing), "differing": differing}
 
 
 async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str], r: int, rounds: int, db: str,
@@ -164,12 +177,19 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
                          "llamacpp": None if server is None else {
                              "gguf": server.gguf.name, "threads": server.threads, "server": server.kind,
                              "parallel": "N at each N" if server.kind == "cpp" else 1}},
-              "rows": rows, "samples": samples}
+              "rows": rows, "outputs": output_agreement(samples), "samples": samples}
+    text = table(rows) + _agreement_line(report["outputs"])
     (out_dir / "serve.json").write_text(json.dumps(report, indent=2))
-    (out_dir / "serve.md").write_text(table(rows))
+    (out_dir / "serve.md").write_text(text)
     plot(rows, out_dir / "serve.png")
-    say(table(rows))
+    say(text)
     return report
+
+
+def _agreement_line(outputs: dict) -> str:
+    line = (f"\nOutputs: {outputs['identical']} of {outputs['questions']} questions got the same answer text in "
+            "every mode, path and N of ours")
+    return line + (f"; differing: {outputs['differing']}\n" if outputs["differing"] else "\n")
 
 
 def _warm_up(stack, db: str, say) -> None:
@@ -213,15 +233,16 @@ def _vs_prefix(row: dict, rows: list[dict]) -> str:
 def table(rows: list[dict]) -> str:
     head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | total p50 ms | client total p50 ms | "
             "client total p99 ms | client total p50 / prefix | TTFT p50 / llamacpp | client total p50 / llamacpp | "
-            "computed@submit | answer tokens@submit | keystroke RTT p50 ms | keystroke RTT p99 ms | errors |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "computed@submit | answer tokens@submit | answer tokens p50 | keystroke RTT p50 ms | keystroke RTT p99 ms | "
+            "errors |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     return head + "".join(
         f"| {r['mode']}{f' ({s})' if (s := r.get('server')) else ''} | {r['path']} | {r['n']} | "
         f"{_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p99_ms'])} | "
         f"{_fmt(r['engine_ttft_p50_ms'])} | {_fmt(r.get('total_p50_ms'))} | {_fmt(r.get('client_total_p50_ms'))} | "
         f"{_fmt(r.get('client_total_p99_ms'))} | {_vs_prefix(r, rows)} | {_ratio(r, rows, 'ttft_p50_ms')} | "
         f"{_ratio(r, rows, 'client_total_p50_ms')} | {_fmt(r['computed_at_submit_mean'])} | "
-        f"{_fmt(r.get('answer_tokens_at_submit_mean'))} | "
+        f"{_fmt(r.get('answer_tokens_at_submit_mean'))} | {_fmt(r.get('answer_tokens_p50'))} | "
         f"{_fmt(r['keystroke_rtt_p50_ms'])} | {_fmt(r['keystroke_rtt_p99_ms'])} | {r['num_errors']} |\n"
         for r in rows)
 

@@ -32,6 +32,8 @@ class Sample:
     cached_tokens_at_submit: int = 0
     computed_tokens_at_submit: int = 0
     answer_tokens_at_submit: int | None = None  # decoded ahead, streamed at once (sessions only)
+    answer_tokens: int | None = None  # the whole answer's tokens (it ends at EOS or the cap)
+    text: str = ""  # the whole answer: the same question must get the same text in every mode of ours
     error: str = ""
 
     def as_dict(self) -> dict:
@@ -88,6 +90,7 @@ async def ws_typist(ws_url: str, token: str | None, db: str, trace: Trace, antic
     sample.cached_tokens_at_submit = message["cached_tokens_at_submit"]
     sample.computed_tokens_at_submit = message["computed_tokens_at_submit"]
     sample.answer_tokens_at_submit = message.get("answer_tokens_at_submit")
+    sample.text, sample.answer_tokens = message.get("text", ""), len(message.get("token_ids") or [])
     return sample
 
 
@@ -136,4 +139,5 @@ async def grpc_typist(target: str, token: str | None, db: str, trace: Trace, ant
     sample.cached_tokens_at_submit = result.cached_tokens_at_submit
     sample.computed_tokens_at_submit = result.computed_tokens_at_submit
     sample.answer_tokens_at_submit = result.answer_tokens_at_submit
+    sample.text, sample.answer_tokens = result.text, len(result.token_ids)
     return sample

@@ -168,3 +168,17 @@ def test_serve_summary_of_peer_samples_leaves_unknown_engine_fields_empty():
     assert stats["engine_ttft_p50_ms"] is None and stats["computed_at_submit_mean"] is None
     row = {"mode": "llamacpp", "path": "openai", "n": 3, **stats}
     assert "| llamacpp | openai | 3 | 20.0 |" in table([row])
+
+
+def test_serve_outputs_compare_every_mode_of_ours_and_leave_llamacpp_out():
+    from bench.serve import output_agreement
+    from bench.serve_typists import Sample
+
+    def sample(path, anticipate, question, text, error=""):
+        return dict(Sample(path, anticipate, question, text=text, error=error).as_dict(), n=1)
+
+    samples = [sample("ws", True, "q1", "SELECT 1"), sample("grpc", False, "q1", "SELECT 1"),
+               sample("openai", False, "q1", "SELECT one"),  # llama.cpp's own arithmetic: not ours
+               sample("ws", True, "q2", "SELECT a"), sample("ws", False, "q2", "SELECT b"),
+               sample("grpc", True, "q3", "", error="UNAVAILABLE"), sample("grpc", False, "q3", "SELECT c")]
+    assert output_agreement(samples) == {"questions": 3, "identical": 2, "differing": ["q2"]}
