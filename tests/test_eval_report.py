@@ -55,7 +55,8 @@ def test_bad_options(tmp_path: Path, kwargs: dict, error: type, message: str) ->
 
 def fake_run(path: Path, mode: str, correct: list[bool], dataset: str = "spider-dev") -> Path:
     rows = [
-        {"index": i, "gold_sql": f"SELECT {i}", "status": "scored", "correct": c} for i, c in enumerate(correct)
+        {"index": i, "gold_sql": f"SELECT {i}", "status": "scored", "correct": c,
+         "pred_text": "SELECT right" if c else "SELECT wrong"} for i, c in enumerate(correct)
     ]
     summary = {"n": len(correct), "skipped": 0, "execution_accuracy": sum(correct) / len(correct),
                "execution_accuracy_ci95": [0.0, 1.0], "exact_match": 0.0, "exact_match_ci95": [0.0, 1.0],
@@ -75,8 +76,9 @@ def test_compare_counts_flips_and_writes_files(tmp_path: Path) -> None:
         "right_to_wrong": 1, "wrong_to_right": 1,
     }
     assert (pair["right_to_wrong_indices"], pair["wrong_to_right_indices"], pair["p_value"]) == ([1], [2], 1.0)
+    assert (pair["same_text"], pair["different_text_indices"]) == (3, [1, 2])  # answer texts, question by question
     table = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| session | 5 | 2 | 1 | 1 | 1 | +0.0 pp | 1 |" in table
+    assert "| session | 5 | 2 | 1 | 1 | 1 | +0.0 pp | 1 | 3 of 5 |" in table
     assert (tmp_path / "cmp" / "compare.png").is_file()
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["pairs"][0]["n"] == 5
 

@@ -28,16 +28,21 @@ def compare_runs(paths: Sequence[Path], out_dir: Path) -> dict[str, Any]:
     labels = _labels(runs, [Path(p) for p in paths])
     _check_same_questions(runs, labels)
     correct = [_correct_by_index(run) for run in runs]
+    texts = [_text_by_index(run) for run in runs]
     pairs = []
-    for label, answers in zip(labels[1:], correct[1:]):
+    for label, answers, text in zip(labels[1:], correct[1:], texts[1:]):
         result = paired_comparison(correct[0], answers)
         flips = sorted(set(correct[0]) & set(answers))
+        differ = [i for i in flips if texts[0][i] != text[i]]
         pairs.append({
             "baseline": labels[0],
             "other": label,
             **asdict(result),
             "right_to_wrong_indices": [i for i in flips if correct[0][i] and not answers[i]],
             "wrong_to_right_indices": [i for i in flips if not correct[0][i] and answers[i]],
+            # the exactness promise, question by question: the same answer text as the baseline's
+            "same_text": len(flips) - len(differ),
+            "different_text_indices": differ,
         })
     summaries = [{k: v for k, v in run.items() if k != "questions"} for run in runs]
     payload = {"runs": dict(zip(labels, summaries)), "pairs": pairs}
@@ -56,14 +61,15 @@ def compare_markdown(labels: list[str], summaries: list[dict[str, Any]], pairs: 
         f"Paired against `{labels[0]}` on the questions both scored "
         "(McNemar exact test; p ≥ 0.05 means no detectable difference):",
         "",
-        "| other | n paired | both right | both wrong | right→wrong | wrong→right | Δ accuracy | McNemar p |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| other | n paired | both right | both wrong | right→wrong | wrong→right | Δ accuracy | McNemar p "
+        "| same answer text |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in pairs:
         delta = "n/a" if p["delta"] is None else f"{100 * p['delta']:+.1f} pp"
         lines.append(
             f"| {p['other']} | {p['n']} | {p['both_right']} | {p['both_wrong']} | {p['right_to_wrong']} | "
-            f"{p['wrong_to_right']} | {delta} | {p['p_value']:.3g} |"
+            f"{p['wrong_to_right']} | {delta} | {p['p_value']:.3g} | {p['same_text']} of {p['n']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -76,6 +82,10 @@ def _labels(runs: list[dict[str, Any]], paths: list[Path]) -> list[str]:
 
 def _correct_by_index(run: dict[str, Any]) -> dict[int, bool]:
     return {int(q["index"]): bool(q["correct"]) for q in run["questions"] if q["status"] == STATUS_SCORED}
+
+
+def _text_by_index(run: dict[str, Any]) -> dict[int, str]:
+    return {int(q["index"]): q.get("pred_text", "") for q in run["questions"] if q["status"] == STATUS_SCORED}
 
 
 def _check_same_questions(runs: list[dict[str, Any]], labels: list[str]) -> None:
