@@ -152,7 +152,9 @@ def test_grpc_refuses_sampling_out_of_range(serve_stack, temperature, top_p):
                     headstart_pb2.TypeRequest(submit=headstart_pb2.Submit(seq=1, text=QUESTION, params=params))]
         responses = list(stub.Type(iter(requests), metadata=ALICE, timeout=60))
         kinds = [r.WhichOneof("kind") for r in responses]
-        assert kinds[0] == "ready" and responses[-1].error.code == "INVALID_ARGUMENT", responses
+        # the session's progress messages may come before or after the error: its order is not the contract
+        errors = [r.error.code for r in responses if r.WhichOneof("kind") == "error"]
+        assert kinds[0] == "ready" and errors == ["INVALID_ARGUMENT"] and "result" not in kinds, responses
 
 
 def test_grpc_honours_sampling_in_range(serve_stack):

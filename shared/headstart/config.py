@@ -118,9 +118,9 @@ class EngineSettings(BaseSettings):
         "answer's end (0 = off)")
     draft_tokens: int | None = Field(
         None, ge=0, le=16, description="prompt-lookup draft tokens verified per greedy decode step (speculative "
-        "decoding from the prompt: the same tokens, fewer forwards; the quantized kernels only). None: 2 where "
-        "the kernels run at an AVX-512 level (a forward of 3 tokens costs ~10% more than one: Spider's answers "
-        "took 12% less time), 0 on AVX2 (the 3 tokens cost ~30% more: no gain); 0: off")
+        "decoding from the prompt: the same tokens, fewer forwards; the quantized kernels only). None: 1 at every "
+        "kernel level (Spider dev's 972 answers: 1.17 tokens a forward, 5-7% less decode time; 2 tokens saved "
+        "0-4%); 0: off")
 
     # -- table cache (papers/tablecache.md; headstart.tables) ------------------
     table_cache: Literal["off", "pfk", "independent"] = Field(

@@ -40,17 +40,17 @@ from headstart.schema.model import Schema, SchemaError
 log = logging.getLogger(__name__)
 
 MODES = ("cold", "prefix")
-# Spider dev's answers (the 0.5B, 300 questions replayed): 2 drafted tokens (n-grams of 1-3) gave 1.20
-# tokens a forward and 12% less decode time at the AVX-512 levels' forward costs; 4 gave 1.23 and 8%
-DEFAULT_DRAFT_TOKENS = 2
+# Spider dev's 972 answers of the 0.5B replayed (`headstart bench prompt-lookup`, docs/benchmarks.md): one
+# drafted token (n-grams of 1-3) gave 1.17 tokens a forward and 5-7% less decode time at every kernel level
+# (avx2 0.93, avx512 0.95, avx512vnni 0.94 of no drafts); 2 tokens gave 1.22 but 0.96-1.00 (a forward of 3
+# tokens costs 1.3-1.4x one), more tokens cost more than they save.
+DEFAULT_DRAFT_TOKENS = 1
 MAX_SUBSET_PROMPTS = 256
 
 
-def draft_tokens(requested: int | None, loaded: LoadedModel) -> int:
-    """Prompt-lookup drafts per decode step: as asked, else by the kernels' level (config.py says why)."""
-    if requested is not None:
-        return requested
-    return 0 if loaded.weights.endswith(":avx2") else DEFAULT_DRAFT_TOKENS
+def draft_tokens(requested: int | None) -> int:
+    """Prompt-lookup drafts per decode step: as asked, else DEFAULT_DRAFT_TOKENS (measured above)."""
+    return DEFAULT_DRAFT_TOKENS if requested is None else requested
 
 
 class EngineRuntime:
@@ -94,7 +94,7 @@ class EngineRuntime:
         self.p0_store = P0Store(p0_dir)
         # drafts only where a position's logits do not depend on the forward it is in (the quantized
         # kernels): there a drafted token is kept only if one-at-a-time decoding picks it too
-        self.draft_tokens = draft_tokens(settings.draft_tokens, self.loaded) if self.fast_path == "quant" else 0
+        self.draft_tokens = draft_tokens(settings.draft_tokens) if self.fast_path == "quant" else 0
         self.limits = SessionLimits(settings.max_text_chars, settings.max_prompt_tokens, settings.chunk_tokens,
                                     settings.answer_ahead_tokens, settings.typing_settle_ms / 1000.0,
                                     settings.typing_bulk_tokens, self.draft_tokens)
