@@ -17,6 +17,7 @@ import tempfile
 import time
 
 import httpx
+import pytest
 from websockets.sync.client import connect
 
 CANDIDATES = ("chromium", "chromium-headless-shell", "chromium-browser", "google-chrome", "chrome")
@@ -27,6 +28,23 @@ def find_chromium() -> str | None:
     if env:
         return shutil.which(env) or (env if os.path.isfile(env) else None)
     return next((p for p in map(shutil.which, CANDIDATES) if p), None)
+
+
+CHROMIUM = find_chromium()
+# what every browser test module marks itself with: slow, and skipped (saying why) without a Chromium
+BROWSER_MARKS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's `chromium` package "
+                       "(apt-get install -y chromium) or set HEADSTART_CHROMIUM"),
+]
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium with one page, stopped after the test (import it into a test module)."""
+    b = Browser(CHROMIUM)
+    yield b
+    b.close()
 
 
 class Browser:

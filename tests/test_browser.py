@@ -6,25 +6,11 @@ Needs Debian's `chromium` (apt-get install -y chromium); skipped without it.
 
 from __future__ import annotations
 
-import pytest
+from tests.cdp import BROWSER_MARKS, browser, enter_token  # noqa: F401 (browser: a fixture)
 
-from tests.cdp import Browser, enter_token, find_chromium
-
-CHROMIUM = find_chromium()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's `chromium` package "
-                       "(apt-get install -y chromium) or set HEADSTART_CHROMIUM"),
-]
+pytestmark = BROWSER_MARKS
 QUESTION = "How many countries are there?"
 KEY_INTERVAL_S = 0.12  # ~100 words per minute
-
-
-@pytest.fixture
-def browser():
-    b = Browser(CHROMIUM)
-    yield b
-    b.close()
 
 
 def test_page_types_and_shows_sql(browser, serve_stack):

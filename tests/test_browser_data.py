@@ -15,25 +15,13 @@ import uuid
 import httpx
 import pytest
 
-from tests.cdp import Browser, enter_token, find_chromium
+from tests.cdp import BROWSER_MARKS, Browser, enter_token, browser  # noqa: F401 (browser: a fixture)
 
-CHROMIUM = find_chromium()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's `chromium` package "
-                       "(apt-get install -y chromium) or set HEADSTART_CHROMIUM"),
-]
+pytestmark = BROWSER_MARKS
 QUESTION = "How many cities are there?"
 # A data session's first open prefills world_1's schema, and a flash answer
 # waits for the worker's turn on a loaded CI machine: generous, never a timing assertion.
 WAIT_S = 180.0
-
-
-@pytest.fixture
-def browser():
-    b = Browser(CHROMIUM)
-    yield b
-    b.close()
 
 
 @pytest.fixture

@@ -15,26 +15,14 @@ import pytest
 from headstart.kernels import cpu_isa
 from headstart.models.catalogue import DEFAULT_MODEL
 from headstart.paths import default_spider_dir
-from tests.cdp import Browser, enter_token, find_chromium
+from tests.cdp import BROWSER_MARKS, browser, enter_token  # noqa: F401 (browser: a fixture)
 from tests.serve_fixture import own_engine_app
 
-CHROMIUM = find_chromium()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: install Debian's `chromium` package "
-                       "(apt-get install -y chromium) or set HEADSTART_CHROMIUM"),
-    pytest.mark.skipif(not cpu_isa.supported(), reason="the quantized kernels need x86-64 with AVX2"),
-]
+pytestmark = [*BROWSER_MARKS,
+              pytest.mark.skipif(not cpu_isa.supported(), reason="the quantized kernels need x86-64 with AVX2")]
 QUESTION = "How many countries are there?"
 GOLD = "SELECT count(*) FROM country"
 KEY_INTERVAL_S = 0.12
-
-
-@pytest.fixture
-def browser():
-    b = Browser(CHROMIUM)
-    yield b
-    b.close()
 
 
 def test_the_page_shows_the_trained_models_sql_and_its_rows(browser, serve_engine, tmp_path):
