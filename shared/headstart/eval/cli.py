@@ -110,13 +110,9 @@ def eval_command(
     if mode == "gold":
         summary["gold_sanity_passed"] = summary["n"] > 0 and summary["num_correct"] == summary["n"]
     config = {
-        "mode": mode, "dataset": dataset, "model": model or None, "db_dir": str(data.db_dir) if data.db_dir else None,
-        "dbs": dbs, "limit": limit, "executor": executor, "rules": rules, "pg_schema_prefix": pg_schema_prefix,
-        "postgres": _postgres_label(executor, postgres_dsn),
-        "dtype": dtype, "device": device, "max_new_tokens": max_new_tokens, "wpm": wpm, "seed": seed, "speed": speed,
-        "timeout_s": timeout_s, "row_limit": row_limit, "elapsed_s": round(log.elapsed_s(), 3),
-        "segments": log.segment + 1, "resumed_rows": len(log.done), "threads": threads,
-        "executor_notes": notes,
+        **answers_depend_on, "postgres": _postgres_label(executor, postgres_dsn),
+        "elapsed_s": round(log.elapsed_s(), 3), "segments": log.segment + 1, "resumed_rows": len(log.done),
+        "threads": threads, "executor_notes": notes,
     }
     write_run(Path(out), config, summary, rows)
     log.finish()
