@@ -89,6 +89,46 @@ def test_kernels_compute_the_quantized_product(real_file, kind):
 
 
 @needs_kernels
+@needs_kernels
+@pytest.mark.parametrize("kind", ["q8_0", "q5_0", "q6_k", "q4_k"])
+def test_kernels_exact_at_the_formats_extremes(kind):
+    """Every value at its format's largest (and, for Q8_0, smallest) integer against activations
+    of +-127: the integer sums, added up in int16 before they are widened on AVX2, stay exact
+    (a sum that overflowed would be off by 2^16 times a scale). Bits above the nibble in every
+    chunk of a unit, so every field's shift is checked."""
+    from headstart.kernels.packing import FORMATS, IntGroups
+
+    fmt = FORMATS[kind]
+    n, k = 32, 512
+    rng = np.random.default_rng(1)
+    top = (1 << fmt.bits) - 1
+    q = np.full((n, k), top, np.uint8)
+    q[n // 2:] = rng.integers(0, top + 1, (n // 2, k), dtype=np.uint8)  # mixed values too
+    if kind == "q8_0":
+        q[: n // 4] = 0  # q - 128 = -128: the sign form's extreme
+    d = np.full((n, k // fmt.superblock), 0.5, np.float32)
+    sc = m = dmin = None
+    if fmt.has_scale_ints:
+        sc = np.full((n, k // fmt.group), 63 if kind == "q4_k" else 127, np.int8 if kind == "q6_k" else np.uint8)
+    if fmt.has_minimum:
+        dmin, m = np.full_like(d, 0.25), np.full((n, k // fmt.group), 63, np.uint8)
+    groups = IntGroups(kind, q, d, sc, dmin, m)
+    fused = qk.FusedSegments([pack(groups)])
+    weights = groups.dequantize().astype(np.float64)
+    x = torch.full((4, k), 1.0)
+    x[1] = -1.0
+    x[2, ::2] = -1.0
+    x[3] = torch.from_numpy(rng.choice([-1.0, 1.0], k).astype(np.float32))
+    for level in LEVELS:
+        kernel = qk.load(level)
+        acts = kernel.quantize(x)
+        assert int(acts.xq.abs().max()) == 127
+        y = kernel.matmul(acts, fused).double().numpy()
+        xd = (acts.xq.double().view(4, -1, 32) * acts.xs.double()[..., None]).view(4, -1).numpy()
+        reference = xd @ weights.T
+        assert np.abs(y - reference).max() <= 1e-6 * np.abs(reference).max(), level
+
+
 def test_activation_quantization_edges():
     kernel = qk.load()
     x = torch.zeros(3, 64)

@@ -270,15 +270,49 @@ inline void dot_chunk(I16& acc, Chunk w, int32_t x4) {
 }
 #endif
 
+// The four GGUF formats (packing.py FORMATS): value = d[superblock] * sc[group] * (q - offset)
+// (- dmin[superblock] * m[group] for Q4_K); sc = 1 for Q8_0 and Q5_0, whose group is the super-block.
+enum Kind : int32_t { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
+
+#if !defined(HS_AVX512)
+// AVX2's dot products in two steps: maddubs' int16 sums of pairs of products, added (exactly, in
+// int16) over a run of chunks, then widened to the rows' int32 sums with one madd. A run is as long
+// as int16 holds it: |pair| <= 2 * qmax * 128, so 8 chunks of 4-bit values (30720), 4 of 5-bit, 2 of
+// 6-bit, 1 of 8-bit (sums of pairs could then reach 2^15; maddubs saturates as before).
+struct P16 {
+  __m256i lo, hi;
+};
+inline P16 pzero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+template <int KIND>
+constexpr int pair_run() {
+  return KIND == Q4_K ? 8 : KIND == Q5_0 ? 4 : KIND == Q6_K ? 2 : 1;
+}
+template <bool WIDE>
+inline void pair_sums(P16& p, Chunk w, int32_t x4) {
+  const __m256i x = _mm256_set1_epi32(x4);
+  if (WIDE) {  // q - 128 as int8, its sign moved onto x (see dot4_half)
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i slo = _mm256_xor_si256(w.lo, flip), shi = _mm256_xor_si256(w.hi, flip);
+    p.lo = _mm256_add_epi16(p.lo, _mm256_maddubs_epi16(_mm256_abs_epi8(slo), _mm256_sign_epi8(x, slo)));
+    p.hi = _mm256_add_epi16(p.hi, _mm256_maddubs_epi16(_mm256_abs_epi8(shi), _mm256_sign_epi8(x, shi)));
+  } else {
+    p.lo = _mm256_add_epi16(p.lo, _mm256_maddubs_epi16(w.lo, x));
+    p.hi = _mm256_add_epi16(p.hi, _mm256_maddubs_epi16(w.hi, x));
+  }
+}
+inline void widen(I16& acc, P16 p) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  acc.lo = _mm256_add_epi32(acc.lo, _mm256_madd_epi16(p.lo, ones));
+  acc.hi = _mm256_add_epi32(acc.hi, _mm256_madd_epi16(p.hi, ones));
+}
+#endif
+
 inline int32_t x4_at(const int8_t* x) {
   int32_t v;
   memcpy(&v, x, 4);
   return v;
 }
 
-// The four GGUF formats (packing.py FORMATS): value = d[superblock] * sc[group] * (q - offset)
-// (- dmin[superblock] * m[group] for Q4_K); sc = 1 for Q8_0 and Q5_0, whose group is the super-block.
-enum Kind : int32_t { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
 
 struct Segment {
   const uint8_t* data;   // the blocks' units: [N/16][K/32][unit bytes]
@@ -319,29 +353,25 @@ inline V16 vload_u8(const uint8_t* p) {
 }
 #endif
 
-// A chunk's extra bit plane (8 bytes: bit 4r + i for row r, k i) as `value` where set, else 0.
+// A chunk's bits above the nibble (packing.py: byte p of a 64-byte field group holds, at bits
+// w*j .. w*j+w-1, value p's high bits of chunk g*(8/w)+j), moved to bits 4.. of each byte: the
+// group's bytes shifted by `left` (negative: right) and masked. The 16-bit shifts move bits across
+// byte boundaries only into places the mask clears.
 #if defined(HS_AVX512)
-inline Chunk plane(const uint8_t* p, char value) {
-  uint64_t bits;
-  memcpy(&bits, p, 8);
-  return _mm512_maskz_mov_epi8((__mmask64)bits, _mm512_set1_epi8(value));
+inline Chunk high_bits(const uint8_t* p, int left, char mask) {
+  const __m512i v = _mm512_loadu_si512((const void*)p);
+  const __m512i s = left >= 0 ? _mm512_slli_epi16(v, (unsigned)left) : _mm512_srli_epi16(v, (unsigned)-left);
+  return _mm512_and_si512(s, _mm512_set1_epi8(mask));
 }
 inline Chunk chunk_or(Chunk a, Chunk b) { return _mm512_or_si512(a, b); }
 #else
-// 32 bits -> 32 bytes, 0xFF where set (byte j: bit j)
-inline __m256i bytes_from_bits(uint32_t bits) {
-  const __m256i shuffle = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                                             0x0303030303030303);
-  const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuffle);
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+inline __m256i shift16(__m256i v, int left) {
+  return left >= 0 ? _mm256_slli_epi16(v, left) : _mm256_srli_epi16(v, -left);
 }
-inline Chunk plane(const uint8_t* p, char value) {
-  uint32_t lo, hi;
-  memcpy(&lo, p, 4);
-  memcpy(&hi, p + 4, 4);
-  const __m256i v = _mm256_set1_epi8(value);
-  return {_mm256_and_si256(bytes_from_bits(lo), v), _mm256_and_si256(bytes_from_bits(hi), v)};
+inline Chunk high_bits(const uint8_t* p, int left, char mask) {
+  const Chunk v = load_chunk(p);
+  const __m256i m = _mm256_set1_epi8(mask);
+  return {_mm256_and_si256(shift16(v.lo, left), m), _mm256_and_si256(shift16(v.hi, left), m)};
 }
 inline Chunk chunk_or(Chunk a, Chunk b) { return {_mm256_or_si256(a.lo, b.lo), _mm256_or_si256(a.hi, b.hi)}; }
 #endif
@@ -354,11 +384,9 @@ inline Chunk unit_chunk(const uint8_t* unit, int c) {
   } else {
     const Chunk packed = load_chunk(unit + (c / 2) * CHUNK);
     Chunk v = (c & 1) ? high_nibbles(packed) : low_nibbles(packed);
-    if constexpr (KIND == Q5_0) v = chunk_or(v, plane(unit + 256 + c * 8, 0x10));
-    if constexpr (KIND == Q6_K) {
-      v = chunk_or(v, plane(unit + 256 + c * 16, 0x10));
-      v = chunk_or(v, plane(unit + 256 + c * 16 + 8, 0x20));
-    }
+    if constexpr (KIND == Q5_0) v = chunk_or(v, high_bits(unit + 256, 4 - c, 0x10));  // bit c of each byte
+    if constexpr (KIND == Q6_K)  // bits 2(c%4), 2(c%4)+1 of group c/4's bytes
+      v = chunk_or(v, high_bits(unit + 256 + (c / 4) * CHUNK, 4 - 2 * (c % 4), 0x30));
     return v;
   }
 }
@@ -383,12 +411,30 @@ void block_q(const Segment& s, int64_t b, const int8_t* xq, const float* xs, con
     I16 acc[HALVES][MT];
     for (int h = 0; h < HALVES; ++h)
       for (int m = 0; m < MT; ++m) acc[h][m] = izero();
+#if defined(HS_AVX512)
     for (int c = 0; c < 8; ++c) {
       const Chunk wc = unit_chunk<KIND>(unit, c);
       const int h = HALVES == 2 ? c / 4 : 0;
       for (int m = 0; m < MT; ++m)
         if (m < mt) dot_chunk<WIDE>(acc[h][m], wc, x4_at(xq + m * K + u * 32 + 4 * c));
     }
+#else
+    // AVX2: maddubs' int16 pair sums added up over RUN chunks, then widened once (module doc)
+    constexpr int RUN = pair_run<KIND>();
+    for (int c0 = 0; c0 < 8; c0 += RUN) {
+      P16 pairs[MT];
+      for (int m = 0; m < MT; ++m) pairs[m] = pzero();
+#pragma GCC unroll 8
+      for (int c = c0; c < c0 + RUN; ++c) {
+        const Chunk wc = unit_chunk<KIND>(unit, c);
+        for (int m = 0; m < MT; ++m)
+          if (m < mt) pair_sums<WIDE>(pairs[m], wc, x4_at(xq + m * K + u * 32 + 4 * c));
+      }
+      const int h = HALVES == 2 ? c0 / 4 : 0;
+      for (int m = 0; m < MT; ++m)
+        if (m < mt) widen(acc[h][m], pairs[m]);
+    }
+#endif
     for (int h = 0; h < HALVES; ++h) {
       V16 sg;  // the scale of this group for the 16 rows: d (x sc), exact
       if constexpr (KIND == Q6_K)
