@@ -27,7 +27,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <omp.h>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 #include <immintrin.h>
 
@@ -52,6 +58,119 @@
 #endif
 
 namespace {
+
+// ---- the kernels' own threads ----
+// Each thread that calls the kernels gets its own helper threads (thread_local), started at its
+// first parallel call. A parallel section publishes its task by bumping a generation counter; a
+// helper spins on it (up to SPIN_US after its last task) before it sleeps on a condition variable.
+// Why not OpenMP: a decode step runs ~5 parallel sections a layer (~120-140 a step), and libgomp,
+// once the process holds more OpenMP threads than CPUs (torch's team on the main thread, ours on the
+// forward worker), spins only 100 times before a futex sleep, so every section paid a wake-up (a
+// call from a worker thread took 52 us against 29 us from the main thread, 2-core AMD EPYC Zen 3).
+// The split of the work over threads never changes a result: every item is computed alone.
+constexpr int SPIN_US = 2000;
+
+class Pool {
+ public:
+  ~Pool() {
+    if (state_ == nullptr || state_->pid != getpid()) return;  // a forked child does not own the helpers
+    State& st = *state_;
+    {
+      std::lock_guard<std::mutex> lock(st.mutex);
+      st.stop = true;
+      st.generation.fetch_add(1, std::memory_order_release);
+    }
+    st.wake.notify_all();
+    for (auto& t : st.helpers) t.join();
+    delete state_;
+  }
+
+  // f(t, n) for t in [0, n): t = 0 on the calling thread, the others on helpers; returns when all did.
+  void run(int n, const std::function<void(int, int)>& f) {
+    if (n <= 1) {
+      f(0, 1);
+      return;
+    }
+    // after fork() the helpers are gone (only the forking thread is copied): start anew, and leave
+    // the parent's state (its mutex may have been held at the fork) unreleased
+    if (state_ == nullptr || state_->pid != getpid()) state_ = new State();
+    State& st = *state_;
+    while ((int)st.helpers.size() < n - 1) {
+      const int index = (int)st.helpers.size() + 1;
+      const uint64_t now = st.generation.load(std::memory_order_relaxed);
+      st.helpers.emplace_back([&st, index, now] { helper(st, index, now); });
+    }
+    st.task = &f;
+    st.threads = n;
+    st.pending.store((int)st.helpers.size(), std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(st.mutex);  // a helper between its check and its sleep holds it
+      st.generation.fetch_add(1, std::memory_order_release);
+    }
+    st.wake.notify_all();
+    f(0, n);
+    while (st.pending.load(std::memory_order_acquire) != 0) _mm_pause();
+  }
+
+ private:
+  struct State {
+    pid_t pid = getpid();
+    std::vector<std::thread> helpers;
+    std::atomic<uint64_t> generation{0};
+    std::atomic<int> pending{0};
+    const std::function<void(int, int)>* task = nullptr;
+    int threads = 1;
+    bool stop = false;
+    std::mutex mutex;
+    std::condition_variable wake;
+  };
+
+  static void helper(State& st, int index, uint64_t seen) {
+    for (;;) {
+      if (!spin_until_new(st, seen)) {
+        std::unique_lock<std::mutex> lock(st.mutex);
+        st.wake.wait(lock, [&] { return st.generation.load(std::memory_order_acquire) != seen; });
+      }
+      seen = st.generation.load(std::memory_order_acquire);
+      if (st.stop) return;
+      if (index < st.threads) (*st.task)(index, st.threads);
+      st.pending.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  static bool spin_until_new(const State& st, uint64_t seen) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(SPIN_US);
+    for (;;) {
+      for (int i = 0; i < 256; ++i) {
+        if (st.generation.load(std::memory_order_acquire) != seen) return true;
+        _mm_pause();
+      }
+      if (std::chrono::steady_clock::now() > until) return false;
+    }
+  }
+
+  State* state_ = nullptr;
+};
+
+Pool& pool() {
+  static thread_local Pool p;
+  return p;
+}
+
+// f(i) for i in [0, items), in contiguous ranges over `threads` threads (one thread below `min_items`)
+template <typename F>
+void parallel_for(int64_t items, int threads, int64_t min_items, F f) {
+  if (threads <= 1 || items < min_items || items < 2) {
+    for (int64_t i = 0; i < items; ++i) f(i);
+    return;
+  }
+  const int n = (int)(items < threads ? items : threads);
+  pool().run(n, [&](int t, int nt) {
+    const int64_t lo = items * t / nt, hi = items * (t + 1) / nt;
+    for (int64_t i = lo; i < hi; ++i) f(i);
+  });
+}
+
 
 constexpr int ROWS = 16;  // rows per block
 constexpr int CHUNK = 64;  // bytes of one 4-k step of a block
@@ -161,8 +280,7 @@ inline V16 vexp(V16 x) {
 // exact). A group of zeros gets xs = 0 and xq = 0.
 void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs, float* xsum16, int threads) {
   const int64_t groups = K / 32, items = M * groups;
-#pragma omp parallel for num_threads(threads) schedule(static) if (items >= 512)
-  for (int64_t i = 0; i < items; ++i) {
+  parallel_for(items, threads, 512, [&](int64_t i) {
     const float* src = x + i * 32;  // rows are K apart and K = 32 * groups: item i is group i of the flat array
     const V16 a = vload(src), b = vload(src + 16);
     const V16 m = vmax(vabs(a), vabs(b));
@@ -187,7 +305,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs, 
     xs[i] = d;
     xsum16[2 * i] = (float)s0;
     xsum16[2 * i + 1] = (float)s1;
-  }
+  });
 }
 
 // ---- the integer dot products of one block's 16 rows with one token, over 4 (or 8) k ----
@@ -524,9 +642,7 @@ void matmul(const int8_t* xq, const float* xs, const float* xsum16, int64_t M, i
     cost[i] = UNIT_BYTES[segs[i].kind] / 512.0 + 0.15;  // a block's bytes, and a little for its unpacking
     total += cost[i] * (double)(segs[i].n / ROWS);
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+  pool().run(threads, [&](int t, int nt) {
     const double lo = total * t / nt, hi = total * (t + 1) / nt;
     double at = 0;
     for (int i = 0; i < nseg; ++i) {
@@ -540,7 +656,7 @@ void matmul(const int8_t* xq, const float* xs, const float* xsum16, int64_t M, i
       for (int64_t b = b0; b < b1; ++b) run_block(segs[i], b, xq, xs, xsum16, M, K, y, ldy);
       at += c * (double)blocks;
     }
-  }
+  });
 }
 
 // ---- the rows' new tokens' attention over their caches (float32 caches) ----
@@ -607,11 +723,10 @@ void attend_batch(const float* q, int nrows, const int* nq, int heads, int kv_he
     token_row.insert(token_row.end(), nq[r], r);
   }
   const int64_t items = (int64_t)token_row.size() * heads;
-#pragma omp parallel num_threads(threads)
-  {
+  const int n = (int)(items < threads ? (items > 0 ? items : 1) : threads);
+  pool().run(n, [&](int thread, int nt) {
     std::vector<float> scores(longest > 0 ? longest : 1);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < items; ++i) {
+    for (int64_t i = items * thread / nt; i < items * (thread + 1) / nt; ++i) {
       const int64_t token = i / heads;
       const int h = (int)(i % heads), r = token_row[token], sf = seg_first[r];
       const int64_t t = token - token_first[r];
@@ -619,7 +734,7 @@ void attend_batch(const float* q, int nrows, const int* nq, int heads, int kv_he
       attend_query(q + i * dim, visible, nseg[r], keys + sf, values + sf, lengths + sf, kstride + sf, vstride + sf,
                    h / group, dim, scale, scores.data(), out + i * dim);
     }
-  }
+  });
 }
 
 
@@ -647,8 +762,7 @@ struct LayerShape {
 
 // out = w * (x * (1 / sqrt(mean(x^2) + eps))), per token
 void rms_norm(const float* x, const float* w, int64_t T, int64_t H, float eps, float* out, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (T >= 8)
-  for (int64_t t = 0; t < T; ++t) {
+  parallel_for(T, threads, 8, [&](int64_t t) {
     const float* xt = x + t * H;
     V16 acc = vzero();
     for (int64_t i = 0; i < H; i += 16) {
@@ -658,7 +772,7 @@ void rms_norm(const float* x, const float* w, int64_t T, int64_t H, float eps, f
     const float r = 1.f / sqrtf(vhsum(acc) / (float)H + eps);
     float* ot = out + t * H;
     for (int64_t i = 0; i < H; i += 16) vstore(ot + i, vmul(vload(w + i), vmul(vload(xt + i), vset1(r))));
-  }
+  });
 }
 
 // x (dim values) rotated in place: x * cos + rotate_half(x) * sin
@@ -699,8 +813,7 @@ void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerS
   quantized_matmul(xn.data(), T, H, w.qkv, w.nqkv, qkv.data(), width, threads, xq, xs, xsum);
   // RoPE on q and k; k and v to [kv_heads, T, dim]
   std::vector<float> q(T * qw);
-#pragma omp parallel for num_threads(threads) schedule(static) if (T >= 8)
-  for (int64_t t = 0; t < T; ++t) {
+  parallel_for(T, threads, 8, [&](int64_t t) {
     const float* row = qkv.data() + t * width;
     const float* c = cos + t * dim;
     const float* s = sin + t * dim;
@@ -715,7 +828,7 @@ void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerS
       rope(kg, c, s, dim);
       memcpy(new_v + ((int64_t)g * T + t) * dim, row + qw + kw + g * dim, dim * sizeof(float));
     }
-  }
+  });
   // each row's pieces: its cache pieces, then its new tokens (in new_k / new_v)
   int total_pieces = 0;
   for (int r = 0; r < nrows; ++r) total_pieces += nseg[r] + 1;
@@ -745,8 +858,7 @@ void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerS
   for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj.data() + i)));
   rms_norm(hidden, w.norm2, T, H, sh.eps, xn.data(), threads);
   quantized_matmul(xn.data(), T, H, w.gate_up, w.ngate_up, mlp.data(), 2 * I, threads, xq, xs, xsum);
-#pragma omp parallel for num_threads(threads) schedule(static) if (T >= 8)
-  for (int64_t t = 0; t < T; ++t) {
+  parallel_for(T, threads, 8, [&](int64_t t) {
     const float* g = mlp.data() + t * 2 * I;
     const float* u = g + I;
     float* a = act.data() + t * I;
@@ -755,7 +867,7 @@ void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerS
       const V16 silu = vdiv(gv, vadd(vset1(1.f), vexp(vsub(vzero(), gv))));
       vstore(a + i, vmul(silu, vload(u + i)));
     }
-  }
+  });
   quantized_matmul(act.data(), T, I, w.down, 1, proj.data(), H, threads, xq, xs, xsum);
   for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj.data() + i)));
 }
