@@ -47,7 +47,7 @@ def _job(name: str, priority: Priority, tenant: str | None, key: float, steps: i
 
 def fairness(flood: int, chunks: int, named: bool) -> int:
     """Steps run before B's submit has run (see module docstring)."""
-    scheduler = Scheduler()
+    scheduler = Scheduler(max_batch_rows=1)  # one job a step: the order of service
     for i in range(flood):
         scheduler.add(_job(f"a{i}", Priority.SUBMIT, "A" if named else None, 0.1, chunks), 0.0)
     scheduler.add(_job("b", Priority.SUBMIT, "B" if named else None, 0.5), 0.0)
@@ -65,7 +65,7 @@ def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: 
     rng = random.Random(seed)
     names = [f"db:t{k}" for k in range(tables)]
     tier: OrderedDict[str, None] = OrderedDict()
-    scheduler = Scheduler(rerank_max_delay=max_delay)
+    scheduler = Scheduler(max_batch_rows=1, rerank_max_delay=max_delay)  # one completion a step
     scheduler.resident_blocks = lambda: frozenset(tier)
     jobs = [_job(f"q{i}", Priority.POOL, "A", 0.5, blocks=frozenset(rng.sample(names, per_query)))
             for i in range(n)]

@@ -273,7 +273,7 @@ def test_streaming_answers_ride_every_forward(situation, scope, rows, stream_tok
 
 
 def test_a_riding_typing_row_gets_its_cap_and_loses_it_when_no_answer_streams():
-    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", stream_tokens=3)
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", stream_tokens=3, decode_defer_s=0.0)
     t, d = queued(scheduler, [("t", P.STREAM, {"owner": "a", "cost": 10}),
                               ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
     plan = scheduler.schedule(0.0)
@@ -287,7 +287,7 @@ def test_a_typing_row_waits_while_riding_until_it_has_something_to_commit():
     """Rule 2c: a session with nothing to commit while answers stream (a
     partial word) waits; its hint is read afresh at each iteration, so it
     joins once its text rests or finishes, and runs whole once no answer streams."""
-    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", stream_tokens=32)
+    scheduler = Scheduler(max_batch_rows=4, batch_scope="typing+decode", stream_tokens=32, decode_defer_s=0.0)
     due = []
     t, d = queued(scheduler, [("t", P.STREAM, {"owner": "a", "cost": 7, "riding": lambda: 9 if due else 0}),
                               ("d", P.SUBMIT, {"owner": "c", "decoding": True})])

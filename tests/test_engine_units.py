@@ -443,9 +443,28 @@ def test_batch_scopes_say_which_jobs_share_a_group(scope, groups):
 
 
 def test_batch_scope_default_and_errors():
-    assert ForwardWorker().batch_scope == "typing"
+    assert ForwardWorker().batch_scope == "typing+decode"
     with pytest.raises(ValueError):
         ForwardWorker(batch_scope="everything")
+
+
+def test_worker_and_scheduler_defaults_are_the_settings():
+    """One place for a default: a worker or scheduler built without settings schedules as a
+    replica built from the default settings does (issue 28: they said 1 / 8 / 0 where the
+    settings say 8 rows, 32 stream typing tokens, 1000 ms deferral)."""
+    from headstart.config import EngineSettings
+    from headstart.engine.scheduler import Scheduler
+    from headstart.engine.scheduler_types import BatchScope
+
+    settings = EngineSettings()
+    for scheduler in (ForwardWorker().scheduler, Scheduler()):
+        assert scheduler.max_batch_rows == settings.max_batch_rows == 8
+        assert scheduler.max_batch_tokens == settings.max_batch_tokens
+        assert scheduler.batch_scope == BatchScope.parse(settings.batch_scope)
+        assert scheduler.decode_defer_s == settings.decode_defer_ms / 1000.0 == 1.0
+        assert scheduler.stream_tokens == settings.stream_typing_tokens == 32
+    worker = ForwardWorker()
+    assert worker.max_queued == settings.max_queued_jobs
 
 
 @pytest.mark.parametrize("defer_ms", [60_000, 0])

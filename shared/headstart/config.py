@@ -141,3 +141,10 @@ class EngineSettings(BaseSettings):
     table_precompute_on_open: bool = Field(
         True, description="precompute a database's missing blocks the first time it is used"
     )
+
+
+def default(name: str):
+    """`EngineSettings`' default for field `name`: the one place an engine default lives (the
+    scheduler and the forward worker take theirs from here, so a class built without settings
+    behaves as a replica built from them). Raises KeyError for an unknown field."""
+    return EngineSettings.model_fields[name].default

@@ -83,6 +83,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from headstart.config import default
 from headstart.engine import scheduler_order
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler_types import (
@@ -94,9 +95,13 @@ class Scheduler:
     """Waiting jobs and the rules above. Not thread-safe: the worker calls it
     under its own lock."""
 
-    def __init__(self, max_batch_rows: int = 1, max_batch_tokens: int = 64,
-                 batch_scope: str | BatchScope = BatchScope.TYPING, decode_defer_s: float = 0.0,
-                 rerank_max_delay: int = 16, stream_tokens: int = 8):
+    # the defaults are the settings' (config.default), so a Scheduler() schedules as a replica does
+    def __init__(self, max_batch_rows: int = default("max_batch_rows"),
+                 max_batch_tokens: int = default("max_batch_tokens"),
+                 batch_scope: str | BatchScope = default("batch_scope"),
+                 decode_defer_s: float = default("decode_defer_ms") / 1000.0,
+                 rerank_max_delay: int = default("table_rerank_max_delay"),
+                 stream_tokens: int = default("stream_typing_tokens")):
         if max_batch_rows < 1 or max_batch_tokens < 1 or stream_tokens < 1:
             raise ValueError("max_batch_rows, max_batch_tokens and stream_tokens must be >= 1")
         if rerank_max_delay < 0:

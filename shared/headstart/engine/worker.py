@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Callable
 
+from headstart.config import default
 from headstart.engine.errors import Cancelled, ResourceExhausted
 from headstart.engine.forward_trace import ForwardTrace
 from headstart.engine.scheduler import Scheduler
@@ -49,9 +50,11 @@ log = logging.getLogger(__name__)
 class ForwardWorker:
     """A single thread running the scheduler's plans."""
 
-    def __init__(self, max_queued: int = 1024, name: str = "headstart-forward",
-                 max_batch_rows: int = 1, max_batch_tokens: int = 64, batch_scope: str = "typing",
-                 decode_defer_ms: float = 0.0, stream_typing_tokens: int = 8,
+    # the defaults are the settings' (config.default), as the scheduler's
+    def __init__(self, max_queued: int = default("max_queued_jobs"), name: str = "headstart-forward",
+                 max_batch_rows: int = default("max_batch_rows"), max_batch_tokens: int = default("max_batch_tokens"),
+                 batch_scope: str = default("batch_scope"), decode_defer_ms: float = default("decode_defer_ms"),
+                 stream_typing_tokens: int = default("stream_typing_tokens"),
                  trace: "ForwardTrace | None" = None):
         self.scheduler = Scheduler(max_batch_rows, max_batch_tokens, batch_scope, decode_defer_ms / 1000.0,
                                    stream_tokens=stream_typing_tokens)
