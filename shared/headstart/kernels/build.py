@@ -6,9 +6,11 @@ on the machine it runs on (g++, about a second) the first time it is needed
 and cached under `<run dir>/kernels/<hash>/` (the hash covers the source, its
 headers, the compiler and the flags), so a changed source builds anew. A
 build goes to a temporary name and is renamed into place, so replicas
-starting together never load a half-written library. OpenMP resolves to the
-libgomp torch already loaded (the same soname): the kernels share torch's
-thread pool.
+starting together never load a half-written library. OpenMP (native.cpp)
+resolves to the libgomp torch already loaded (the same soname): those kernels
+share torch's thread pool. The quantized kernels (quant.cpp) run their own
+helper threads instead (see "the kernels' own threads" there: libgomp's
+waiting made each parallel section of a decode step a wake-up).
 """
 
 from __future__ import annotations
