@@ -346,14 +346,14 @@ inline void dot4(I16& acc, __m512i w, int32_t x4) {
   }
 }
 #else
+// AVX2: maddubs' int16 sums of pairs of products of one 32-byte half (widened by the caller, below)
 template <bool WIDE>
-inline __m256i dot4_half(__m256i acc, __m256i w, __m256i x) {
-  const __m256i ones = _mm256_set1_epi16(1);
+inline __m256i pair_sums_half(__m256i w, __m256i x) {
   if (WIDE) {
-    const __m256i s = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s)), ones));
+    const __m256i s = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));  // q - 128 as int8
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(s), _mm256_sign_epi8(x, s));
   }
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones));
+  return _mm256_maddubs_epi16(w, x);
 }
 #endif
 
@@ -380,12 +380,6 @@ inline Chunk high_nibbles(Chunk c) {
   const __m256i m = _mm256_set1_epi8(0x0F);
   return {_mm256_and_si256(_mm256_srli_epi16(c.lo, 4), m), _mm256_and_si256(_mm256_srli_epi16(c.hi, 4), m)};
 }
-template <bool WIDE>
-inline void dot_chunk(I16& acc, Chunk w, int32_t x4) {
-  const __m256i x = _mm256_set1_epi32(x4);
-  acc.lo = dot4_half<WIDE>(acc.lo, w.lo, x);
-  acc.hi = dot4_half<WIDE>(acc.hi, w.hi, x);
-}
 #endif
 
 // The four GGUF formats (packing.py FORMATS): value = d[superblock] * sc[group] * (q - offset)
@@ -408,15 +402,8 @@ constexpr int pair_run() {
 template <bool WIDE>
 inline void pair_sums(P16& p, Chunk w, int32_t x4) {
   const __m256i x = _mm256_set1_epi32(x4);
-  if (WIDE) {  // q - 128 as int8, its sign moved onto x (see dot4_half)
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
-    const __m256i slo = _mm256_xor_si256(w.lo, flip), shi = _mm256_xor_si256(w.hi, flip);
-    p.lo = _mm256_add_epi16(p.lo, _mm256_maddubs_epi16(_mm256_abs_epi8(slo), _mm256_sign_epi8(x, slo)));
-    p.hi = _mm256_add_epi16(p.hi, _mm256_maddubs_epi16(_mm256_abs_epi8(shi), _mm256_sign_epi8(x, shi)));
-  } else {
-    p.lo = _mm256_add_epi16(p.lo, _mm256_maddubs_epi16(w.lo, x));
-    p.hi = _mm256_add_epi16(p.hi, _mm256_maddubs_epi16(w.hi, x));
-  }
+  p.lo = _mm256_add_epi16(p.lo, pair_sums_half<WIDE>(w.lo, x));
+  p.hi = _mm256_add_epi16(p.hi, pair_sums_half<WIDE>(w.hi, x));
 }
 inline void widen(I16& acc, P16 p) {
   const __m256i ones = _mm256_set1_epi16(1);
