@@ -148,3 +148,27 @@ def test_heap_trimmer_gives_freed_pages_back():
     assert trimmer.maybe_trim(idle=True)
     assert before - probe.rss_mib() > 20, (before, probe.rss_mib())
     assert len(pinned) == 200
+
+
+def test_the_tokenizer_keeps_no_python_copy_of_its_vocabulary_and_encodes_the_same():
+    """`load_tokenizer` drops the build-only Python vocabulary and merges (~1 M objects for
+    Qwen2.5's): the Rust tokenizer it keeps encodes, decodes and templates exactly as one
+    loaded by transformers alone."""
+    from transformers import AutoTokenizer
+
+    from headstart.models.loaded import load_tokenizer
+    from headstart.paths import default_tokenizer_dir
+
+    path = default_tokenizer_dir()
+    ours, theirs = load_tokenizer(path), AutoTokenizer.from_pretrained(str(path))
+    assert len(theirs._vocab) > 100_000 and len(theirs._merges) > 100_000  # what is dropped, there to drop
+    assert not ours._vocab and not ours._merges
+    texts = ["SELECT count(*) FROM singer WHERE name = 'Joe'", "héllo wörld  \t\n naïve 数据库 🙂",
+             "<|im_start|>user\nHow many heads?<|im_end|>"]
+    for text in texts:
+        assert ours.encode(text) == theirs.encode(text)
+        assert ours.decode(ours.encode(text)) == theirs.decode(theirs.encode(text))
+    messages = [{"role": "user", "content": texts[0]}]
+    assert ours.apply_chat_template(messages, add_generation_prompt=True) == theirs.apply_chat_template(
+        messages, add_generation_prompt=True)
+    assert ours.get_vocab() == theirs.get_vocab() and len(ours) == len(theirs)

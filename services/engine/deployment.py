@@ -19,6 +19,7 @@ from ray.serve.config import RequestRouterConfig
 
 from headstart.config import EngineSettings
 from headstart.engine.generation import SamplingParams
+from headstart.heap import trim_heap
 from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore
@@ -69,6 +70,7 @@ class EngineDeployment:
         self.direct = start_direct_ingress(self._session_events)
         logging.getLogger("ray.serve").info("headstart direct ingress: %s",
                                             self.direct.target if self.direct else "off (sessions via the proxy)")
+        trim_heap()  # what loading and warming up freed, before the first request (headstart.heap)
 
     async def _prepare(self, db: str) -> str:
         """The spec of catalogue name `db`, its schema loaded (raises UnknownDatabase / DatabaseUnavailable)."""

@@ -14,22 +14,15 @@ locks, so the replica calls it only between requests, at most every
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import time
 from typing import Callable
 
+from headstart.heap import libc_malloc_trim
+
 log = logging.getLogger(__name__)
 
-
-def libc_malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, or None where the C library has none (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
-        return None
+__all__ = ["HeapTrimmer", "libc_malloc_trim"]
 
 
 class HeapTrimmer:

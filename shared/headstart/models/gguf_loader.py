@@ -35,6 +35,7 @@ SPECIAL_IDS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 15
 
 def load_gguf(spec: str, path: Path, dtype: torch.dtype, device: torch.device, tokenizer_dir, weights: str
               ) -> LoadedModel:
+    from headstart.heap import trim_heap
     from headstart.models.gguf_model import GgufError, GgufFile, load_gguf_model
 
     tokenizer = load_tokenizer(Path(tokenizer_dir) if tokenizer_dir else default_tokenizer_dir())
@@ -50,6 +51,7 @@ def load_gguf(spec: str, path: Path, dtype: torch.dtype, device: torch.device, t
             if kernel is not None:
                 model = load_gguf_model(path, kernel)
                 _check_vocabulary(GgufFile(path), tokenizer)
+                trim_heap()  # packing's temporaries: ~65 MiB of freed pages glibc would keep (headstart.heap)
                 return LoadedModel(model, tokenizer, model_id, dtype, device, f"quantized:{kernel.name}")
         model = load_dequantized(GgufFile(path), dtype)
     except GgufError as exc:

@@ -84,13 +84,29 @@ def _offline():
                 os.environ[k] = v
 
 
+# Python copies of the vocabulary and merges that transformers' BPE tokenizers (Qwen2Tokenizer and
+# its kin) keep after building the Rust tokenizer from them, and never read again: for Qwen2.5's
+# 151k-token vocabulary about a million Python objects, ~78 MiB of a replica's RSS with the JSON
+# parsing's freed pages (measured; docs/benchmarks.md, "Replica RSS").
+_BUILD_ONLY_TOKENIZER_ATTRS = ("_vocab", "_merges")
+
+
 def load_tokenizer(path: Path | str):
+    """The Hugging Face tokenizer in `path` (offline), without its build-only Python copies."""
     from transformers import AutoTokenizer
+
+    from headstart.heap import trim_heap
 
     path = Path(path)
     if not (path / "tokenizer_config.json").is_file():
         raise ModelLoadError(f"no tokenizer at {path} (expected tokenizer_config.json there)")
     with _offline():
-        return AutoTokenizer.from_pretrained(str(path))
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if getattr(tokenizer, "_tokenizer", None) is not None:  # the Rust tokenizer holds its own vocabulary
+        for name in _BUILD_ONLY_TOKENIZER_ATTRS:
+            if isinstance(getattr(tokenizer, name, None), (dict, list)):
+                setattr(tokenizer, name, type(getattr(tokenizer, name))())
+    trim_heap()
+    return tokenizer
 
 
