@@ -172,6 +172,13 @@ void parallel_for(int64_t items, int threads, int64_t min_items, F f) {
 }
 
 
+// Weights are read as one sequential stream per thread; the hardware prefetcher alone kept a
+// decode step under the memory's speed. Each unit asks for the lines HS_PREFETCH_BYTES ahead: one
+// token's step, 2-core AMD EPYC Zen 3, AVX2, 8 alternated rounds: trained 1.5B 62.6 -> 51.7 ms,
+// 0.5B 29.8 -> 26.2 ms (1024: -8%, 4096 and 8192: about as 2048). Results are unchanged.
+#ifndef HS_PREFETCH_BYTES
+#define HS_PREFETCH_BYTES 2048
+#endif
 constexpr int ROWS = 16;  // rows per block
 constexpr int CHUNK = 64;  // bytes of one 4-k step of a block
 
@@ -512,6 +519,9 @@ void block_q(const Segment& s, int64_t b, const int8_t* xq, const float* xs, con
   for (int m = 0; m < MT; ++m) facc[m] = vzero();
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = w + u * UNIT_BYTES[KIND];
+#if HS_PREFETCH_BYTES > 0
+    for (int l = 0; l < UNIT_BYTES[KIND]; l += 64) _mm_prefetch((const char*)unit + HS_PREFETCH_BYTES + l, _MM_HINT_T0);
+#endif
     constexpr int HALVES = KIND == Q6_K ? 2 : 1;  // Q6_K: two groups of 16 per unit
     I16 acc[HALVES][MT];
     for (int h = 0; h < HALVES; ++h)

@@ -15,13 +15,20 @@ from urllib.parse import urlsplit
 from headstart.tables.store.base import BlockStore
 from headstart.tables.store.fallback import FallbackStore
 from headstart.tables.store.memory import MemoryStore
-from headstart.tables.store.redis_store import RedisStore
 from headstart.tables.store.tiered import TieredStore
+
+
+def _redis_store(url: str) -> BlockStore:
+    # NOTE: imported here: the engine library runs without the redis client where no redis:// store is used
+    from headstart.tables.store.redis_store import RedisStore
+
+    return RedisStore.from_url(url)
+
 
 STORE_SCHEMES: dict[str, Callable[[str], BlockStore]] = {
     "memory": MemoryStore.from_url,
-    "redis": RedisStore.from_url,
-    "rediss": RedisStore.from_url,
+    "redis": _redis_store,
+    "rediss": _redis_store,
 }
 
 
