@@ -1,3 +1,27 @@
-"""Shared pytest configuration: fixtures that several test files use."""
+"""Shared pytest configuration: fixtures that several test files use, and how the suite is split
+over pytest-xdist's workers (`./run.sh test` runs two)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
 
 pytest_plugins = ["tests.pg_fixture", "tests.redis_fixture", "tests.engine_fixture", "tests.serve_fixture"]
+
+# A test file that starts a Ray cluster or a whole local stack (the session's `serve_engine`, a
+# `headstart loadtest` or `serve` subprocess). All such files run on one worker, one after the
+# other: one cluster at a time, mostly waiting on its processes, beside the engine's CPU-bound
+# tests on the other worker. Every other file is a group of its own (its module fixtures, a loaded
+# model say, are built once).
+_STACK = re.compile(r"serve_engine|serve_stack|make_gateway|start_ray|ray_stack|_run_loadtest|local_stack|"
+                    r"^import ray|^from ray", re.MULTILINE)
+
+
+def pytest_collection_modifyitems(config, items):
+    stack_files: dict[str, bool] = {}
+    for item in items:
+        path = str(item.path)
+        if path not in stack_files:
+            stack_files[path] = bool(_STACK.search(item.path.read_text(errors="replace")))
+        item.add_marker(pytest.mark.xdist_group("stack" if stack_files[path] else item.path.stem))

@@ -52,11 +52,20 @@ def test_replay_bad_inputs_give_clear_errors(tmp_path):
         (["--trace", str(good), "--mode", "warp"], "unknown mode"),
         (["--trace", str(good), "--dtype", "int3"], "unknown dtype"),
     ]
+    # in this process (one start-up for all cases, not one each), then one through the real entry point
+    from typer.testing import CliRunner
+
+    from headstart.cli import app
+
+    runner = CliRunner()
     for args, message in cases:
-        proc = run(["replay", "--model", "random:tiny", *args] if "--model" not in args else ["replay", *args], tmp_path)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert message in proc.stderr, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr
+        result = runner.invoke(app, ["replay", "--model", "random:tiny", *args] if "--model" not in args
+                               else ["replay", *args], env={"HEADSTART_HOME": str(tmp_path / "home")})
+        assert result.exit_code == 2, (args, result.output, result.exception)
+        assert message in result.stderr, (args, result.stderr)
+        assert isinstance(result.exception, SystemExit), (args, result.exception)  # no uncaught error
+    proc = run(["replay", "--model", "random:tiny", "--trace", str(good), "--mode", "warp"], tmp_path)
+    assert proc.returncode == 2 and "unknown mode" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_bench_ttft_plumbing(tmp_path):

@@ -221,8 +221,8 @@ def test_memory_trend_tells_flat_from_growing():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_steady_run_has_no_failures(tmp_path):
-    """8 typists (WebSocket and gRPC, 3 tenants, 4 databases) for 40 s on random:tiny."""
-    out = _run_loadtest(tmp_path, "steady", "--users", "8", "--time", "40s", "--max-new-tokens", "8")
+    """8 typists (WebSocket and gRPC, 3 tenants, 4 databases) for 20 s on random:tiny."""
+    out = _run_loadtest(tmp_path, "steady", "--users", "8", "--time", "20s", "--max-new-tokens", "8")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0"
     for user in ("ws_typist", "grpc_typist"):
@@ -250,11 +250,11 @@ def test_short_steady_run_has_no_failures(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
-    """`mixed` for 45 s on random:tiny (7 users: the 5 of fixed count, 2 typists): the OpenAI
+    """`mixed` for 25 s on random:tiny (7 users: the 5 of fixed count, 2 typists): the OpenAI
     streamer's answers timed at the client, the data producers' pushes (REST, gRPC) and the flash
     subscriber's ack→data_updated and ack→flash_ready (the local stack's flash worker)
     are recorded, with no failure anywhere, a noisy tenant at its limits included."""
-    out = _run_loadtest(tmp_path, "mixed", "--users", "7", "--time", "45s", "--max-new-tokens", "8",
+    out = _run_loadtest(tmp_path, "mixed", "--users", "7", "--time", "25s", "--max-new-tokens", "8",
                         "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3")
     rows = {(r["Type"], r["Name"]): r for r in csv.DictReader((out / "locust_stats.csv").open())}
     assert rows[("", "Aggregated")]["Failure Count"] == "0", list(csv.DictReader((out / "locust_failures.csv").open()))
@@ -277,12 +277,12 @@ def test_short_mixed_run_pushes_rows_and_times_their_versions(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_open_loop_run_at_a_fixed_rate(tmp_path):
-    """`open` for 30 s at 2 requests/s (fixed gaps), two length sets taken in turn: each set is a
+    """`open` for 16 s at 3 requests/s (fixed gaps), two length sets taken in turn: each set is a
     class of its own with answers of exactly its length (ignore_eos), timed at the client."""
-    out = _run_loadtest(tmp_path, "open", "--time", "30s", "--rate", "2", "--arrival", "fixed",
+    out = _run_loadtest(tmp_path, "open", "--time", "16s", "--rate", "3", "--arrival", "fixed",
                         "--lengths", "16:8", "--lengths", "48:4", "--db", "world_1")
     report = json.loads((out / "loadtest.json").read_text())
-    assert report["meta"]["rate"] == 2.0 and report["meta"]["arrival"] == "fixed"
+    assert report["meta"]["rate"] == 3.0 and report["meta"]["arrival"] == "fixed"
     for label, length in (("open_loop 16:8", 8), ("open_loop 48:4", 4)):
         s = report["users"][label]
         assert s["num_failures"] == 0 and s["num_answers"] >= 10, s
@@ -354,9 +354,9 @@ def test_every_failed_request_must_carry_an_api_code():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_short_mixed_run_survives_a_redis_restart(tmp_path):
-    """`mixed --faults redis-restart` for 45 s on random:tiny: the stack's Redis is killed halfway and
+    """`mixed --faults redis-restart` for 30 s on random:tiny: the stack's Redis is killed halfway and
     kept down 4 s; no acknowledged row is lost and every failed request has an API code (issue 29)."""
-    out = _run_loadtest(tmp_path, "mixed", "--users", "5", "--time", "45s", "--max-new-tokens", "8",
+    out = _run_loadtest(tmp_path, "mixed", "--users", "5", "--time", "30s", "--max-new-tokens", "8",
                         "--db", "world_1", "--db", "pets_1", "--flash-push-interval", "3",
                         "--faults", "redis-restart", "--fault-down-s", "4")
     faults = json.loads((out / "loadtest.json").read_text())["meta"]["faults"]
