@@ -1,14 +1,11 @@
 """Giving a replica's freed heap pages back to the system when it is idle (issue 14).
 
 A replica's KV caches grow by `torch.cat` (a new, larger tensor each step),
-and sessions come and go: blocks of many sizes are freed all the time. glibc
-keeps freed memory in its arenas and raises its mmap threshold after the
-first large free, so large tensors come from the arenas too; the holes they
-leave are reused only by blocks that fit, and the resident size creeps up
-with the work done while the bytes in use stay flat (measured in
-docs/benchmarks-archive.md, "Soak: memory over 30 minutes"). `malloc_trim(0)` walks
-the arenas and returns every free page to the system; it takes the arenas'
-locks, so the replica calls it only between requests, at most every
+and sessions come and go: blocks of many sizes are freed all the time, and
+glibc keeps them (`headstart.heap`), so the resident size creeps up with the
+work done while the bytes in use stay flat (docs/benchmarks-archive.md,
+"Soak: memory over 30 minutes"). `malloc_trim(0)` takes the arenas' locks,
+so the replica calls it only between requests, at most every
 `HEADSTART_MALLOC_TRIM_S` seconds (from its health check).
 """
 

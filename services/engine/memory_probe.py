@@ -92,7 +92,7 @@ def malloc_trim() -> float | None:
 
     RSS that falls back under trim was free memory the allocator kept
     (fragmentation, arenas); RSS that stays is memory something holds."""
-    from services.engine.heap_trim import libc_malloc_trim
+    from headstart.heap import libc_malloc_trim
 
     trim = libc_malloc_trim()
     if trim is None:
