@@ -66,6 +66,7 @@ def _reopen_elsewhere(stub, sid: str, md, rows, killed: str) -> tuple[engine_pb2
 def test_data_session_sticky_then_rebuilt_from_rows_after_replica_killed(serve_engine):
     import ray
 
+    _wait_replicas_running(serve_engine)  # a replica set that is still changing moves sessions
     sid = "alice:data-" + uuid.uuid4().hex
     md = serve_engine.metadata(sid) + ((TENANT_METADATA_KEY, "alice"),)
     rows = _rows(6)
@@ -100,4 +101,4 @@ def test_data_session_sticky_then_rebuilt_from_rows_after_replica_killed(serve_e
     assert (after.version, after.text, after.logit_gap) == (before.version, before.text, before.logit_gap)
     print(f"\ndata session re-opened from {len(rows)} rows on another replica {reopened_ms:.0f} ms after the kill "
           f"({unavailable} calls UNAVAILABLE meanwhile)")
-    _wait_replicas_running()
+    _wait_replicas_running(serve_engine)

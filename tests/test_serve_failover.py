@@ -32,8 +32,12 @@ def _replica_of(serve_engine, engine_sid: str) -> engine_pb2.EngineSessionInfo:
                                                            metadata=md, timeout=30)
 
 
-def _wait_replicas_running(timeout_s: float = 120.0) -> None:
+def _wait_replicas_running(serve_engine, timeout_s: float = 120.0) -> None:
+    """Until Serve runs NUM_REPLICAS replicas again and the proxy routes to all of them
+    (the next test's sessions must not move when the router hears of the replacement)."""
     from ray import serve
+
+    from services.engine.ray_stack import EngineStack, wait_ready
 
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -41,6 +45,8 @@ def _wait_replicas_running(timeout_s: float = 120.0) -> None:
         deployment = app.deployments["Engine"] if app else None
         if deployment and deployment.status == "HEALTHY" and \
                 deployment.replica_states.get("RUNNING", 0) == NUM_REPLICAS and len(deployment.replica_states) == 1:
+            stack = EngineStack(serve_engine.grpc_target, serve_engine.app_name, serve_engine.secret)
+            wait_ready(stack, timeout_s=max(1.0, end - time.monotonic()), replicas=NUM_REPLICAS)
             return
         time.sleep(0.5)
     raise TimeoutError("the engine did not get back to its replicas")
@@ -76,7 +82,7 @@ def test_session_rebuilt_after_replica_killed(serve_stack, serve_engine, tiny_ru
           f"(reattach + rebuild); then submit -> result {waited_ms:.0f} ms (engine TTFT "
           f"{result.ttft_ms:.0f} ms, {result.computed_tokens_at_submit} of {result.prompt_tokens} prompt tokens "
           f"computed at submit)")
-    _wait_replicas_running()
+    _wait_replicas_running(serve_engine)
 
 
 def test_replica_killed_mid_generation_answers_or_fails_retryably(serve_stack, serve_engine, tiny_runtime):
@@ -117,4 +123,4 @@ def test_replica_killed_mid_generation_answers_or_fails_retryably(serve_stack, s
               f"{len(streamed)} text pieces")
     else:
         assert error.code == "UNAVAILABLE", error  # retryable: the client may submit again
-    _wait_replicas_running()
+    _wait_replicas_running(serve_engine)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,35 @@ def keep_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False  # ray may have been imported before the variable was set
 
 
+@contextmanager
+def dashboard_agent_port(port: int) -> Iterator[None]:
+    """Within: a Ray node this process starts gives its dashboard agent's HTTP
+    server `port` instead of Ray's fixed default (52365).
+
+    ray.init has no argument for it, and two clusters on one machine (a test
+    worker's and a `headstart loadtest` stack's, or two users' stacks) would
+    race for 52365: the loser's agent, the one that refuses jobs without Ray's
+    token, does not listen at all. ray.init builds its `RayParams` from the
+    module attribute at call time, so a subclass with another default is seen
+    (ray[serve] is pinned; tests/test_serve_ray_auth.py finds the agent on
+    its port and would fail were this ignored).
+    """
+    from ray._private import parameter
+
+    original = parameter.RayParams
+
+    class _Params(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("dashboard_agent_listen_port", port)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = _Params
+    try:
+        yield
+    finally:
+        parameter.RayParams = original
+
+
 def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
     """ray.init on this machine with a private temp dir, no dashboard and token auth on.
 
@@ -80,9 +111,10 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
     # tests/test_serve_loopback.py checks every listening socket.
     auth = enable_token_auth()
     try:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
-                 ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
-                 runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+        with dashboard_agent_port(free_port()):
+            ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
+                     ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
+                     runtime_env={"worker_process_setup_hook": SETUP_HOOK})
     except BaseException:
         auth.cleanup()
         raise
@@ -111,23 +143,42 @@ def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int
     app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus, secret, catalogue)
     serve.run(app, name=APP_NAME, route_prefix="/" + APP_NAME, blocking=False)
     stack = EngineStack(f"{host}:{grpc_port}", secret=secret)
-    wait_ready(stack)
+    # replicas load their weights side by side on a small machine: a minute each
+    wait_ready(stack, timeout_s=60.0 * max(1, num_replicas), replicas=num_replicas)
     return stack
 
 
-def wait_ready(stack: EngineStack, timeout_s: float = 60.0) -> None:
-    """Poll the proxy until it routes to the app (its route table lags `serve.run`)."""
+def wait_ready(stack: EngineStack, timeout_s: float = 60.0, replicas: int = 1) -> None:
+    """Poll the proxy until it routes to the app and to `replicas` distinct replicas.
+
+    The proxy's route table and its router's replica set both lag `serve.run`
+    (and a replica's replacement): a router that knows one replica of two sends
+    every session there, and when it learns of the second, consistent hashing
+    moves about half of the sessions to it. Waiting until calls for different
+    session ids reach `replicas` replicas keeps the first sessions where they open.
+    """
     import grpc
 
     from headstart.v1 import engine_pb2, engine_pb2_grpc
 
     deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
+    probe = 0
     with grpc.insecure_channel(stack.grpc_target) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
         while True:
+            probe += 1
             try:
-                stub.Describe(engine_pb2.EngineSessionRef(), metadata=stack.metadata(), timeout=5)
-                return
+                info = stub.Describe(engine_pb2.EngineSessionRef(),
+                                     metadata=stack.metadata(f"readiness-probe-{probe}"), timeout=5)
+                seen.add(info.replica)
+                if len(seen) >= replicas:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the proxy at {stack.grpc_target} routed to {len(seen)} of "
+                                       f"{replicas} replicas in {timeout_s:.0f} s")
+                if probe % 16 == 0:
+                    time.sleep(0.25)  # the router has not heard of the others yet
             except grpc.RpcError as exc:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"engine app not reachable at {stack.grpc_target}: {exc}") from exc
