@@ -3,7 +3,10 @@ over pytest-xdist's workers (`HEADSTART_TEST_WORKERS=2 ./run.sh test`)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -25,3 +28,21 @@ def pytest_collection_modifyitems(config, items):
         if path not in stack_files:
             stack_files[path] = bool(_STACK.search(item.path.read_text(errors="replace")))
         item.add_marker(pytest.mark.xdist_group("stack" if stack_files[path] else item.path.stem))
+
+
+def pytest_configure(config):
+    """Under xdist: this worker's temporary files (its processes' and their children's) in a folder of its own.
+
+    A test that looks in the temporary folder for what its own engine made there (a data session's
+    working copy) must not find what the other worker's tests made at the same moment."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "HEADSTART_TEST_TMPDIR" not in os.environ:
+        path = tempfile.mkdtemp(prefix=f"hs-{worker}-")  # short: Ray's and Redis's socket paths may live here
+        os.environ["HEADSTART_TEST_TMPDIR"] = os.environ["TMPDIR"] = path
+        tempfile.tempdir = None  # computed anew from TMPDIR
+
+
+def pytest_unconfigure(config):
+    path = os.environ.get("HEADSTART_TEST_TMPDIR")
+    if path and os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(path, ignore_errors=True)

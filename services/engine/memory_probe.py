@@ -15,9 +15,12 @@ import ctypes.util
 import gc
 import sys
 import threading
+import time
 import tracemalloc
 import warnings
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -56,17 +59,59 @@ def rss_mib() -> float:
     return 0.0
 
 
+# Longer than a walk of a replica's heap (about a second for a million objects): while it runs no
+# other thread takes the GIL. A thread busy in Python delays the walk's start by at most this.
+_WALK_SWITCH_INTERVAL_S = 5.0
+
+
+@contextmanager
+def _heap_walk() -> Iterator[None]:
+    """Keep every other thread of this process still while `gc.get_objects()`'s list lives.
+
+    NOTE: that list holds a reference to every tracked object, among them a
+    tuple another thread is building from an iterator (`tuple(generator)`,
+    whose Python code may hand the GIL over between items). CPython 3.11
+    resizes such a tuple in place only while it holds the sole reference:
+    with the list's it raises "SystemError: Objects/tupleobject.c: bad
+    argument to internal function" in that thread (a replica's schema load
+    failed so while a load test probed it). A thread waiting for the GIL asks
+    its holder to hand it over after the switch interval; with the interval
+    beyond the walk, and the GIL handed over once (`time.sleep(0)`) so that
+    every waiter starts its wait anew under it, none asks during the walk.
+    The collector is off meanwhile: its finalizers run Python code. The
+    walk must not block (no I/O) while the list lives."""
+    interval = sys.getswitchinterval()
+    enabled = gc.isenabled()
+    gc.disable()
+    sys.setswitchinterval(_WALK_SWITCH_INTERVAL_S)
+    try:
+        time.sleep(0)  # release and retake the GIL: waits begun under the old interval start over
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        if enabled:
+            gc.enable()
+
+
 def snapshot(watched: tuple[str, ...] = WATCHED) -> MemorySnapshot:
-    """Count what this process holds now (seconds on a big heap: diagnostics only)."""
+    """Count what this process holds now (seconds on a big heap, other threads paused: diagnostics only)."""
     import torch
 
     gc.collect()
     with warnings.catch_warnings():  # isinstance on some torch module objects warns (deprecated aliases)
         warnings.simplefilter("ignore")
-        return _count(gc.get_objects(), set(watched), torch.Tensor)
+        with _heap_walk():
+            objects = gc.get_objects()
+            counts, tensor_bytes, num_tensors = _count(objects, set(watched), torch.Tensor)
+            num_objects = len(objects)
+            del objects  # before anything that may hand the GIL over (reading /proc below)
+    traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
+    return MemorySnapshot(counts, tensor_bytes, num_tensors, num_objects, gc.get_freeze_count(), traced,
+                          threading.active_count(), rss_mib())
 
 
-def _count(objects: list, names: set[str], tensor_type: type) -> MemorySnapshot:
+def _count(objects: list, names: set[str], tensor_type: type) -> tuple[dict[str, int], int, int]:
+    """(live objects per watched name, bytes of distinct tensor storages, tensors) among `objects`."""
     counts: Counter[str] = Counter()
     storages: dict[int, int] = {}
     num_tensors = 0
@@ -81,9 +126,7 @@ def _count(objects: list, names: set[str], tensor_type: type) -> MemorySnapshot:
                 storages[storage.data_ptr()] = storage.nbytes()
             except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
                 pass
-    traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
-    return MemorySnapshot(dict(sorted(counts.items())), sum(storages.values()), num_tensors, len(objects),
-                          gc.get_freeze_count(), traced, threading.active_count(), rss_mib())
+    return dict(sorted(counts.items())), sum(storages.values()), num_tensors
 
 
 def malloc_trim() -> float | None:
@@ -131,7 +174,8 @@ def type_counts() -> dict[str, int]:
     Diffing two of these between workload cycles names what grows; objects
     the collector does not track (str, bytes, int) show in `allocated_blocks`."""
     gc.collect()
-    return dict(Counter(type(obj).__name__ for obj in gc.get_objects()))
+    with _heap_walk():
+        return dict(Counter(type(obj).__name__ for obj in gc.get_objects()))
 
 
 def allocated_blocks() -> int:
