@@ -18,25 +18,25 @@ from pathlib import Path
 import torch
 
 from bench.common import markdown_table, write_json
-from headstart.engine.kv import KVState, extend, prefill
-from headstart.engine.model_runner import RowExtension, enable_fast_path, extend_rows
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.models.loader import load_model
 
 
-def _measure(model, rows: int, new_tokens: int, repeats: int) -> dict:
+def _measure(runner: ModelRunner, rows: int, new_tokens: int, repeats: int) -> dict:
     prompts = [[(1000 + 37 * i + 11 * r) % 150000 for i in range(40 + 60 * r)] for r in range(rows)]
     extra = [[(500 + 7 * r + j) % 150000 for j in range(1 + (r + new_tokens - 1) % new_tokens)] for r in range(rows)]
-    bases = [prefill(model, p) for p in prompts]
+    bases = [runner.prefill(p) for p in prompts]
     lone = []
     for base, e in zip(bases, extra):
         state = base.copy()
-        extend(model, state, e)
+        runner.extend(state, e)
         lone.append(state.last_logits)
     times, batched = [], None
     for _ in range(repeats):
         states: list[KVState] = [b.copy() for b in bases]
         start = time.perf_counter()
-        extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)])
+        runner.extend_rows([RowExtension(s, e) for s, e in zip(states, extra)])
         times.append((time.perf_counter() - start) * 1000.0)
         batched = [s.last_logits for s in states]
     diff = max(float((a.double() - b.double()).abs().max()) for a, b in zip(lone, batched))
@@ -51,19 +51,19 @@ def run_batch_invariance_bench(model: str, dtypes: list[str], kernels: list[str]
         torch.set_num_threads(threads)
     results = []
     for dtype in dtypes:
-        m = load_model(model, dtype).model
+        runner = ModelRunner(load_model(model, dtype).model)
         for kernel in kernels:
             for invariant in (False, True):
-                installed = enable_fast_path(m, kernel, batch_invariant=invariant)
+                installed = runner.set_fast_path(kernel, batch_invariant=invariant)
                 if installed != kernel:
                     continue
                 r = {"dtype": dtype, "kernels": kernel, "batch_invariant": invariant,
-                     **_measure(m, rows, new_tokens, repeats)}
+                     **_measure(runner, rows, new_tokens, repeats)}
                 results.append(r)
                 print(f"  {dtype:9s} {kernel:8s} invariant {invariant!s:5s} max |batched - lone| "
                       f"{r['max_abs_diff']:.3g}  bit-identical {r['bit_identical']}  batched forward "
                       f"{r['batched_forward_min_ms']:.1f} ms", flush=True)
-        enable_fast_path(m, "off")
+        del runner
     report = {"config": dict(model=model, dtypes=dtypes, kernels=kernels, rows=rows, new_tokens=new_tokens,
                              repeats=repeats, threads=threads or torch.get_num_threads()),
               "load_average": list(__import__("os").getloadavg()), "results": results}

@@ -45,7 +45,6 @@ import torch
 
 from bench.common import markdown_table, write_json
 from headstart.data import DataSession, DataSettings
-from headstart.engine.kv import extend, prefill
 from headstart.engine.runtime import EngineRuntime
 
 QUESTIONS = ["What is the average value per sensor?", "Which sensor had the highest reading?",
@@ -84,14 +83,14 @@ def synthetic_rows(n: int, start: int, seed: int) -> list[dict]:
 
 def cold(runtime, ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor, float]:
     started = time.perf_counter()
-    kv = prefill(runtime.model, ids)
+    kv = runtime.runner.prefill(ids)
     first, tokens = kv.last_logits.clone(), []
     for _ in range(max_new_tokens):
         token = int(torch.argmax(kv.last_logits))
         if token in runtime.stop_ids:
             break
         tokens.append(token)
-        extend(runtime.model, kv, [token])
+        runtime.runner.extend(kv, [token])
     return tokens, first, time.perf_counter() - started
 
 

@@ -3,7 +3,7 @@
 A person waits for the complete SQL, and every answer token after the first
 is one decode step: one forward that reads every weight once. This measures
 that step on a warm cache of a real prompt, for each kernel choice of
-`model_runner.enable_fast_path` (`off`: the model's own forward, what a lone
+`ModelRunner.set_fast_path` (`off`: the model's own forward, what a lone
 extension ran before the fast path; `eager`: the runner's layers with the
 model's own modules; `onednn`; `inductor`), each dtype, and a batch of `rows`
 decode rows sharing one forward (continuous batching). Reported per case:
@@ -31,14 +31,8 @@ from headstart.models.gguf_model import packed_bytes
 from headstart.models.quantized import is_quantized
 
 from bench.common import markdown_table, write_json
-from headstart.engine.kv import KVState, extend, prefill
-from headstart.engine.model_runner import (
-    RowExtension,
-    enable_fast_path,
-    extend_rows,
-    fast_path_choice,
-    fast_path_name,
-)
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.models.loader import load_model
 
 CASES = ("off", "eager", "onednn", "native", "inductor", "quant", "auto")
@@ -55,15 +49,16 @@ def _weights_bytes(model) -> int:
     return layers + head.numel() * head.element_size()
 
 
-def _decode(model, states: list[KVState], tokens: list[int], steps: int) -> tuple[list[float], list[list[int]]]:
+def _decode(runner: ModelRunner, states: list[KVState], tokens: list[int],
+            steps: int) -> tuple[list[float], list[list[int]]]:
     """`steps` greedy decode steps of every row at once; ms per step and each row's tokens."""
     times, out = [], [[] for _ in states]
     for _ in range(steps):
         start = time.perf_counter()
         if len(states) == 1:
-            extend(model, states[0], [tokens[0]])
+            runner.extend(states[0], [tokens[0]])
         else:
-            extend_rows(model, [RowExtension(s, [t]) for s, t in zip(states, tokens)])
+            runner.extend_rows([RowExtension(s, [t]) for s, t in zip(states, tokens)])
         times.append((time.perf_counter() - start) * 1000.0)
         tokens = [int(s.last_logits.argmax()) for s in states]
         for row, t in zip(out, tokens):
@@ -77,25 +72,25 @@ def _timed_ms(fn) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-def _case(model, case: str, base: KVState, rows: int, steps: int, warm_rows: tuple[int, ...],
+def _case(runner: ModelRunner, case: str, base: KVState, rows: int, steps: int, warm_rows: tuple[int, ...],
           prefill_ids: list[int] | None = None) -> dict:
     start = time.perf_counter()
-    installed = enable_fast_path(model, case, warm_rows)
+    installed = runner.set_fast_path(case, warm_rows=warm_rows)
     if installed != case and case != "auto":
         return {"skipped": f"{case} is not available for this model/dtype (resolved to {installed})"}
     setup_s = time.perf_counter() - start
     prefill_ms = None
     if prefill_ids is not None:  # a cold prefill of the whole prompt: min of two, after a short warm one
-        prefill(model, prefill_ids[:64])
-        prefill_ms = min(_timed_ms(lambda: prefill(model, prefill_ids)) for _ in range(2))
+        runner.prefill(prefill_ids[:64])
+        prefill_ms = min(_timed_ms(lambda: runner.prefill(prefill_ids)) for _ in range(2))
     states = [base.copy() for _ in range(rows)]
     first = int(base.last_logits.argmax())
-    _decode(model, [s.copy() for s in states], [first] * rows, 2)  # warm (first-call allocations)
-    times, tokens = _decode(model, states, [first] * rows, steps)
+    _decode(runner, [s.copy() for s in states], [first] * rows, 2)  # warm (first-call allocations)
+    times, tokens = _decode(runner, states, [first] * rows, steps)
     result = {"setup_s": setup_s, "min_ms": min(times), "p50_ms": statistics.median(times),
-              "tokens": tokens[0], "installed": fast_path_name(model), "prefill_ms": prefill_ms}
+              "tokens": tokens[0], "installed": runner.fast_path, "prefill_ms": prefill_ms}
     if case == "auto":
-        result["auto"] = fast_path_choice(model).to_dict()
+        result["auto"] = runner.choice.to_dict()
     return result
 
 
@@ -112,13 +107,13 @@ def run_decode_step_bench(model: str, dtypes: list[str], cases: list[str], rows:
         loaded = load_model(model, dtype)
         m = loaded.model
         ids = [(1000 + 37 * i) % 150000 for i in range(prompt_tokens)]
-        enable_fast_path(m, "off")
-        base = prefill(m, ids)
+        runner = ModelRunner(m, fast_path="off")
+        base = runner.prefill(ids)
         gib = _weights_bytes(m) / 2**30
         reference = None
         for case in cases:
             for n in rows:
-                r = _case(m, case, base, n, steps, tuple(sorted(set(rows))), ids if n == rows[0] else None)
+                r = _case(runner, case, base, n, steps, tuple(sorted(set(rows))), ids if n == rows[0] else None)
                 row = {"dtype": dtype, "case": case, "rows": n, **r}
                 if "skipped" not in r:
                     if case == "off" and n == rows[0]:
@@ -131,8 +126,8 @@ def run_decode_step_bench(model: str, dtypes: list[str], cases: list[str], rows:
                       f"p50 {r['p50_ms']:7.1f} ms  "
                       + (f"prefill {r['prefill_ms']:7.1f} ms  " if r["prefill_ms"] is not None else "") +
                       f"{row['gib_per_s']:5.1f} GiB/s  same tokens {row['same_tokens']}"), flush=True)
-        enable_fast_path(m, "off")
-        del loaded, m, base
+        runner.set_fast_path("off")
+        del loaded, m, base, runner
     load = _load_average()
     report = {"config": dict(model=model, dtypes=dtypes, cases=cases, rows=rows, steps=steps,
                              prompt_tokens=prompt_tokens, threads=threads or torch.get_num_threads()),

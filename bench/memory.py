@@ -10,7 +10,7 @@
    did: `KVState.copy`, patched in for that run only).
 3. Peak extra memory of a batched forward of 8 rows of different cache
    lengths, each extending a few tokens: the model runner's packed forward
-   (`model_runner.extend_rows`) against the padded copy it replaced
+   (`ModelRunner.extend_rows`) against the padded copy it replaced
    (`bench.memory_padded`). Measured with torch's profiler (`profile_memory`:
    the allocator's running total during the forward; peak minus start).
 
@@ -29,7 +29,7 @@ import torch
 
 from bench.common import markdown_table, spider_questions, write_json
 from headstart.engine.kv import KVState
-from headstart.engine.model_runner import RowExtension, extend_rows
+from headstart.engine.model_runner import RowExtension
 from headstart.engine.runtime import EngineRuntime
 from bench.memory_padded import padded_extend_rows
 
@@ -100,12 +100,12 @@ def sessions_at_budget(runtime: EngineRuntime, db: str, questions: list[str], bu
 
 def batched_forward_extra(runtime: EngineRuntime, db: str, questions: list[str], rows: int, new_tokens: int) -> dict:
     prompt = runtime.prompt_for(db)
-    model = runtime.model
+    model, runner = runtime.model, runtime.runner
     states, news = [], []
     for i in range(rows):
         ids = prompt.prompt_ids(questions[i % len(questions)])
         cut = max(len(prompt.base_ids), len(ids) - new_tokens)
-        state = runtime.worker.run_sync(lambda ids=ids[:cut]: _prefill(model, ids))
+        state = runtime.worker.run_sync(lambda ids=ids[:cut]: runner.prefill(ids))
         states.append(state)
         news.append(ids[cut:cut + new_tokens] or ids[-1:])
 
@@ -113,7 +113,7 @@ def batched_forward_extra(runtime: EngineRuntime, db: str, questions: list[str],
         return [RowExtension(s.copy(), n, True, None) for s, n in zip(states, news)]
 
     def run_now(rows):
-        return lambda: extend_rows(model, rows)
+        return lambda: runner.extend_rows(rows)
 
     def run_padded():
         padded_extend_rows(model, states, news)
@@ -124,7 +124,7 @@ def batched_forward_extra(runtime: EngineRuntime, db: str, questions: list[str],
     now_ms = statistics.median(runtime.worker.run_sync(lambda: _timed(run_now(calls()))) for _ in range(3))
     padded_ms = statistics.median(runtime.worker.run_sync(lambda: _timed(run_padded)) for _ in range(3))
     copies_bytes = sum(s.nbytes() for s in states)
-    invariance = runtime.worker.run_sync(lambda: _batched_vs_lone(model, states, news))
+    invariance = runtime.worker.run_sync(lambda: _batched_vs_lone(runner, states, news))
     return {
         "now": now_bytes, "padded_copy": padded_bytes,
         "now_ms": now_ms, "padded_copy_ms": padded_ms,
@@ -133,18 +133,16 @@ def batched_forward_extra(runtime: EngineRuntime, db: str, questions: list[str],
     }
 
 
-def _batched_vs_lone(model, states, news) -> dict:
+def _batched_vs_lone(runner, states, news) -> dict:
     """Batch invariance: the largest |logit| difference between a row of the
     packed forward and the same row's lone extension, and whether any
     row's greedy token differs."""
-    from headstart.engine.kv import extend
-
     batched = [RowExtension(s.copy(), n, True, None) for s, n in zip(states, news)]
-    extend_rows(model, batched)
+    runner.extend_rows(batched)
     diff, flips = 0.0, 0
     for state, new, row in zip(states, news, batched):
         lone = state.copy()
-        extend(model, lone, new)
+        runner.extend(lone, new)
         diff = max(diff, float((lone.last_logits - row.state.last_logits).abs().max()))
         flips += int(lone.last_logits.argmax()) != int(row.state.last_logits.argmax())
     return {"max_abs_logit_diff_vs_lone": diff, "argmax_flips_vs_lone": flips}
@@ -154,12 +152,6 @@ def _timed(fn) -> float:
     started = time.perf_counter()
     fn()
     return (time.perf_counter() - started) * 1000.0
-
-
-def _prefill(model, ids):
-    from headstart.engine.kv import prefill
-
-    return prefill(model, ids)
 
 
 def run_memory_bench(model: str, db: str, dtype: str, device: str, threads: int | None, budget_mib: float,

@@ -35,19 +35,19 @@ def forward_costs(model_spec: str, levels: list[str], max_tokens: int, rounds: i
     """ms of one forward of M tokens (M = 1..max_tokens) on a warm cache, per kernel level."""
     import torch
 
-    from headstart.engine.kv import extend, prefill
-    from headstart.engine.model_runner import enable_fast_path
+    from headstart.engine.model_runner import ModelRunner
     from headstart.kernels import quant as qk
     from headstart.models import load_model
     from headstart.prompt import PromptBuilder
     from headstart.schema.resolve import resolve_database
 
     loaded = load_model(model_spec)
-    if enable_fast_path(loaded.model, "auto") != "quant":
+    runner = ModelRunner(loaded.model, fast_path="auto")
+    if runner.fast_path != "quant":
         raise ValueError(f"{model_spec} is not served quantized: drafts run on the quantized kernels only")
-    ops = loaded.model._headstart_ops
+    ops = runner.ops
     ids = PromptBuilder(loaded.tokenizer, resolve_database("world_1").schema).prompt_ids("How many cities are there?")
-    base = prefill(loaded.model, ids)
+    base = runner.prefill(ids)
     kernels = {level: qk.load(level) for level in levels}
     samples: dict[str, list[list[float]]] = {level: [[] for _ in range(max_tokens)] for level in levels}
     with torch.inference_mode():
@@ -57,7 +57,7 @@ def forward_costs(model_spec: str, levels: list[str], max_tokens: int, rounds: i
                 for m in range(1, max_tokens + 1):
                     state = base.share()
                     start = time.perf_counter()
-                    extend(loaded.model, state, ids[-m:])
+                    runner.extend(state, ids[-m:])
                     samples[level][m - 1].append((time.perf_counter() - start) * 1000.0)
     return {level: [statistics.median(s) for s in per_m] for level, per_m in samples.items()}
 

@@ -57,7 +57,7 @@ from bench.common import percentile, write_json
 from bench.stream_flash import evaluate_one
 from headstart.data import DataSession, DataSettings
 from headstart.data.live_store import LiveStore
-from headstart.engine.kv import KVState, extend, prefill
+from headstart.engine.kv import KVState
 from headstart.engine.runtime import EngineRuntime
 
 MODES = ("reprefill", "prefix", "stateful", "flash")
@@ -92,7 +92,7 @@ def greedy(runtime, kv: KVState, max_new_tokens: int) -> tuple[list[int], torch.
         tokens.append(token)
         if len(tokens) >= max_new_tokens:
             break
-        extend(runtime.model, kv, [token])
+        runtime.runner.extend(kv, [token])
     return tokens, first
 
 
@@ -107,7 +107,7 @@ class Reprefill:
     """A cold prefill of the whole prompt per query."""
 
     def query(self, runtime, context: list[int], question: list[int], new_tokens: int):
-        return timed(runtime, lambda: greedy(runtime, prefill(runtime.model, context + question), new_tokens)[0])
+        return timed(runtime, lambda: greedy(runtime, runtime.runner.prefill(context + question), new_tokens)[0])
 
 
 class Prefix:
@@ -125,7 +125,7 @@ class Prefix:
             else:
                 self.previous = kv.num_tokens
             assert kv.ids == context[:kv.num_tokens], "the prefix cache must be a prefix of the context"
-            extend(runtime.model, kv, context[kv.num_tokens:] + question)  # one suffix forward, as an engine would
+            runtime.runner.extend(kv, context[kv.num_tokens:] + question)  # one suffix forward, as an engine would
             tokens = greedy(runtime, kv, new_tokens)[0]
             kv.crop(len(context))  # keep the context for the next query's prefix hit
             return tokens
@@ -277,7 +277,7 @@ def shift_drift(runtime, db: str, rows_start: int, per_iteration: int, iteration
             session.wait_idle(3600)
         result = session.query(QUESTION, new_tokens)
         context = session.context_ids() + session.prompt.question_ids(QUESTION)
-        cold_tokens, first = runtime.worker.run_sync(lambda: greedy(runtime, prefill(runtime.model, context),
+        cold_tokens, first = runtime.worker.run_sync(lambda: greedy(runtime, runtime.runner.prefill(context),
                                                                     new_tokens))
         info = session.describe()
     finally:

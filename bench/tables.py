@@ -92,7 +92,8 @@ def run_tables_bench(*, dataset: str = "spider-dev", questions: int = 40, seed: 
             svc = TableCacheService(loaded, mode=mode, store=block_store,
                                     tier=DeviceTier(capacity, policy=policy, device=loaded.device))
             layout = svc.layout(dbs[0], runtime.prompt_for(dbs[0]))
-            runtime.worker.run_sync(lambda: svc.warm(layout), Priority.STREAM, "warm")  # the head: offline
+            # the head: offline
+            runtime.worker.run_sync(lambda: svc.warm(layout, runtime.runner), Priority.STREAM, "warm")
             return svc
 
         precompute = {mode: _precompute(runtime, service(mode), dbs) for mode in ("pfk", "independent")}

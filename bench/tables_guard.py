@@ -24,13 +24,13 @@ import statistics
 import torch
 
 from bench.common import percentile
-from headstart.engine.kv import extend, prefill
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.worker import Priority
 
 
-def _greedy(model, ids: list[int], num_tokens: int, stop_ids: set[int]):
+def _greedy(runner: ModelRunner, ids: list[int], num_tokens: int, stop_ids: set[int]):
     """Full prefill, first-token logits and up to `num_tokens` greedy tokens (stops at a stop id)."""
-    state = prefill(model, ids)
+    state = runner.prefill(ids)
     first = state.last_logits.double().cpu()
     tokens: list[int] = []
     while len(tokens) < num_tokens:
@@ -38,7 +38,7 @@ def _greedy(model, ids: list[int], num_tokens: int, stop_ids: set[int]):
         tokens.append(token)
         if token in stop_ids or len(tokens) == num_tokens:
             break
-        extend(model, state, [token])
+        runner.extend(state, [token])
     return first, tokens
 
 
@@ -61,12 +61,12 @@ def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
 
 def run_guard(runtime, services: dict, workload, num_tokens: int = 32) -> dict:
     """Compare full prefill with each service's assembly on `workload` (list of BenchQuestion)."""
-    model = runtime.loaded.model
+    runner, model = runtime.runner, runtime.loaded.model
     rows = []
     for q in workload:
         prompt = runtime.prompt_for(q.db, q.tables)
         ids = prompt.prompt_ids(q.question)
-        first, tokens = runtime.worker.run_sync(lambda: _greedy(model, ids, num_tokens, runtime.stop_ids),
+        first, tokens = runtime.worker.run_sync(lambda: _greedy(runner, ids, num_tokens, runtime.stop_ids),
                                                 Priority.POOL, "guard:full")
         row = {"index": q.index, "db": q.db, "num_tokens": len(tokens)}
         for mode, service in services.items():
@@ -74,7 +74,7 @@ def run_guard(runtime, services: dict, workload, num_tokens: int = 32) -> dict:
             blocks = service.load(service.plan(layout, ids))
             try:
                 def run():
-                    state, _ = service.assemble(blocks, compute_tail=True)
+                    state, _ = service.assemble(blocks, runner, compute_tail=True)
                     return state.last_logits.double().cpu(), _teacher_forced(model, state, tokens)
 
                 logits, preds = runtime.worker.run_sync(run, Priority.POOL, f"guard:{mode}")

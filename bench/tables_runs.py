@@ -19,7 +19,7 @@ import torch
 from bench.radix_cache import RadixCache
 from bench.tables_report import mode_summary
 from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState, extend
+from headstart.engine.kv import KVState
 from headstart.engine.worker import Priority
 from headstart.tables.batch import BatchItem, serve_batch
 from headstart.tables.engine_source import use_table_service
@@ -57,7 +57,7 @@ class PrefixRun:
         if n == len(ids):  # the logits after the last token are not cached: recompute it
             n -= 1
             state.crop(n)
-        extend(self.runtime.loaded.model, state, ids[n:])
+        self.runtime.runner.extend(state, ids[n:])
         int(torch.argmax(state.last_logits))
         return (time.perf_counter() - start) * 1000.0, n, state
 

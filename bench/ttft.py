@@ -28,7 +28,6 @@ from bench.common import markdown_table, spider_questions, summarize_ms, write_j
 from bench.peer_llamacpp import start_peer
 from headstart.build import build_runtime
 from headstart.engine.fast_ops import FAST_PATHS
-from headstart.engine.kv import extend, prefill
 from headstart.engine.runtime import EngineRuntime
 from headstart.replay_modes import replay_in_mode
 from headstart.typist import Typist
@@ -42,11 +41,11 @@ def measure_decode_step(runtime: EngineRuntime, db: str, steps: int = 12) -> flo
     ids = prompt.prompt_ids("How many rows are there?")
 
     def run() -> list[float]:
-        state = prefill(runtime.model, ids)
+        state = runtime.runner.prefill(ids)
         times, token = [], 0
         for _ in range(steps):
             start = time.perf_counter()
-            extend(runtime.model, state, [token])
+            runtime.runner.extend(state, [token])
             token = int(state.last_logits.argmax())
             times.append((time.perf_counter() - start) * 1000.0)
         return times
@@ -85,7 +84,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when available);
     `llamacpp_server` (auto|cpp|python): which llama.cpp server runs it.
     `fast_path`: the kernels of every mode's forwards (cold, prefix and the
-    sessions alike, `model_runner.enable_fast_path`)."""
+    sessions alike, `ModelRunner.set_fast_path`)."""
     if fast_path not in FAST_PATHS:
         raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(FAST_PATHS)}")
     # first: `--llamacpp on` without a llama.cpp server fails at once

@@ -13,7 +13,6 @@ import argparse
 import torch
 torch.set_num_threads(1)
 from headstart.build import build_runtime
-from headstart.engine.kv import prefill
 from headstart.tables.service import TableCacheService
 from headstart.tables.device_tier import DeviceTier
 from headstart.tables.store import MemoryStore
@@ -24,7 +23,6 @@ parser.add_argument("dbs", nargs="*", default=["pets_1", "concert_singer", "car_
 args = parser.parse_args()
 rt = build_runtime(model=args.model, threads=1)
 loaded = rt.loaded
-model = loaded.model
 dbs = args.dbs
 
 def spans_diff(a, b, lo, hi):
@@ -34,13 +32,13 @@ def spans_diff(a, b, lo, hi):
 
 for db in dbs:
     prompt = rt.prompt_for(db)
-    ref = prefill(model, prompt.base_ids)
+    ref = rt.runner.prefill(prompt.base_ids)
     for mode in ("pfk", "independent"):
         svc = TableCacheService(loaded, mode=mode, store=MemoryStore(), tier=DeviceTier(1 << 30))
         layout = svc.layout(db, prompt)
         svc.precompute(layout)
         blocks = svc.load(svc.plan(layout, prompt.base_ids))
-        state, stats = svc.assemble(blocks, compute_tail=True)
+        state, stats = svc.assemble(blocks, rt.runner, compute_tail=True)
         print(f"== {db} {mode}: head {len(layout.head_ids)} tok, groups (encode order) {layout.groups}; P0 {len(prompt.base_ids)} tok")
         for p in blocks.placed:
             b = p.block

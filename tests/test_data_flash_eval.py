@@ -17,7 +17,6 @@ from headstart.data.answer import logit_gap
 from headstart.data.ready import in_fast_vocabulary
 from headstart.data.types import FAST_ANSWERS
 from headstart.engine.errors import InvalidInput, ResourceExhausted
-from headstart.engine.kv import prefill
 from headstart.engine.steps import commit_rows, run_rows
 from tests.test_data_sessions import QUESTION, cold_answer, db, open_session, rows, runtime  # noqa: F401 (fixtures)
 from tests.worker_gates import hold_worker
@@ -136,7 +135,7 @@ def test_ready_position_logits_and_the_speculative_exit(runtime, db):
         session.wait_idle()
         ready = session.ready_position()
         assert ready is not None and ready.version == session.data_version == 3 and ready.text == word
-        cold = prefill(runtime.model, session.context_ids() + session.prompt.ready_ids())
+        cold = runtime.runner.prefill(session.context_ids() + session.prompt.ready_ids())
         assert torch.allclose(ready.logits, cold.last_logits, atol=1e-9, rtol=0)
         assert ready.token == int(torch.argmax(cold.last_logits)) and ready.token not in runtime.stop_ids
         quick = session.query(QUESTION, 8)

@@ -15,7 +15,6 @@ from headstart.data import DataSession, DataSettings
 from headstart.data.retention import shift_out
 from headstart.data.workcopy import SqlError
 from headstart.engine.errors import InvalidInput
-from headstart.engine.kv import extend, prefill
 from headstart.engine.runtime import EngineRuntime
 from tests.worker_gates import hold_worker
 
@@ -48,14 +47,14 @@ def rows(start: int, n: int) -> list[dict]:
 
 def cold_answer(runtime, ids: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """Greedy tokens of a cold prefill of `ids`, and the first token's logits."""
-    kv = prefill(runtime.model, ids)
+    kv = runtime.runner.prefill(ids)
     first, tokens = kv.last_logits.clone(), []
     for _ in range(max_new_tokens):
         token = int(torch.argmax(kv.last_logits))
         if token in runtime.stop_ids:
             break
         tokens.append(token)
-        extend(runtime.model, kv, [token])
+        runtime.runner.extend(kv, [token])
     return tokens, first
 
 
@@ -218,8 +217,8 @@ def test_shift_moves_keys_exactly_where_a_fresh_prefill_puts_them(runtime):
     span and re-rotating, the kept tokens' layer-0 keys equal a fresh prefill's
     (a wrong angle or sign fails this); values of layer 0 are untouched."""
     a, b, c = list(range(100, 120)), list(range(300, 311)), list(range(500, 530))
-    shifted = shift_out(runtime.model, prefill(runtime.model, a + b + c), len(a), len(b))
-    fresh = prefill(runtime.model, a + c)
+    shifted = shift_out(runtime.model, runtime.runner.prefill(a + b + c), len(a), len(b))
+    fresh = runtime.runner.prefill(a + c)
     assert shifted.ids == fresh.ids
     got, want = shifted.cache.layers[0], fresh.cache.layers[0]
     assert torch.allclose(got.keys, want.keys, atol=1e-12, rtol=0)

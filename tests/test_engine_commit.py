@@ -38,21 +38,20 @@ def test_start_commit_crops_and_prepares_the_row(tiny_runtime):
     chunk with logits only when the chunk ends the target and they are
     wanted, and the caller's `then` gets the row's result."""
     from headstart.engine.commit import start_commit
-    from headstart.engine.kv import prefill
     from headstart.engine.steps import RowResult, run_rows
 
-    model = tiny_runtime.model
-    kv = prefill(model, [1, 2, 9, 9])
+    runner = tiny_runtime.runner
+    kv = runner.prefill([1, 2, 9, 9])
     got = []
-    commit = start_commit(model, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: got.append((c, r)) or True)
+    commit = start_commit(runner, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: got.append((c, r)) or True)
     assert (commit.dropped, kv.ids, commit.step) == (2, [1, 2], CommitStep(2, [3, 4], False))
     assert commit.row.new_ids == [3, 4] and commit.row.want_logits is False and commit.row.state is kv
     results, _ = run_rows([commit.row], 8)
     assert commit.row.commit(results[0]) is True and got == [(commit, RowResult(True))]
     assert kv.ids == [1, 2, 3, 4] and kv.last_logits is None
-    last = start_commit(model, kv, [1, 2, 3, 4, 5], 2, False, None, lambda c, r: False)
+    last = start_commit(runner, kv, [1, 2, 3, 4, 5], 2, False, None, lambda c, r: False)
     assert last.row.new_ids == [5] and last.row.want_logits is False  # the policy keeps no logits
-    last = start_commit(model, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: False)
+    last = start_commit(runner, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: False)
     assert last.row.want_logits is True
 
 
@@ -62,17 +61,16 @@ def test_one_decode_step_for_answers_and_answer_ahead(tiny_runtime):
     forward hands on None with the cache unchanged; a forward error is raised
     to the job."""
     from headstart.engine.decode import decode_row
-    from headstart.engine.kv import prefill
     from headstart.engine.steps import RowResult, run_rows
 
-    model = tiny_runtime.model
-    kv = prefill(model, [1, 2, 3])
-    reference = prefill(model, [1, 2, 3, 4])
+    runner = tiny_runtime.runner
+    kv = runner.prefill([1, 2, 3])
+    reference = runner.prefill([1, 2, 3, 4])
     tokens = []
-    row = decode_row(model, kv, 4, lambda: True, lambda t: tokens.append(t) or True)
+    row = decode_row(runner, kv, 4, lambda: True, lambda t: tokens.append(t) or True)
     results, _ = run_rows([row], 8)
     assert row.commit(results[0]) is True and tokens == [None] and kv.ids == [1, 2, 3]  # left before layer 0
-    row = decode_row(model, kv, 4, None, lambda t: tokens.append(t) or False)
+    row = decode_row(runner, kv, 4, None, lambda t: tokens.append(t) or False)
     results, _ = run_rows([row], 8)
     assert row.commit(results[0]) is False and kv.ids == [1, 2, 3, 4]
     assert tokens[-1] == [int(torch.argmax(reference.last_logits))]
@@ -86,19 +84,18 @@ def test_a_drafted_decode_step_keeps_what_one_at_a_time_steps_pick(tiny_runtime)
     the cache holds what precedes the last kept token and its logits; a stop id or
     the limit ends the kept tokens early."""
     from headstart.engine.decode import decode_row
-    from headstart.engine.kv import extend, prefill
     from headstart.engine.steps import run_rows
 
-    model = tiny_runtime.model
+    runner = tiny_runtime.runner
     prompt = [11, 12, 13]
-    greedy, reference = [], prefill(model, prompt + [14])
+    greedy, reference = [], runner.prefill(prompt + [14])
     for _ in range(4):
         greedy.append(int(torch.argmax(reference.last_logits)))
-        extend(model, reference, [greedy[-1]])
+        runner.extend(reference, [greedy[-1]])
 
     def step(guess, limit=8, stop=frozenset()):
-        kv, kept = prefill(model, prompt), []
-        row = decode_row(model, kv, 14, None, lambda t: kept.append(t) or True, draft=guess, limit=limit,
+        kv, kept = runner.prefill(prompt), []
+        row = decode_row(runner, kv, 14, None, lambda t: kept.append(t) or True, draft=guess, limit=limit,
                          stop_ids=stop)
         results, _ = run_rows([row], 64)
         row.commit(results[0])

@@ -103,15 +103,13 @@ def test_paper_policy_leaves_the_turn_end_to_submit(tiny_runtime):
 def test_backstep_when_cache_holds_prompt_without_logits(tiny_runtime, cold):
     """A cache that covers the whole prompt but kept no logits recomputes the
     last token (the paper's backstep) and still matches a cold run."""
-    from headstart.engine.kv import prefill
-
     prompt = tiny_runtime.prompt_for("world_1")
     ids = prompt.prompt_ids(QUESTIONS[1])
-    state = tiny_runtime.worker.run_sync(lambda: prefill(tiny_runtime.model, ids))
+    state = tiny_runtime.worker.run_sync(lambda: tiny_runtime.runner.prefill(ids))
     state.last_logits = None
     from headstart.engine.generation import GenerationRequest
 
-    request = GenerationRequest(tiny_runtime.model, prompt.decode, ids, PARAMS, tiny_runtime.stop_ids, 64, state=state)
+    request = GenerationRequest(tiny_runtime.runner, prompt.decode, ids, PARAMS, tiny_runtime.stop_ids, 64, state=state)
     tiny_runtime.worker.enqueue(request.step, 1)
     result = request.result()
     assert result.computed_tokens_at_submit == 1

@@ -13,14 +13,8 @@ import torch
 
 from headstart.engine.fast_ops import onednn_supports
 from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState, extend, prefill
-from headstart.engine.model_runner import (
-    RowExtension,
-    enable_fast_path,
-    extend_rows,
-    fast_path_name,
-    resolve_fast_path,
-)
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 from tests.kernel_skips import skip_unless_runs_here
@@ -32,9 +26,8 @@ PROMPT = list(range(1000, 1041))
 
 @pytest.fixture(scope="module")
 def tiny32():
-    loaded = load_model("random:tiny", "float32")
-    yield loaded.model
-    enable_fast_path(loaded.model, "off")
+    """random:tiny in float32 and its runner (the tests switch its kernels)."""
+    return ModelRunner(load_model("random:tiny", "float32").model)
 
 
 @pytest.mark.parametrize(("dtype", "mode", "expected"), [
@@ -50,12 +43,12 @@ def test_resolve_fast_path(dtype, mode, expected):
     model = load_model("random:tiny", dtype).model
     if expected == "onednn-bf16":  # AVX2-only CPUs (and HEADSTART_CPU_ISA=avx2) have no oneDNN bf16 kernels
         expected = "onednn" if onednn_supports(model) else "off"
-    assert resolve_fast_path(model, mode) == expected
+    assert ModelRunner(model).resolve_choice(mode).kernels == expected
 
 
 def test_unknown_fast_path_is_a_typed_error(tiny32):
     with pytest.raises(ValueError, match="valid: off, auto, eager, onednn, native, inductor"):
-        enable_fast_path(tiny32, "fastest")
+        tiny32.set_fast_path("fastest")
 
 
 @pytest.mark.parametrize("mode", ["eager", "onednn", "native"])
@@ -63,22 +56,22 @@ def test_fast_path_computes_the_models_forward(tiny32, mode):
     """A prefill and a chunked extension through the fast path give the
     logits of the model's own forward (up to float32 reassociation), and
     the lone extension really runs the installed ops."""
-    skip_unless_runs_here(tiny32, mode)
-    enable_fast_path(tiny32, "off")
-    reference = prefill(tiny32, PROMPT).last_logits
-    assert enable_fast_path(tiny32, mode) == mode and fast_path_name(tiny32) == mode
+    skip_unless_runs_here(tiny32.model, mode)
+    tiny32.set_fast_path("off")
+    reference = tiny32.prefill(PROMPT).last_logits
+    assert tiny32.set_fast_path(mode) == mode and tiny32.fast_path == mode
     calls = []
-    ops = tiny32._headstart_ops
+    ops = tiny32.ops
     original = ops.head
     ops.head = lambda rows: calls.append(rows.shape[0]) or original(rows)
     try:
-        whole = prefill(tiny32, PROMPT).last_logits
+        whole = tiny32.prefill(PROMPT).last_logits
         chunked = KVState()
         for start, end in ((0, 20), (20, 21), (21, len(PROMPT))):
-            assert extend(tiny32, chunked, PROMPT[start:end])
+            assert tiny32.extend(chunked, PROMPT[start:end])
     finally:
         del ops.head
-        enable_fast_path(tiny32, "off")
+        tiny32.set_fast_path("off")
     assert calls == [1, 1, 1, 1]
     torch.testing.assert_close(whole, reference, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(chunked.last_logits, reference, rtol=1e-4, atol=1e-4)
@@ -86,23 +79,23 @@ def test_fast_path_computes_the_models_forward(tiny32, mode):
 
 def test_fast_path_lone_extension_can_be_stopped(tiny32):
     """`should_abort` stops a lone extension between layers and leaves the state as it was."""
-    enable_fast_path(tiny32, "onednn")
+    tiny32.set_fast_path("onednn")
     try:
-        state = prefill(tiny32, PROMPT[:10])
+        state = tiny32.prefill(PROMPT[:10])
         before = (list(state.ids), state.last_logits.clone(), state.cache.get_seq_length())
-        assert not extend(tiny32, state, PROMPT[10:15], should_abort=lambda: True)
+        assert not tiny32.extend(state, PROMPT[10:15], should_abort=lambda: True)
         assert (state.ids, state.cache.get_seq_length()) == (before[0], before[2])
         torch.testing.assert_close(state.last_logits, before[1], rtol=0, atol=0)
-        assert extend(tiny32, state, PROMPT[10:15])
+        assert tiny32.extend(state, PROMPT[10:15])
     finally:
-        enable_fast_path(tiny32, "off")
+        tiny32.set_fast_path("off")
     assert state.num_tokens == 15
 
 
-def _greedy(model, state: KVState, n: int) -> list[int]:
+def _greedy(runner: ModelRunner, state: KVState, n: int) -> list[int]:
     tokens = [int(state.last_logits.argmax())]
     for _ in range(n - 1):
-        extend(model, state, [tokens[-1]])
+        runner.extend(state, [tokens[-1]])
         tokens.append(int(state.last_logits.argmax()))
     return tokens
 
@@ -110,18 +103,18 @@ def _greedy(model, state: KVState, n: int) -> list[int]:
 def test_batched_decode_rows_match_lone_rows_on_the_fast_path(tiny32):
     """Rows of different cache lengths decoding in one forward (continuous
     batching) pick the tokens each picks alone, with the same oneDNN kernels."""
-    enable_fast_path(tiny32, "onednn")
+    tiny32.set_fast_path("onednn")
     try:
         prompts = [PROMPT[:n] for n in (7, 19, 41)]
-        lone = [_greedy(tiny32, prefill(tiny32, p), MAX_NEW) for p in prompts]
-        states = [prefill(tiny32, p) for p in prompts]
+        lone = [_greedy(tiny32, tiny32.prefill(p), MAX_NEW) for p in prompts]
+        states = [tiny32.prefill(p) for p in prompts]
         batched = [[int(s.last_logits.argmax())] for s in states]
         for _ in range(MAX_NEW - 1):
-            assert all(extend_rows(tiny32, [RowExtension(s, [t[-1]]) for s, t in zip(states, batched)]))
+            assert all(tiny32.extend_rows([RowExtension(s, [t[-1]]) for s, t in zip(states, batched)]))
             for s, t in zip(states, batched):
                 t.append(int(s.last_logits.argmax()))
     finally:
-        enable_fast_path(tiny32, "off")
+        tiny32.set_fast_path("off")
     assert batched == lone
 
 
@@ -135,7 +128,6 @@ def fast_runtime(request, tmp_path_factory):
     assert runtime.fast_path == mode
     yield runtime
     runtime.shutdown()
-    enable_fast_path(runtime.model, "off")
 
 
 def test_sessions_match_cold_on_the_fast_path(fast_runtime):
@@ -175,18 +167,18 @@ def test_sessions_match_cold_on_the_fast_path(fast_runtime):
         assert tokens == fast_runtime.complete("world_1", text, "cold", MAX_NEW).token_ids
 
 
-def batched_vs_lone(model, new: tuple[int, ...] = (1, 3, 2)) -> tuple[list, list]:
+def batched_vs_lone(runner: ModelRunner, new: tuple[int, ...] = (1, 3, 2)) -> tuple[list, list]:
     """Logits of rows (caches of 7, 19, 41 and 30 tokens, as many as `new`
     has counts; `new` tokens each) extended alone and in one batched forward."""
     prompts = [PROMPT[:n] for n in (7, 19, 41, 30)[:len(new)]]
     extra = [[500 + 7 * i + j for j in range(k)] for i, k in enumerate(new)]
     lone = []
     for p, e in zip(prompts, extra):
-        state = prefill(model, p)
-        extend(model, state, e)
+        state = runner.prefill(p)
+        runner.extend(state, e)
         lone.append(state.last_logits)
-    states = [prefill(model, p) for p in prompts]
-    assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
+    states = [runner.prefill(p) for p in prompts]
+    assert all(runner.extend_rows([RowExtension(s, e) for s, e in zip(states, extra)]))
     return lone, [s.last_logits for s in states]
 
 
@@ -197,16 +189,17 @@ def test_batch_invariant_rows_are_bit_identical_to_lone(dtype, mode):
     forward's bit for bit (a near-tie can no longer flip with batching)."""
     model = load_model("random:tiny", dtype).model
     skip_unless_runs_here(model, mode)
-    assert enable_fast_path(model, mode, batch_invariant=True) == mode
-    lone, batched = batched_vs_lone(model)
+    runner = ModelRunner(model)
+    assert runner.set_fast_path(mode, batch_invariant=True) == mode
+    lone, batched = batched_vs_lone(runner)
     for a, b in zip(lone, batched):
         assert torch.equal(a, b)
 
 
 def test_batch_invariant_needs_the_runner_for_lone_extensions():
-    model = load_model("random:tiny", "float32").model
-    assert enable_fast_path(model, "off", batch_invariant=True) == "eager"
-    assert enable_fast_path(model, "off") == "off" and not model._headstart_batch_invariant
+    runner = ModelRunner(load_model("random:tiny", "float32").model)
+    assert runner.set_fast_path("off", batch_invariant=True) == "eager"
+    assert runner.set_fast_path("off") == "off" and not runner.batch_invariant
 
 
 @pytest.mark.slow
@@ -222,35 +215,35 @@ def test_inductor_fast_path_computes_the_models_forward(tmp_path, monkeypatch):
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2)
-    model = Qwen2ForCausalLM(config).eval()
+    runner = ModelRunner(Qwen2ForCausalLM(config).eval())
     prompt = [(37 * i) % 512 for i in range(30)]
-    reference = prefill(model, prompt).last_logits
+    reference = runner.prefill(prompt).last_logits
     before = dynamo_utils.counters["stats"]["unique_graphs"]
-    assert enable_fast_path(model, "inductor", (1, 2)) == "inductor"
+    assert runner.set_fast_path("inductor", warm_rows=(1, 2)) == "inductor"
     try:
         graphs = dynamo_utils.counters["stats"]["unique_graphs"]
         assert graphs - before == 6, "pre, post and head, each for one token and for 2..64"
-        state = prefill(model, prompt[:20])  # 20 tokens: the dynamic graphs
-        extend(model, state, prompt[20:23])  # 3 tokens: the same graphs
+        state = runner.prefill(prompt[:20])  # 20 tokens: the dynamic graphs
+        runner.extend(state, prompt[20:23])  # 3 tokens: the same graphs
         for token in prompt[23:]:  # one token at a time: the one-token graphs
-            extend(model, state, [token])
+            runner.extend(state, [token])
         assert dynamo_utils.counters["stats"]["unique_graphs"] == graphs, "no compile after engine start"
         torch.testing.assert_close(state.last_logits, reference, rtol=1e-4, atol=1e-4)
-        lone, batched = batched_vs_lone_small(model)
+        lone, batched = batched_vs_lone_small(runner)
         assert [int(x.argmax()) for x in lone] == [int(x.argmax()) for x in batched]
     finally:
-        enable_fast_path(model, "off")
+        runner.set_fast_path("off")
 
 
-def batched_vs_lone_small(model):
+def batched_vs_lone_small(runner: ModelRunner):
     """`batched_vs_lone` with token ids inside a 512-token vocabulary."""
     prompts = [[(11 * i + r) % 512 for i in range(n)] for r, n in enumerate((5, 9, 17))]
     extra = [[(7 * r + j) % 512 for j in range(k)] for r, k in enumerate((1, 3, 2))]
     lone = []
     for p, e in zip(prompts, extra):
-        state = prefill(model, p)
-        extend(model, state, e)
+        state = runner.prefill(p)
+        runner.extend(state, e)
         lone.append(state.last_logits)
-    states = [prefill(model, p) for p in prompts]
-    assert all(extend_rows(model, [RowExtension(s, e) for s, e in zip(states, extra)]))
+    states = [runner.prefill(p) for p in prompts]
+    assert all(runner.extend_rows([RowExtension(s, e) for s, e in zip(states, extra)]))
     return lone, [s.last_logits for s in states]

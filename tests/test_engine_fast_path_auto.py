@@ -1,5 +1,5 @@
 """`HEADSTART_FAST_PATH=auto`: the kernels are chosen by timing them on the
-machine at start (`fast_path_auto.choose_kernels`, `model_runner._auto_choice`).
+machine at start (`fast_path_auto.choose_kernels`, `kernel_choice.measure_auto`).
 
 Timings are never asserted: a fake timer runs each workload for real and
 returns the time a table says, so the decision is known in advance. What is
@@ -14,17 +14,9 @@ import pytest
 import torch
 
 from headstart.config import EngineSettings
-from headstart.engine import model_runner
+from headstart.engine import kernel_choice
 from headstart.engine.fast_path_auto import WEIGHTS, choose_kernels
-from headstart.engine.kv import extend, prefill
-from headstart.engine.model_runner import (
-    RowExtension,
-    enable_fast_path,
-    extend_rows,
-    fast_path_choice,
-    fast_path_name,
-    resolve_choice,
-)
+from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.engine.native_ops import native_supports
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
@@ -120,27 +112,27 @@ def test_choose_kernels_falls_back_when_not_one_round_fits_its_deadline():
 @pytest.fixture
 def tiny32(monkeypatch):
     """random:tiny with `auto` timing it (its hidden size 32 is below the real threshold)."""
-    monkeypatch.setattr(model_runner, "AUTO_MIN_HIDDEN", 16)
-    return load_model("random:tiny", "float32").model
+    monkeypatch.setattr(kernel_choice, "AUTO_MIN_HIDDEN", 16)
+    return ModelRunner(load_model("random:tiny", "float32").model)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_auto_does_not_time_a_tiny_or_float64_model(dtype, monkeypatch):
-    model = load_model("random:tiny", dtype).model
+    runner = ModelRunner(load_model("random:tiny", dtype).model)
     if dtype == "float64":  # big enough, but oneDNN has no float64 kernels
-        monkeypatch.setattr(model_runner, "AUTO_MIN_HIDDEN", 16)
-    assert enable_fast_path(model, "auto", timer=never) == "off"
-    choice = fast_path_choice(model)
+        monkeypatch.setattr(kernel_choice, "AUTO_MIN_HIDDEN", 16)
+    assert runner.set_fast_path("auto", timer=never) == "off"
+    choice = runner.choice
     assert (choice.kernels, choice.requested, choice.measured) == ("off", "auto", False)
-    assert model._headstart_ops is None
+    assert runner.ops is None
 
 
 @pytest.mark.parametrize("mode", ["off", "eager", "onednn", "native"])
 def test_a_forced_choice_is_not_measured(tiny32, mode):
     """HEADSTART_FAST_PATH other than auto: taken as given, the timer never runs."""
-    skip_unless_runs_here(tiny32, mode)
-    assert enable_fast_path(tiny32, mode, timer=never) == mode
-    choice = fast_path_choice(tiny32)
+    skip_unless_runs_here(tiny32.model, mode)
+    assert tiny32.set_fast_path(mode, timer=never) == mode
+    choice = tiny32.choice
     assert (choice.kernels, choice.requested, choice.measured) == (mode, mode, False)
 
 
@@ -149,57 +141,57 @@ def test_a_machine_too_loaded_to_time_gets_native_where_it_builds(dtype, monkeyp
     """auto's fallback (no round fits its deadline) is the fastest on the quiet
     machines measured: native where it builds (twice the decode speed of MKL
     there), else float32 off, bfloat16 onednn."""
-    monkeypatch.setattr(model_runner, "AUTO_MIN_HIDDEN", 16)
-    model = load_model("random:tiny", dtype).model
+    monkeypatch.setattr(kernel_choice, "AUTO_MIN_HIDDEN", 16)
+    runner = ModelRunner(load_model("random:tiny", dtype).model)
     given = {}
 
     def loaded(installs, workloads, timer, fallback):
         given["fallback"] = fallback
         return choose_kernels(installs, workloads, timer, deadline_s=0.0, fallback=fallback)
 
-    monkeypatch.setattr(model_runner, "choose_kernels", loaded)
-    candidates = model_runner.auto_candidates(model)
+    monkeypatch.setattr(kernel_choice, "choose_kernels", loaded)
+    candidates = kernel_choice.auto_candidates(runner.model)
     if not candidates:  # bfloat16 on an AVX2-only CPU: no oneDNN bf16, no native; nothing to time
-        assert enable_fast_path(model, "auto", timer=never) == "off" and not given
-        assert "not timed" in fast_path_choice(model).reason
+        assert runner.set_fast_path("auto", timer=never) == "off" and not given
+        assert "not timed" in runner.choice.reason
         return
     expected = "native" if "native" in candidates else ("onednn" if dtype == "bfloat16" else "off")
-    assert enable_fast_path(model, "auto", timer=never) == expected
-    choice = fast_path_choice(model)
+    assert runner.set_fast_path("auto", timer=never) == expected
+    choice = runner.choice
     assert given["fallback"] == expected and (choice.kernels, choice.measured) == (expected, False)
 
 
 @pytest.mark.parametrize(("ms", "expected"), [(ONEDNN_WINS, "onednn"), (OFF_WINS, "off"), (NATIVE_WINS, "native")])
 def test_auto_installs_what_it_measured_once(tiny32, ms, expected):
-    if expected not in model_runner.auto_candidates(tiny32):
-        pytest.skip(f"{expected} cannot run here: {native_supports(tiny32)}")
+    if expected not in kernel_choice.auto_candidates(tiny32.model):
+        pytest.skip(f"{expected} cannot run here: {native_supports(tiny32.model)}")
     timer = FakeTimer(ms)
-    assert enable_fast_path(tiny32, "auto", timer=timer) == expected
-    assert fast_path_name(tiny32) == expected
-    choice = fast_path_choice(tiny32)
+    assert tiny32.set_fast_path("auto", timer=timer) == expected
+    assert tiny32.fast_path == expected
+    choice = tiny32.choice
     assert choice.measured and choice.kernels == expected and choice.requested == "auto"
-    assert {k for k, _ in timer.calls} == set(model_runner.auto_candidates(tiny32))
+    assert {k for k, _ in timer.calls} == set(kernel_choice.auto_candidates(tiny32.model))
     assert {w for _, w in timer.calls} == set(WORKLOADS)
-    assert not hasattr(tiny32, "_headstart_measured_ops"), "the packed weights are either installed or dropped"
-    # measured once per model: a second runtime on the same model reuses it
-    assert enable_fast_path(tiny32, "auto", timer=never) == expected
-    assert resolve_choice(tiny32, "auto", timer=never) is choice
+    assert not tiny32._measured_ops, "the packed weights are either installed or dropped"
+    # measured once per runner: a second runtime given this runner reuses it
+    assert tiny32.set_fast_path("auto", timer=never) == expected
+    assert tiny32.resolve_choice("auto", timer=never) is choice
 
 
 def test_autos_choice_serves_every_forward(tiny32):
     """With onednn chosen, a cold prefill, a lone extension and a batched
     forward all run its ops (the LM head is counted per call)."""
-    assert enable_fast_path(tiny32, "auto", timer=FakeTimer(ONEDNN_WINS)) == "onednn"
-    ops = tiny32._headstart_ops
+    assert tiny32.set_fast_path("auto", timer=FakeTimer(ONEDNN_WINS)) == "onednn"
+    ops = tiny32.ops
     heads = []
     original = ops.head
     ops.head = lambda rows: heads.append(rows.shape[0]) or original(rows)
     try:
-        cold = prefill(tiny32, PROMPT)
-        lone = prefill(tiny32, PROMPT[:20])
-        assert extend(tiny32, lone, PROMPT[20:])
-        states = [prefill(tiny32, PROMPT[:n]) for n in (7, 19)]
-        assert all(extend_rows(tiny32, [RowExtension(s, PROMPT[n:n + 2]) for s, n in zip(states, (7, 19))]))
+        cold = tiny32.prefill(PROMPT)
+        lone = tiny32.prefill(PROMPT[:20])
+        assert tiny32.extend(lone, PROMPT[20:])
+        states = [tiny32.prefill(PROMPT[:n]) for n in (7, 19)]
+        assert all(tiny32.extend_rows([RowExtension(s, PROMPT[n:n + 2]) for s, n in zip(states, (7, 19))]))
     finally:
         del ops.head
     assert heads == [1, 1, 1, 1, 1, 2]
@@ -211,9 +203,11 @@ def test_sessions_match_cold_with_autos_choice(tiny32, ms, tmp_path):
     """The runtime's `auto` applies the measured choice to every mode: an
     anticipatory session and a prefix request generate a cold prefill's tokens."""
     loaded = load_model("random:tiny", "float32")
-    expected = enable_fast_path(loaded.model, "auto", timer=FakeTimer(ms))
+    runner = ModelRunner(loaded.model, fast_path="auto", timer=FakeTimer(ms))
+    expected = runner.fast_path
     runtime = EngineRuntime(EngineSettings(model="random:tiny", dtype="float32", fast_path="auto",
-                                           p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0), loaded=loaded)
+                                           p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0), loaded=loaded,
+                            runner=runner)
     try:
         assert runtime.fast_path == expected and runtime.fast_path_choice.measured
         question = "How many countries are there in Europe?"
@@ -221,16 +215,15 @@ def test_sessions_match_cold_with_autos_choice(tiny32, ms, tmp_path):
         cold = runtime.complete("world_1", question, "cold", 6).token_ids
         assert anticipated == cold
         assert runtime.complete("world_1", question, "prefix", 6).token_ids == cold
-        assert fast_path_name(loaded.model) == expected
+        assert runtime.runner is runner and runner.fast_path == expected
     finally:
         runtime.shutdown()
-        enable_fast_path(loaded.model, "off")
 
 
 def test_auto_leaves_no_scratch_state(tiny32):
     """Measuring leaves the model as it was before (a later P0 is prefilled
     with the installed kernels only)."""
-    enable_fast_path(tiny32, "eager")
-    before = tiny32._headstart_ops
-    choice = resolve_choice(tiny32, "auto", timer=FakeTimer(OFF_WINS))
-    assert choice.kernels == "off" and tiny32._headstart_ops is before
+    tiny32.set_fast_path("eager")
+    before = tiny32.ops
+    choice = tiny32.resolve_choice("auto", timer=FakeTimer(OFF_WINS))
+    assert choice.kernels == "off" and tiny32.ops is before

@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from headstart.engine import native_kernel
-from headstart.engine.kv import extend, prefill
-from headstart.engine.model_runner import RowExtension, enable_fast_path, extend_rows, fast_path_choice, resolve_choice
+from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.engine.native_ops import NATIVE_MAX_TOKENS, native_supports
 from headstart.models.loader import load_model
 from tests.test_engine_fast_path import batched_vs_lone
@@ -177,40 +176,40 @@ def test_a_forward_of_decode_steps_and_a_prefill_chunk_is_bit_identical_to_lone_
     through matrix products): every row's logits equal its lone forward's,
     bit for bit, in float32 (every linear layer of up to NATIVE_MAX_TOKENS
     tokens is the kernel's)."""
-    model = load_model("random:tiny", "float32").model
-    enable_fast_path(model, "native")
+    runner = ModelRunner(load_model("random:tiny", "float32").model)
+    runner.set_fast_path("native")
     try:
         assert 1 + 12 + 3 + 1 <= NATIVE_MAX_TOKENS[torch.float32]
-        lone, batched = batched_vs_lone(model, (1, 12, 3, 1))
+        lone, batched = batched_vs_lone(runner, (1, 12, 3, 1))
         for a, b in zip(lone, batched):
             assert torch.equal(a, b)
     finally:
-        enable_fast_path(model, "off")
+        runner.set_fast_path("off")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_native_computes_the_models_forward_and_shares_its_weights(dtype):
-    model = load_model("random:tiny", dtype).model
-    reference = prefill(model, PROMPT)
+    runner = ModelRunner(load_model("random:tiny", dtype).model)
+    reference = runner.prefill(PROMPT)
     for token in (7, 8, 9):
-        extend(model, reference, [token])
-    assert enable_fast_path(model, "native") == "native"
+        runner.extend(reference, [token])
+    assert runner.set_fast_path("native") == "native"
     try:
-        ops = model._headstart_ops
-        state = prefill(model, PROMPT)  # 41 tokens: the kernel in float32, oneDNN in bfloat16 (NATIVE_MAX_TOKENS); then one-token steps: the kernel
+        ops = runner.ops
+        state = runner.prefill(PROMPT)  # 41 tokens: the kernel in float32, oneDNN in bfloat16 (NATIVE_MAX_TOKENS); then one-token steps: the kernel
         for token in (7, 8, 9):
-            extend(model, state, [token])
+            runner.extend(state, [token])
         tolerance = 1e-4 if dtype == "float32" else 0.15
         torch.testing.assert_close(state.last_logits.float(), reference.last_logits.float(),
                                    rtol=tolerance, atol=tolerance)
         # the model's projections are views of the fused matrices: one plain copy
-        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+        attn, mlp = runner.model.model.layers[0].self_attn, runner.model.model.layers[0].mlp
         fused = ops._qkv[0].weight
         assert attn.q_proj.weight.data_ptr() == fused.data_ptr()
         assert attn.k_proj.weight.data_ptr() == fused[attn.q_proj.out_features:].data_ptr()
         assert mlp.up_proj.weight.data_ptr() == ops._gate_up[0].weight[mlp.gate_proj.out_features:].data_ptr()
     finally:
-        enable_fast_path(model, "off")
+        runner.set_fast_path("off")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -219,26 +218,26 @@ def test_batched_rows_are_bit_identical_to_lone_rows(dtype):
     tokens run the kernel, whose sums do not depend on the other rows, so a
     row's logits in a batch equal its lone forward's bit for bit (oneDNN's
     and MKL's do not promise this)."""
-    model = load_model("random:tiny", dtype).model
-    enable_fast_path(model, "native")
+    runner = ModelRunner(load_model("random:tiny", dtype).model)
+    runner.set_fast_path("native")
     try:
-        lone, batched = batched_vs_lone(model)  # 1 + 3 + 2 new tokens: one kernel forward
-        assert 6 <= NATIVE_MAX_TOKENS[next(model.parameters()).dtype]
+        lone, batched = batched_vs_lone(runner)  # 1 + 3 + 2 new tokens: one kernel forward
+        assert 6 <= NATIVE_MAX_TOKENS[next(runner.model.parameters()).dtype]
         for a, b in zip(lone, batched):
             assert torch.equal(a, b)
         # and greedy decoding of 3 rows in one forward picks each row's lone tokens
         prompts = [PROMPT[:n] for n in (7, 19, 41)]
-        rows = [prefill(model, p) for p in prompts]
-        alone = [prefill(model, p) for p in prompts]
+        rows = [runner.prefill(p) for p in prompts]
+        alone = [runner.prefill(p) for p in prompts]
         for _ in range(6):
             tokens = [int(s.last_logits.argmax()) for s in rows]
-            assert all(extend_rows(model, [RowExtension(s, [t]) for s, t in zip(rows, tokens)]))
+            assert all(runner.extend_rows([RowExtension(s, [t]) for s, t in zip(rows, tokens)]))
             for s, t in zip(alone, tokens):
-                extend(model, s, [t])
+                runner.extend(s, [t])
             for a, b in zip(alone, rows):
                 assert torch.equal(a.last_logits, b.last_logits)
     finally:
-        enable_fast_path(model, "off")
+        runner.set_fast_path("off")
 
 
 def test_sessions_match_cold_on_native(tmp_path):
@@ -258,13 +257,12 @@ def test_sessions_match_cold_on_native(tmp_path):
         assert runtime.complete("world_1", question, "prefix", 8).token_ids == cold
     finally:
         runtime.shutdown()
-        enable_fast_path(runtime.model, "off")
 
 
 def test_float64_cannot_run_native():
     model = load_model("random:tiny", "float64").model
     assert native_supports(model) is not None
-    choice = resolve_choice(model, "native")
+    choice = ModelRunner(model).resolve_choice("native")
     assert choice.kernels == "off" and "float32 and bfloat16" in choice.reason
 
 
@@ -278,10 +276,10 @@ def test_a_kernel_that_cannot_build_falls_back_to_onednn(monkeypatch, tmp_path):
     with pytest.raises(native_kernel.NativeKernelUnavailable, match="building native.cpp failed"):
         native_kernel.load()
     assert not list(tmp_path.glob("kernels/*/*.so*")), "a failed build leaves no library behind"
-    model = load_model("random:tiny", "float32").model
-    assert enable_fast_path(model, "native") == "onednn"
-    assert "building native.cpp failed" in fast_path_choice(model).reason
-    enable_fast_path(model, "off")
+    runner = ModelRunner(load_model("random:tiny", "float32").model)
+    assert runner.set_fast_path("native") == "onednn"
+    assert "building native.cpp failed" in runner.choice.reason
+    runner.set_fast_path("off")
 
 
 def test_the_build_is_cached_by_source_and_flags(monkeypatch, tmp_path):
@@ -301,7 +299,7 @@ def test_an_avx2_restriction_turns_native_off(monkeypatch):
     and a float32 model's `native` resolves to oneDNN with that reason."""
     monkeypatch.setenv("HEADSTART_CPU_ISA", "avx2")
     assert "needs AVX-512" in native_kernel.unavailable_reason()
-    model = load_model("random:tiny", "float32").model
-    assert enable_fast_path(model, "native") == "onednn"
-    assert "needs AVX-512" in fast_path_choice(model).reason
-    enable_fast_path(model, "off")
+    runner = ModelRunner(load_model("random:tiny", "float32").model)
+    assert runner.set_fast_path("native") == "onednn"
+    assert "needs AVX-512" in runner.choice.reason
+    runner.set_fast_path("off")

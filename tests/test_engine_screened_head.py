@@ -19,8 +19,7 @@ import torch
 
 from headstart.engine import native_kernel, screened_head
 from headstart.engine.fast_ops import PackedLinear
-from headstart.engine.kv import extend, prefill
-from headstart.engine.model_runner import enable_fast_path
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.native_ops import NativeLinear, NativeOps
 from headstart.engine.screened_head import ScreenedHead, screens
 from headstart.models.loader import load_model
@@ -134,35 +133,32 @@ def test_what_is_not_screened():
 
 
 def test_a_model_with_its_head_screened_decodes_the_full_heads_tokens(monkeypatch):
-    model = load_model("random:tiny", "float32").model
+    runner = ModelRunner(load_model("random:tiny", "float32").model)
     prompt = list(range(1000, 1030))
     runs = {}
     for screen in (False, True):
-        enable_fast_path(model, "off")
+        runner.set_fast_path("off")
         monkeypatch.setattr(screened_head, "SCREEN_MIN_BYTES", 0 if screen else 1 << 62)
-        assert enable_fast_path(model, "native") == "native"
-        assert isinstance(model._headstart_ops._head, ScreenedHead) == screen
-        state, tokens, tops = prefill(model, prompt), [], []
+        assert runner.set_fast_path("native") == "native"
+        assert isinstance(runner.ops._head, ScreenedHead) == screen
+        state, tokens, tops = runner.prefill(prompt), [], []
         for _ in range(12):
             token = int(state.last_logits.argmax())
             tokens.append(token)
             tops.append(state.last_logits[token])
-            extend(model, state, [token])
+            runner.extend(state, [token])
         runs[screen] = tokens, torch.stack(tops)
-    enable_fast_path(model, "off")
+    runner.set_fast_path("off")
     assert runs[True][0] == runs[False][0]
     assert torch.equal(runs[True][1], runs[False][1])  # the chosen tokens' logits: the same bits
-    assert model._headstart_ops is None
+    assert runner.ops is None
 
 
 def test_native_ops_screen_the_head_by_size_or_when_asked():
     model = load_model("random:tiny", "float32").model
-    try:
-        assert not isinstance(NativeOps(model)._head, ScreenedHead)  # 19 MB: below the default size
-        assert isinstance(NativeOps(model, screen_head=True)._head, ScreenedHead)
-        assert not isinstance(NativeOps(model, screen_head=False)._head, ScreenedHead)
-    finally:
-        enable_fast_path(model, "off")
+    assert not isinstance(NativeOps(model)._head, ScreenedHead)  # 19 MB: below the default size
+    assert isinstance(NativeOps(model, screen_head=True)._head, ScreenedHead)
+    assert not isinstance(NativeOps(model, screen_head=False)._head, ScreenedHead)
 
 
 def test_sessions_match_cold_with_the_head_screened(tmp_path, monkeypatch):
@@ -173,12 +169,11 @@ def test_sessions_match_cold_with_the_head_screened(tmp_path, monkeypatch):
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", fast_path="native",
                                           p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0)
     try:
-        assert isinstance(runtime.model._headstart_ops._head, ScreenedHead)
+        assert isinstance(runtime.runner.ops._head, ScreenedHead)
         question = "How many singers are older than thirty?"
         anticipated = typed_then_submitted(runtime, "concert_singer", question, 4, 8)
         cold = runtime.complete("concert_singer", question, "cold", 8).token_ids
         assert anticipated == cold
-        assert runtime.model._headstart_ops._head.calls > 0
+        assert runtime.runner.ops._head.calls > 0
     finally:
         runtime.shutdown()
-        enable_fast_path(runtime.model, "off")

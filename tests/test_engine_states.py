@@ -153,7 +153,7 @@ def test_a_cancelled_request_ends_cancelled(tiny_runtime):
 def test_a_failing_step_ends_the_request_failed(tiny_runtime):
     done = threading.Event()
     request = generation_module.GenerationRequest(
-        tiny_runtime.model, str, [1, 2, 3], SamplingParams(max_new_tokens=2), set(), 8,
+        tiny_runtime.runner, str, [1, 2, 3], SamplingParams(max_new_tokens=2), set(), 8,
         prepare=lambda: (_ for _ in ()).throw(ValueError("no cache")), on_finish=lambda _r: done.set())
     request.enqueue_on(tiny_runtime.worker, Priority.POOL, "failing")
     with pytest.raises(ValueError):

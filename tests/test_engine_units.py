@@ -14,7 +14,7 @@ from headstart.engine.errors import (
     InvalidInput, PromptTooLong, ResourceExhausted, SessionClosed, StaleSequence, TextTooLong, validate_text,
 )
 from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState, extend, prefill
+from headstart.engine.kv import KVState
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
 from headstart.engine.worker import ForwardWorker, Priority
@@ -138,12 +138,12 @@ def test_prompt_memo_keeps_many_typists_snapshots(tiny_runtime, monkeypatch):
 
 
 def test_crop_then_extend_equals_prefill(tiny_runtime):
-    model = tiny_runtime.model
+    runner = tiny_runtime.runner
     ids = tiny_runtime.prompt_for("world_1").prompt_ids("How many cities?")
-    state = prefill(model, ids[:-3] + [11, 12, 13, 14])
+    state = runner.prefill(ids[:-3] + [11, 12, 13, 14])
     assert state.crop(len(ids) - 3) == 4 and state.last_logits is None
-    extend(model, state, ids[-3:])
-    reference = prefill(model, ids)
+    runner.extend(state, ids[-3:])
+    reference = runner.prefill(ids)
     assert state.ids == reference.ids
     torch.testing.assert_close(state.last_logits, reference.last_logits, rtol=0, atol=1e-10)
     for a, b in zip(state.cache.layers, reference.cache.layers):
@@ -151,7 +151,7 @@ def test_crop_then_extend_equals_prefill(tiny_runtime):
 
 
 def test_crop_to_zero_and_copy_is_deep(tiny_runtime):
-    state = prefill(tiny_runtime.model, [1, 2, 3])
+    state = tiny_runtime.runner.prefill([1, 2, 3])
     clone = state.copy()
     state.crop(0)
     assert (state.cache, state.ids, clone.ids, clone.num_tokens) == (None, [], [1, 2, 3], 3)
@@ -171,7 +171,7 @@ def test_p0_key(a, b, same):
 
 
 def test_p0_store_disk_round_trip(tmp_path, tiny_runtime):
-    state = prefill(tiny_runtime.model, [5, 6, 7, 8])
+    state = tiny_runtime.runner.prefill([5, 6, 7, 8])
     P0Store(tmp_path).put("k" * 64, state)
     fresh = P0Store(tmp_path)  # a new process: memory empty, disk warm
     loaded = fresh.get("k" * 64, torch.device("cpu"))
@@ -343,7 +343,7 @@ def test_p0_store_caps_disk_entries(tmp_path, tiny_runtime):
 
     store = P0Store(tmp_path, max_disk_entries=2)
     for i, name in enumerate("abc"):
-        store.put(name * 64, prefill(tiny_runtime.model, [i + 1]))
+        store.put(name * 64, tiny_runtime.runner.prefill([i + 1]))
         newest = tmp_path / f"p0-{name * 64}.safetensors"
         os.utime(newest, (_time.time() + i, _time.time() + i))  # distinct mtimes
     assert sorted(f.name[3:4] for f in tmp_path.glob("p0-*.safetensors")) == ["b", "c"]
@@ -666,28 +666,26 @@ def test_typing_order_is_read_when_popped():
 
 
 def _states_for_rows(runtime):
-    from headstart.engine.kv import prefill
-
-    model = runtime.model
+    runner = runtime.runner
     prompt = runtime.prompt_for("world_1")
     a = prompt.prompt_ids("How many cities")
     b = prompt.prompt_ids("List the names of countries")
-    return model, [prefill(model, a[:-3]), prefill(model, b[:-1]), KVState()], [a[-3:], b[-1:], a[:5]]
+    return runner, [runner.prefill(a[:-3]), runner.prefill(b[:-1]), KVState()], [a[-3:], b[-1:], a[:5]]
 
 
 def test_extend_rows_equals_lone_extensions(tiny_runtime):
     """Rows of different cache lengths (one empty) and token counts, with and
     without logits: each equals its lone extension (float64, to rounding)."""
-    from headstart.engine.model_runner import RowExtension, extend_rows
+    from headstart.engine.model_runner import RowExtension
 
-    model, states, news = _states_for_rows(tiny_runtime)
+    runner, states, news = _states_for_rows(tiny_runtime)
     lone = [s.copy() for s in states]
     for state, new in zip(lone, news):
-        extend(model, state, new)
+        runner.extend(state, new)
     wants = [True, False, True]
     batched = [s.copy() for s in states]
     calls = [RowExtension(s, n, w, None) for s, n, w in zip(batched, news, wants)]
-    assert extend_rows(model, calls) == [True, True, True]
+    assert runner.extend_rows(calls) == [True, True, True]
     for one, many, want in zip(lone, batched, wants):
         assert one.ids == many.ids
         for la, lb in zip(one.cache.layers, many.cache.layers):
@@ -713,18 +711,18 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
     """A row whose `should_abort` asks leaves the batched forward (its state
     untouched) and the others finish, equal to their lone extensions; the
     forward stops only when every row asks."""
-    from headstart.engine.model_runner import RowExtension, extend_rows
+    from headstart.engine.model_runner import RowExtension
 
-    model, states, news = _states_for_rows(tiny_runtime)
-    assert len(model.model.layers) >= 2
+    runner, states, news = _states_for_rows(tiny_runtime)
+    assert len(runner.model.model.layers) >= 2
     lone = [s.copy() for s in states]
     for state, new in zip(lone, news):
-        extend(model, state, new)
+        runner.extend(state, new)
 
     def run(checks):
         rows = [s.copy() for s in states]
         calls = [RowExtension(s, n, True, check) for s, n, check in zip(rows, news, checks)]
-        return extend_rows(model, calls), rows
+        return runner.extend_rows(calls), rows
 
     done, rows = run([lambda: True] * 3)
     assert done == [False, False, False]
@@ -751,13 +749,12 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     owner waits for the next group, a step without a forward and a failing
     step are reported as lone steps would be, and each row's commit gets its
     result and says whether its job goes on."""
-    from headstart.engine.kv import prefill
     from headstart.engine.steps import Row
 
-    model = tiny_runtime.model
+    runner = tiny_runtime.runner
     worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64, batch_scope="all")
     gate = hold_worker(worker)
-    states = {name: prefill(model, [1, 2, 3]) for name in "ab"}
+    states = {name: runner.prefill([1, 2, 3]) for name in "ab"}
     groups: list[int] = []
     committed: dict[str, tuple] = {}
 
@@ -769,7 +766,7 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
                 committed[name] = (result.ran, result.error, threading.current_thread() is worker._thread)
                 return False
 
-            return Row(model, states[name], [4, 5], True, None, commit)
+            return Row(runner, states[name], [4, 5], True, None, commit)
         return step
 
     def failing():
@@ -790,7 +787,7 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     assert worker.batched_groups >= 1 and worker.batched_forwards == 1 and worker.batched_rows == 2
     assert groups[:2] == [0, 0] and groups[2] == -1  # a2 ran after a1's group
     assert committed == {"a": (True, None, True), "b": (True, None, True)}
-    reference = prefill(model, [1, 2, 3, 4, 5])
+    reference = runner.prefill([1, 2, 3, 4, 5])
     for state in states.values():
         assert state.ids == [1, 2, 3, 4, 5]
         assert torch.allclose(state.last_logits, reference.last_logits, atol=1e-10)
@@ -800,12 +797,11 @@ def test_rows_over_the_token_budget_run_in_successive_forwards(tiny_runtime):
     """Rows whose real token counts exceed `max_batch_tokens` split into
     forwards in plan order (the most urgent first), each within the budget;
     a row with nothing to extend joins none and still commits."""
-    from headstart.engine.kv import prefill
     from headstart.engine.steps import Row, pack_forwards, run_rows
 
-    model = tiny_runtime.model
-    states = [prefill(model, [1, 2, 3]) for _ in range(4)]
-    rows = [Row(model, state, ids, True, None, lambda r: False)
+    runner = tiny_runtime.runner
+    states = [runner.prefill([1, 2, 3]) for _ in range(4)]
+    rows = [Row(runner, state, ids, True, None, lambda r: False)
             for state, ids in zip(states, [[4, 5, 6], [7, 8], [], [9, 10, 11]])]
     assert [[rows.index(r) for r in f] for f in pack_forwards(rows, 5)] == [[0, 1], [3]]
     results, sizes = run_rows(rows, 5)

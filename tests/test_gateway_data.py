@@ -24,7 +24,6 @@ from headstart.client import ApiError, HeadstartClient, answer_rows
 from headstart.data.live_store import LiveStore
 from headstart.data.prompt import DataPrompt
 from headstart.data.rows import validate_row
-from headstart.engine.kv import extend, prefill
 from headstart.schema.resolve import resolve_database
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from services.engine.guard import TENANT_METADATA_KEY
@@ -93,14 +92,14 @@ def cold_text(runtime, prompt: DataPrompt, rows: list[dict], question: str, max_
     ids = list(prompt.frozen_ids)
     for row in rows:
         ids += prompt.row_ids(validate_row(prompt.schema, row["table"], row["values"], 512).line)
-    kv = prefill(runtime.model, ids + prompt.question_ids(question))
+    kv = runtime.runner.prefill(ids + prompt.question_ids(question))
     tokens = []
     for _ in range(max_new):
         token = int(torch.argmax(kv.last_logits))
         if token in runtime.stop_ids:
             break
         tokens.append(token)
-        extend(runtime.model, kv, [token])
+        runtime.runner.extend(kv, [token])
     return prompt.decode(tokens)
 
 

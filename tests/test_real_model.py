@@ -10,7 +10,6 @@ import sqlite3
 import pytest
 import torch
 
-from headstart.engine.kv import prefill
 from headstart.engine.runtime import EngineRuntime
 from headstart.eval.extract import extract_sql
 from headstart.kernels import cpu_isa
@@ -80,15 +79,15 @@ def test_a_plain_question_gets_sql_that_matches_the_gold_result(real, db, questi
 def test_every_kernel_level_gives_the_same_bits(real):
     """The AVX2 kernels (and AVX-512 without VNNI) on the very packed weights: the same logits,
     bit for bit, as the level the engine picked (every layer runs in the kernel library)."""
-    ops = real.model._headstart_ops
+    ops = real.runner.ops
     ids = real.prompt_for("concert_singer").prompt_ids("How many concerts are there?")
-    best = real.worker.run_sync(lambda: prefill(real.model, ids).last_logits)
+    best = real.worker.run_sync(lambda: real.runner.prefill(ids).last_logits)
     for level in cpu_isa.supported():
         kernel = qk.load(level)
         saved = ops.kernel
         try:
             ops.kernel = kernel
-            logits = real.worker.run_sync(lambda: prefill(real.model, ids).last_logits)
+            logits = real.worker.run_sync(lambda: real.runner.prefill(ids).last_logits)
         finally:
             ops.kernel = saved
         assert torch.equal(logits, best), level.name

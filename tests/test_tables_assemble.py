@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine.kv import prefill
+from headstart.engine.model_runner import ModelRunner
 from headstart.models import load_model
 from headstart.prompt import PromptBuilder
 from headstart.schema.resolve import resolve_database
@@ -26,6 +26,12 @@ def loaded():
 
 
 @pytest.fixture(scope="module")
+def runner(loaded):
+    """The model's forwards: its own (Hugging Face) forward, as the engine's `off`."""
+    return ModelRunner(loaded.model)
+
+
+@pytest.fixture(scope="module")
 def prompts(loaded):
     return {db: PromptBuilder(loaded.tokenizer, resolve_database(db).schema)
             for db in ("concert_singer", "world_1", "pets_1")}
@@ -40,11 +46,11 @@ def max_diff(a, b) -> float:
                for x, y in zip(a.cache.layers, b.cache.layers))
 
 
-def test_blocks_hold_the_group_forward(loaded, prompts):
+def test_blocks_hold_the_group_forward(loaded, runner, prompts):
     layout = TableLayout.build(prompts["concert_singer"], model_id=loaded.model_id, dtype="float64", mode="pfk")
     blocks = encode_group(loaded.model, layout, 0)
     ids, offsets = layout.group_sequence(layout.groups[0])
-    full = prefill(loaded.model, ids)
+    full = runner.prefill(ids)
     assert [b.table for b in blocks] == ["stadium", "singer", "concert", "singer_in_concert"]
     for block in blocks:
         start, n = offsets[block.table], block.num_tokens
@@ -80,7 +86,7 @@ def test_precompute_stores_every_table_once_and_skips_what_is_stored(loaded, pro
     assert svc.missing_tables(layout) == []
 
 
-def test_schema_order_single_group_assembles_to_the_prefill(loaded, prompts):
+def test_schema_order_single_group_assembles_to_the_prefill(loaded, runner, prompts):
     """concert_singer is one foreign-key group whose topological order is the schema order:
     assembling its P0 from blocks gives the prefill's cache up to float64 rounding."""
     svc = service(loaded)
@@ -88,9 +94,9 @@ def test_schema_order_single_group_assembles_to_the_prefill(loaded, prompts):
     layout = svc.layout("concert_singer", prompt)
     svc.precompute(layout)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
-    state, stats = svc.assemble(blocks, compute_tail=True)
+    state, stats = svc.assemble(blocks, runner, compute_tail=True)
     svc.release(blocks)
-    reference = prefill(loaded.model, prompt.base_ids)
+    reference = runner.prefill(prompt.base_ids)
     assert state.ids == reference.ids
     assert max_diff(state, reference) < 1e-12
     assert torch.allclose(state.last_logits, reference.last_logits, atol=1e-12, rtol=0)
@@ -100,7 +106,7 @@ def test_schema_order_single_group_assembles_to_the_prefill(loaded, prompts):
 
 
 @pytest.mark.parametrize("db", ["world_1", "pets_1"])
-def test_group_whose_topological_order_is_not_the_schema_order_assembles_to_the_prefill(loaded, prompts, db):
+def test_group_whose_topological_order_is_not_the_schema_order_assembles_to_the_prefill(loaded, runner, prompts, db):
     """Issue 30: pets_1 lists Has_Pet before Pets, which it references; world_1 lists city before
     country. Encoded in topological order the block of the referencing table had seen the other
     one before it, the prompt puts it after: the P0 drifted as far as with every table alone.
@@ -111,14 +117,14 @@ def test_group_whose_topological_order_is_not_the_schema_order_assembles_to_the_
     assert len(layout.groups) == 1 and list(layout.groups[0]) == prompt.schema.table_names
     svc.precompute(layout)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
-    state, _ = svc.assemble(blocks, compute_tail=True)
-    reference = prefill(loaded.model, prompt.base_ids)
+    state, _ = svc.assemble(blocks, runner, compute_tail=True)
+    reference = runner.prefill(prompt.base_ids)
     assert state.ids == reference.ids
     assert max_diff(state, reference) < 1e-12
     assert torch.allclose(state.last_logits, reference.last_logits, atol=1e-12, rtol=0)
 
 
-def test_tables_in_another_order_than_encoded_assemble_to_something_else(loaded, prompts):
+def test_tables_in_another_order_than_encoded_assemble_to_something_else(loaded, runner, prompts):
     """The method's own approximation: a prompt listing a group's tables in another order than
     the schema's (a client's `tables=`) gets blocks that saw other tables before them."""
     svc = service(loaded)
@@ -128,12 +134,12 @@ def test_tables_in_another_order_than_encoded_assemble_to_something_else(loaded,
     svc.precompute(layout)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
     assert [p.block.table for p in blocks.placed] == ["Pets", "Has_Pet", "Student"]
-    state, _ = svc.assemble(blocks, compute_tail=True)
-    assert max_diff(state, prefill(loaded.model, prompt.base_ids)) > 1e-3
+    state, _ = svc.assemble(blocks, runner, compute_tail=True)
+    assert max_diff(state, runner.prefill(prompt.base_ids)) > 1e-3
 
 
 @pytest.mark.parametrize("compute_tail", [True, False])
-def test_a_missing_block_is_computed_in_place(loaded, prompts, compute_tail):
+def test_a_missing_block_is_computed_in_place(loaded, runner, prompts, compute_tail):
     svc = service(loaded)
     prompt = prompts["concert_singer"]
     layout = svc.layout("concert_singer", prompt)
@@ -143,7 +149,7 @@ def test_a_missing_block_is_computed_in_place(loaded, prompts, compute_tail):
     blocks = svc.load(svc.plan(layout, ids))
     assert blocks.missing == ["concert"] and [p.block.table for p in blocks.placed] == \
         ["stadium", "singer", "singer_in_concert"]
-    state, stats = svc.assemble(blocks, compute_tail=compute_tail)
+    state, stats = svc.assemble(blocks, runner, compute_tail=compute_tail)
     n_concert = len(layout.texts["concert"].ids)
     last_end = blocks.placed[-1].end
     assert state.ids == ids[:len(ids) if compute_tail else last_end]
@@ -152,16 +158,16 @@ def test_a_missing_block_is_computed_in_place(loaded, prompts, compute_tail):
     assert (state.last_logits is not None) == compute_tail
 
 
-def test_a_block_must_match_its_span(loaded, prompts):
+def test_a_block_must_match_its_span(loaded, runner, prompts):
     svc = service(loaded)
     prompt = prompts["concert_singer"]
     layout = svc.layout("concert_singer", prompt)
     block = encode_group(loaded.model, layout, 0)[0]
     with pytest.raises(AssemblyError, match="does not match"):
-        assemble(loaded.model, prompt.base_ids, [PlacedBlock(0, block)])
+        assemble(runner, prompt.base_ids, [PlacedBlock(0, block)])
     start = len(layout.head_ids)
     with pytest.raises(AssemblyError, match="overlaps"):
-        assemble(loaded.model, prompt.base_ids, [PlacedBlock(start, block), PlacedBlock(start, block)])
+        assemble(runner, prompt.base_ids, [PlacedBlock(start, block), PlacedBlock(start, block)])
 
 
 @pytest.mark.parametrize("capacity,pinned_after_load,used_after", [(1 << 30, 4, 4), (0, 0, 0)])

@@ -13,7 +13,6 @@ from headstart.build import build_runtime
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput
 from headstart.engine.generation import GenerationRequest, SamplingParams
-from headstart.engine.kv import prefill
 from headstart.engine.p0_store import p0_key
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.worker import Priority
@@ -39,7 +38,7 @@ def from_base(rt: EngineRuntime, db: str, question: str) -> list[int]:
     prompt = rt.prompt_for(db)
     base = rt.base_state(prompt)
     ids = prompt.prompt_ids(question)
-    request = GenerationRequest(rt.model, prompt.decode, ids, PARAMS, rt.stop_ids, chunk_tokens=len(ids),
+    request = GenerationRequest(rt.runner, prompt.decode, ids, PARAMS, rt.stop_ids, chunk_tokens=len(ids),
                                 prepare=base.copy)
     rt.worker.enqueue(request.step, Priority.POOL)
     return request.result().token_ids
@@ -83,7 +82,7 @@ def test_p0_is_assembled_and_kept_under_a_table_key(runtime):
     prompt = runtime.prompt_for("flight_2")
     base = runtime.base_state(prompt)
     assert base.ids == prompt.base_ids
-    reference = runtime.worker.run_sync(lambda: prefill(runtime.model, prompt.base_ids))
+    reference = runtime.worker.run_sync(lambda: runtime.runner.prefill(prompt.base_ids))
     diff = max(float((a.keys - b.keys).abs().max()) for a, b in zip(base.cache.layers, reference.cache.layers))
     # flight_2 is two groups, (airlines,) and (airports, flights): airports' block never saw
     # airlines, which the prompt lists first, so the assembled P0 is not the prefill's

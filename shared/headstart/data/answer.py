@@ -22,6 +22,7 @@ import torch
 
 from headstart.engine.decode import decode_row
 from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.steps import Row, RowResult
 
 
@@ -50,8 +51,8 @@ class Answer:
         stop_ids: tokens that end the answer (not kept).
     """
 
-    def __init__(self, model, question_ids: list[int], max_new_tokens: int, stop_ids):
-        self.model, self.question_ids = model, question_ids
+    def __init__(self, runner: ModelRunner, question_ids: list[int], max_new_tokens: int, stop_ids):
+        self.runner, self.question_ids = runner, question_ids
         self.max_new_tokens, self.stop_ids = max_new_tokens, stop_ids
         self.kv: KVState | None = None
         self.tokens: list[int] = []
@@ -70,8 +71,8 @@ class Answer:
     def row(self) -> Row:
         """The next step's row: the question (keeping its logits), then one decode step."""
         if not self.asked:
-            return Row(self.model, self.kv, self.question_ids, True, None, self._asked)
-        return decode_row(self.model, self.kv, self.tokens[-1], None, self._on_tokens)
+            return Row(self.runner, self.kv, self.question_ids, True, None, self._asked)
+        return decode_row(self.runner, self.kv, self.tokens[-1], None, self._on_tokens)
 
     def _asked(self, result: RowResult) -> bool:
         if result.error is not None:

@@ -52,7 +52,7 @@ def evaluate(session, questions: list[str], max_new_tokens: int = 64,
     checked = [session._check_question(q, max_new_tokens) for q in questions]
     if not checked:
         return []
-    answers = [Answer(session.model, session.prompt.question_ids(q), max_new_tokens, session.runtime.stop_ids)
+    answers = [Answer(session.runner, session.prompt.question_ids(q), max_new_tokens, session.runtime.stop_ids)
                for q in checked]
     run = _Run(session, answers)
     with session._lock:

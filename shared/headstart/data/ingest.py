@@ -206,7 +206,7 @@ class Ingestion:
                 return True
         ids = [t for entry in batch for t in entry.ids]
         job = self._ingest_job
-        return Row(self.model, self._live, ids, False, lambda: job is not None and job.preempt_requested,
+        return Row(self.runner, self._live, ids, False, lambda: job is not None and job.preempt_requested,
                    lambda result: self._ingest_commit(batch, result))
 
     def _ingest_commit(self, batch: list[RowEntry], result: RowResult) -> bool:

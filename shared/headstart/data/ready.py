@@ -127,7 +127,7 @@ class ReadyLogits:
                 session.counts["ready_refreshes"] += 1
             return more
 
-        return Row(session.model, kv, session.prompt.ready_ids(), True, None, commit)
+        return Row(session.runner, kv, session.prompt.ready_ids(), True, None, commit)
 
     def usable(self, session) -> ReadyPosition | None:
         """The ready position if it stands for the session's current cache and version."""

@@ -36,7 +36,7 @@ class RetentionJobs:
             return
         if self.settings.retention == "shift":
             started = time.perf_counter()
-            self._live = shift_out(self.model, self._live, self.frozen_tokens, tokens)
+            self._live = shift_out(self.runner.model, self._live, self.frozen_tokens, tokens)
             self.retention_seconds += time.perf_counter() - started
             with self._lock:
                 del self._segments[:rows]
@@ -78,7 +78,7 @@ class RetentionJobs:
         chunk = self.runtime.limits.chunk_tokens
         if job is not None and job.token_cap is not None:  # answers wait (the scheduler's rule 2d)
             chunk = min(chunk, job.token_cap)
-        return start_commit(self.model, self._rebuild_kv, target, chunk, False,
+        return start_commit(self.runner, self._rebuild_kv, target, chunk, False,
                             lambda: job is not None and job.preempt_requested, then).row
 
     def _swap(self) -> None:

@@ -98,7 +98,7 @@ class DataSession(Ingestion, RetentionJobs):
             raise InvalidInput(str(exc)) from exc
         if resolved.sqlite_path is None:
             raise InvalidInput(f"data sessions need a SQLite database; {db!r} has no file")
-        self.model = runtime.loaded.model
+        self.runner = runtime.runner
         self.prompt = DataPrompt(runtime.loaded.tokenizer, resolved.schema)
         self.copy = WorkingCopy(resolved.sqlite_path)
         self.frozen_tokens = len(self.prompt.frozen_ids)
@@ -166,7 +166,7 @@ class DataSession(Ingestion, RetentionJobs):
             kv = holder[0]
             if kv.ids == target:
                 return False
-            return start_commit(self.model, kv, target, self.runtime.limits.chunk_tokens, False, None,
+            return start_commit(self.runner, kv, target, self.runtime.limits.chunk_tokens, False, None,
                                 lambda _c, result: raise_or(result, True)).row
 
         self._enqueue(step, Priority.STREAM, "data-open").wait()
@@ -194,7 +194,7 @@ class DataSession(Ingestion, RetentionJobs):
             quick = self._ready.exit(self, started)
             if quick is not None:
                 return quick
-        answer = Answer(self.model, self.prompt.question_ids(question), max_new_tokens, self.runtime.stop_ids)
+        answer = Answer(self.runner, self.prompt.question_ids(question), max_new_tokens, self.runtime.stop_ids)
         held: list[Snapshot] = []
 
         def step() -> Row:

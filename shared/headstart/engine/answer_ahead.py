@@ -19,6 +19,7 @@ from typing import Callable
 
 from headstart.engine.decode import decode_row, pick_token
 from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.prompt_lookup import draft
 from headstart.engine.steps import Row
 
@@ -49,7 +50,7 @@ class AnswerAhead:
         thread; no forward pass). Requires `wants_more` and no token yet."""
         self.tokens.append(pick_token(kv.last_logits))
 
-    def step_row(self, model, kv: KVState, prompt_ids: list[int], should_abort: Callable[[], bool] | None,
+    def step_row(self, runner: ModelRunner, kv: KVState, prompt_ids: list[int], should_abort: Callable[[], bool] | None,
                  then: Callable[[int], bool]) -> Row:
         """The decode step for one more token, or several with a draft (after
         `take_first`). Once it ran, the tokens are kept and `then(how many)`
@@ -61,7 +62,7 @@ class AnswerAhead:
             return then(len(tokens or []))
 
         guess = draft(prompt_ids + self.tokens, self.draft_tokens) if self.draft_tokens else []
-        return decode_row(model, kv, self.tokens[-1], should_abort, on_tokens, draft=guess,
+        return decode_row(runner, kv, self.tokens[-1], should_abort, on_tokens, draft=guess,
                           limit=self.max_tokens - len(self.tokens), stop_ids=self.stop_ids)
 
     def usable_for(self, kv_ids: list[int], prompt_ids: list[int]) -> list[int]:

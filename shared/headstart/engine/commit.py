@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.steps import Row, RowResult
 from headstart.prompt import common_prefix_len
 
@@ -57,7 +58,7 @@ class Commit:
     row: Row = field(repr=False, default=None)  # type: ignore[assignment] (set by start_commit)
 
 
-def start_commit(model, kv: KVState, target: list[int], chunk_tokens: int, want_logits: bool,
+def start_commit(runner: ModelRunner, kv: KVState, target: list[int], chunk_tokens: int, want_logits: bool,
                  should_abort: Callable[[], bool] | None,
                  then: Callable[[Commit, RowResult], bool]) -> Commit:
     """Plan the next step toward `target`, crop the cache to what it keeps and
@@ -65,6 +66,6 @@ def start_commit(model, kv: KVState, target: list[int], chunk_tokens: int, want_
     result)` runs as the row's commit and returns whether more remains."""
     step = plan_commit(kv, target, chunk_tokens, want_logits)
     commit = Commit(step, kv.crop(step.keep))
-    commit.row = Row(model, kv, step.chunk, step.last and want_logits, should_abort,
+    commit.row = Row(runner, kv, step.chunk, step.last and want_logits, should_abort,
                      lambda result: then(commit, result))
     return commit

@@ -23,11 +23,12 @@ from typing import Callable
 import torch
 
 from headstart.engine.kv import KVState, kept_logits
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.sampling import pick_token
 from headstart.engine.steps import Row, RowResult
 
 
-def decode_row(model, state: KVState, last_token: int, should_abort: Callable[[], bool] | None,
+def decode_row(runner: ModelRunner, state: KVState, last_token: int, should_abort: Callable[[], bool] | None,
                on_tokens: Callable[[list[int] | None], bool],
                pick: Callable[[torch.Tensor], int] | None = None, draft: list[int] = (), limit: int = 1,
                stop_ids: set[int] = frozenset()) -> Row:
@@ -44,7 +45,7 @@ def decode_row(model, state: KVState, last_token: int, should_abort: Callable[[]
     pick = pick or pick_token
     draft = list(draft)[:max(0, limit - 1)]
     ids = [last_token, *draft]
-    row = Row(model, state, ids, True, should_abort, lambda result: commit(result), logits_positions=len(ids))
+    row = Row(runner, state, ids, True, should_abort, lambda result: commit(result), logits_positions=len(ids))
 
     def commit(result: RowResult) -> bool:
         if result.error is not None:

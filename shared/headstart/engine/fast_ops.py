@@ -4,7 +4,7 @@ A decode step (and a typing row of a few tokens) is bound by reading the
 weights once: on a CPU the matrix-vector products of the projections, the
 MLP and the LM head are the whole cost. PyTorch's default (MKL) fp32 GEMV
 reads ~21 GiB/s with 2 threads on the machine we measure on, llama.cpp
-~59 GiB/s. `model_runner.extend_rows` runs every forward's layers itself and
+~59 GiB/s. `ModelRunner.extend_rows` runs every forward's layers itself and
 calls one of these *ops* objects for the parts around attention:
 
 - `qkv(index, hidden)`: input norm, then the q/k/v projections;
@@ -12,7 +12,7 @@ calls one of these *ops* objects for the parts around attention:
   norm, MLP, residual;
 - `head(rows)`: the LM head on the (already normed) rows that want logits.
 
-Variants (`FAST_PATHS`, picked once per model by `enable_fast_path`):
+Variants (`FAST_PATHS`, picked once per model by its `ModelRunner`, `kernel_choice`):
 
 - `eager`: the model's own modules, what every batched forward ran before
   (`off` keeps the model's own forward for lone extensions too).
@@ -24,9 +24,9 @@ Variants (`FAST_PATHS`, picked once per model by `enable_fast_path`):
   micro-GEMM) of each layer's two blocks and the head, see `compiled_ops`.
 
 Every forward of a model with a fast path runs through the same ops (the
-lone extension of `kv.extend` included: `enable_fast_path` routes it to
-`extend_rows`), so a cold prefill, a prefix request and an anticipatory
-session all use the same kernels.
+runner's lone extension, `ModelRunner.extend`, included: it is a batch of
+one row of `extend_rows`), so a cold prefill, a prefix request and an
+anticipatory session all use the same kernels.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ Which kernels read a CPU's weights fastest depends on the machine: on one
 matmuls 97 ms; on another of the same kind MKL took 109-157 ms and oneDNN
 56-93 ms (docs/benchmarks-archive.md, "Per-token speed"). So `auto` does not
 guess: at engine start it times each candidate kernel set on a scratch
-cache and keeps the fastest (`choose_kernels`). The model runner supplies
-the candidates (how to install each) and the workloads (a prefill chunk, a
-lone decode step, a batched one); this module only times them and decides,
-so a test can inject a fake timer.
+cache and keeps the fastest (`choose_kernels`). `kernel_choice.measure_auto`
+supplies the candidates (how to install each on the model's runner) and the
+workloads (a prefill chunk, a lone decode step, a batched one); this module
+only times them and decides, so a test can inject a fake timer.
 
 Rounds are interleaved (every candidate runs every workload once per round,
 the order alternating between rounds) so that load on a shared machine

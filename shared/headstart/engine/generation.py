@@ -25,6 +25,7 @@ from headstart.engine.commit import Commit, start_commit
 from headstart.engine.decode import decode_row
 from headstart.engine.errors import Cancelled
 from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.prompt_lookup import draft
 from headstart.engine.sampling import Sampler, SamplingParams, StopText, pick_token  # noqa: F401 (re-exported)
 from headstart.engine.states import RequestState, advance
@@ -58,7 +59,7 @@ class GenerationRequest:
 
     def __init__(
         self,
-        model,
+        runner: ModelRunner,
         decode: Callable[[list[int]], str],
         prompt_ids: list[int],
         params: SamplingParams,
@@ -74,7 +75,7 @@ class GenerationRequest:
         expected_cached: int = 0,
         draft_tokens: int = 0,
     ):
-        self.model, self._decode = model, decode
+        self.runner, self._decode = runner, decode
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
         self.chunk_tokens = chunk_tokens
         self.state, self._prepare, self._on_finish = state, prepare, on_finish
@@ -254,7 +255,7 @@ class GenerationRequest:
             return all(self._emit(token) for token in ahead[len(self._known):])
         if self.cached_at_submit is None:
             self.cached_at_submit = common_prefix_len(kv.ids, target)
-        commit = start_commit(self.model, kv, target, self.chunk_tokens, True, None, self._prefilled)
+        commit = start_commit(self.runner, kv, target, self.chunk_tokens, True, None, self._prefilled)
         self.dropped_at_submit += commit.dropped
         return commit.row
 
@@ -271,7 +272,7 @@ class GenerationRequest:
     def _decode_step(self) -> Row:
         limit = self.params.max_new_tokens - len(self.token_ids)
         guess = draft(self.prompt_ids + self.token_ids, self.draft_tokens) if self.draft_tokens else []
-        return decode_row(self.model, self.state, self.token_ids[-1], self._yield_requested, self._decoded,
+        return decode_row(self.runner, self.state, self.token_ids[-1], self._yield_requested, self._decoded,
                           self.sampler.pick, draft=guess, limit=limit, stop_ids=self.stop_ids)
 
     def _decoded(self, tokens: list[int] | None) -> bool:

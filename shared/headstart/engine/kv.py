@@ -4,6 +4,13 @@
 logits after the last of them when the last extension ended there. Only the
 worker thread touches a KVState (jobs prepare rows there and the worker runs
 them, `headstart.engine.steps`): it is not thread-safe by design, one owner.
+
+Extending a state runs the model: that is the `ModelRunner`'s job
+(`headstart.engine.model_runner`), which owns the model's kernels. What is
+here is the plain Hugging Face forward it falls back to when no kernels are
+installed (`hf_extend`, the `off` path), taking what it needs explicitly (the
+model, and the runner's `LayerHooks` to stop between layers): nothing is read
+from or stored on the model object.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ class LayerHooks:
     """One forward pre-hook (with kwargs) on every decoder layer, calling the
     active `before_layer(index, args, kwargs)`: it may raise `Superseded`
     to stop the forward (the lone extension's stop between layers; the
-    batched path runs its layers itself, `model_runner`). Installed once per
-    model; only the worker thread runs forwards, so one slot is enough."""
+    batched path runs its layers itself, `model_runner`). Registered once per
+    model, by its `ModelRunner`, which keeps it; only the worker thread runs
+    forwards, so one slot is enough."""
 
     def __init__(self, model):
         self.before_layer: Callable[[int, tuple, dict], tuple | None] | None = None
@@ -37,14 +45,6 @@ class LayerHooks:
     def _hook(self, index, module, args, kwargs):
         before = self.before_layer
         return None if before is None else before(index, args, kwargs)
-
-
-def layer_hooks(model) -> LayerHooks:
-    hooks = getattr(model, "_headstart_layer_hooks", None)
-    if hooks is None:
-        hooks = LayerHooks(model)
-        model._headstart_layer_hooks = hooks
-    return hooks
 
 
 def _stop_when(should_abort: Callable[[], bool]):
@@ -143,29 +143,42 @@ class KVState:
         return KVState(list(self.ids), new, None if self.last_logits is None else self.last_logits.clone())
 
 
+@dataclass
+class RowExtension:
+    """One state's extension as the runner takes it (`ModelRunner.extend_rows`):
+    extend `state` by `new_ids`."""
+
+    state: KVState
+    new_ids: list[int]
+    want_logits: bool = True
+    should_abort: Callable[[], bool] | None = None
+    logits_positions: int = 1  # the last positions whose logits are kept (into `position_logits`)
+    position_logits: torch.Tensor | None = None
+
+
 @torch.inference_mode()
-def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
-           should_abort: Callable[[], bool] | None = None) -> bool:
-    """Run the model over `new_ids` on top of `state`, appending their K/V.
+def hf_extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
+              should_abort: Callable[[], bool] | None = None, hooks: LayerHooks | None = None) -> bool:
+    """Run the model's own (Hugging Face) forward over `new_ids` on top of
+    `state`, appending their K/V: the `off` path of `ModelRunner.extend`.
 
     Positions continue from the cache length. Stores the logits after the
     last new token when `want_logits` (only the last position is computed).
-    `should_abort` is polled before each decoder layer: when it turns true
-    the forward stops, the state is left exactly as it was, and False is
-    returned (a newer snapshot made this work useless).
+    `should_abort` is polled before each decoder layer through `hooks` (the
+    model's `LayerHooks`, required with it): when it turns true the forward
+    stops, the state is left exactly as it was, and False is returned (a
+    newer snapshot made this work useless).
     """
     if not new_ids:
         return True
-    fast = getattr(model, "_headstart_fast_extend", None)
-    if fast is not None:  # a fast path is on: the runner's layers and kernels (model_runner.enable_fast_path)
-        return fast(model, state, new_ids, want_logits, should_abort)
+    if should_abort is not None and hooks is None:
+        raise ValueError("hf_extend with should_abort needs the model's LayerHooks")
     old_len, fresh = state.num_tokens, state.cache is None
     if fresh:
         state.cache = DynamicCache()
     device = next(model.parameters()).device
     input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
-    hooks = layer_hooks(model) if should_abort is not None else None
-    if hooks is not None:
+    if should_abort is not None:
         hooks.before_layer = _stop_when(should_abort)
     try:
         out = model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
@@ -176,7 +189,7 @@ def extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
             truncate_layers(state.cache, old_len)
         return False
     finally:
-        if hooks is not None:
+        if should_abort is not None:
             hooks.before_layer = None
     state.ids.extend(new_ids)
     state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
@@ -187,10 +200,3 @@ def kept_logits(logits: torch.Tensor) -> torch.Tensor:
     """The last logits as a KVState keeps them: float64 as they are
     (exactness tests), lower precisions widened to float32."""
     return logits if logits.dtype == torch.float64 else logits.float()
-
-
-def prefill(model, ids: list[int]) -> KVState:
-    """A cold prefill: a fresh cache over `ids` with the last logits."""
-    state = KVState()
-    extend(model, state, ids)
-    return state

@@ -1,8 +1,26 @@
-"""The batched forward: many caches' extensions in one pass, no cache copied.
+"""The model runner: one object owns a model's weights, its kernels and every forward.
 
-`extend_rows` runs several `KVState`s' new tokens through the model at once.
-On a weight-bound device (a CPU, a GPU at small token counts) one pass over
-8 rows' few tokens costs about one row's, because the weights are read once.
+`ModelRunner` holds the model, the kernel ops its forwards run (`fast_ops`:
+the model's own modules, oneDNN packed matmuls, the native or quantized
+kernels, compiled blocks; None: the Hugging Face forward), whether batched
+rows must be batch-invariant, what the fast-path mode resolved to and why
+(`FastPathChoice`, `kernel_choice`), the packed weights `auto` measured with,
+and the layer hooks that stop a lone Hugging Face forward between layers.
+Nothing is stored on the model object. It is built once per engine with
+HEADSTART_FAST_PATH (`auto` times `off`, `onednn` and `native` on this
+machine at start, `fast_path_auto`); `set_fast_path` switches the mode
+(tests and benchmarks compare modes on one model).
+
+Its forwards: `extend` (one state's extension), `extend_rows` (many in one
+pass), `prefill` (a cold cache). With a fast path on, a lone extension is a
+batch of one row of `extend_rows`, so the cold baseline, prefix requests and
+sessions all run the same kernels; with none it is the model's own forward
+(`kv.hf_extend`).
+
+The batched forward: `extend_rows` runs several `KVState`s' new tokens
+through the model at once. On a weight-bound device (a CPU, a GPU at small
+token counts) one pass over 8 rows' few tokens costs about one row's,
+because the weights are read once.
 
 Layout: **packed** (varlen), as vLLM's and nano-vllm's prefill is. The rows'
 new tokens are concatenated into one sequence of T = sum(n_i) tokens, so the
@@ -22,15 +40,9 @@ Llama, Mistral). Between layers each row's `should_abort` is polled; a row
 that asks leaves (its tokens are dropped from the packed hidden states, its
 state is left exactly as it was) and the others go on; when every row has
 left the forward stops. The LM head runs only on the last position of the
-rows that want logits.
-
-Kernels: the weight-bound parts of each layer (norms, projections, MLP) and
-the LM head run through the model's *ops* (`fast_ops`: the model's own
-modules, oneDNN packed matmuls, or compiled blocks), installed once by
-`enable_fast_path` (HEADSTART_FAST_PATH; `auto` times `off`, `onednn` and `native`
-on this machine at start, `fast_path_auto`). With a fast path on, a lone
-extension (`kv.extend`) is a batch of one row here, so the cold baseline,
-prefix requests and sessions all run the same kernels.
+rows that want logits. The weight-bound parts of each layer (norms,
+projections, MLP) and the LM head run through the runner's ops (the
+model's own modules, `EagerOps`, when none are installed).
 
 Exactness: a row's attention, RoPE and positions are those of a lone
 extension; the matrix products differ from it only in blocking (packed M),
@@ -40,47 +52,19 @@ The float64 exactness tests run sessions sharing batched forwards.
 
 from __future__ import annotations
 
-import logging
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from headstart.engine.fast_ops import FAST_PATHS, EagerOps, OneDNNOps, onednn_supports
-from headstart.engine.fast_path_auto import (
-    DECODE_ROWS,
-    PREFILL_TOKENS,
-    FastPathChoice,
-    Timer,
-    Workload,
-    choose_kernels,
-    wall_clock,
-)
-from headstart.engine.kv import KVState, extend, kept_logits
-from headstart.engine.native_ops import NativeOps, native_supports
-from headstart.engine.quant_ops import QuantOps
-from headstart.models.quantized import is_quantized
+from headstart.engine.fast_ops import EagerOps
+from headstart.engine.fast_path_auto import FastPathChoice, Timer
+from headstart.engine.kernel_choice import make_ops, measure_auto, resolve_choice, supports_packed_rows
+from headstart.engine.kv import KVState, LayerHooks, RowExtension, hf_extend, kept_logits
 from headstart.engine.row_attention import layer_attention
 from headstart.engine.shared_prefix import SharedPrefixLayer
 
-log = logging.getLogger(__name__)
-
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama", "mistral")
-# `auto` times the fast paths from this hidden size (0.5B: 896; random:tiny: 32)
-AUTO_MIN_HIDDEN = 256
-
-
-@dataclass
-class RowExtension:
-    """One row of a batched forward: extend `state` by `new_ids`."""
-
-    state: KVState
-    new_ids: list[int]
-    want_logits: bool = True
-    should_abort: Callable[[], bool] | None = None
-    logits_positions: int = 1  # the last positions whose logits are kept (into `position_logits`)
-    position_logits: torch.Tensor | None = None
+__all__ = ["ModelRunner", "RowExtension", "supports_packed_rows"]  # the last two: re-exported for callers
 
 
 @dataclass
@@ -94,26 +78,149 @@ class _Rows:
     new_kv: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=list)
 
 
-def supports_packed_rows(model) -> bool:
-    """Whether `extend_rows` can run this model's decoder layers itself (a
-    Llama-family layer without sliding-window attention)."""
-    config = model.config
-    return getattr(config, "model_type", None) in SUPPORTED_MODEL_TYPES and not getattr(
-        config, "use_sliding_window", False)
+class ModelRunner:
+    """The one owner of a model's forwards and kernels (module doc).
+
+    Args:
+        model: the Hugging Face causal LM (its weights; never given attributes).
+        fast_path: HEADSTART_FAST_PATH (`fast_ops.FAST_PATHS`), resolved and
+            installed at once (`set_fast_path`); `off`: the model's own forward.
+        batch_invariant: HEADSTART_BATCH_INVARIANT (`set_fast_path`).
+        warm_rows: the token counts inductor compiles ahead (`set_fast_path`).
+        timer: replaces the wall clock in `auto`'s timing (tests).
+
+    Raises:
+        ValueError: an unknown `fast_path`.
+    """
+
+    def __init__(self, model, *, fast_path: str = "off", batch_invariant: bool = False,
+                 warm_rows: tuple[int, ...] = (1, 2), timer: Timer | None = None):
+        self.model = model
+        self.batch_invariant = False
+        self._ops = None  # None: the Hugging Face forward for lone extensions
+        self._choice: FastPathChoice | None = None
+        self._auto: FastPathChoice | None = None  # auto's choice: measured once per runner, then reused
+        self._measured_ops: dict = {}  # auto's packed weights, until the next `set_fast_path` installs or drops them
+        self._hooks: LayerHooks | None = None  # registered on the model's layers at the first stoppable HF forward
+        self.set_fast_path(fast_path, warm_rows=warm_rows, batch_invariant=batch_invariant, timer=timer)
+
+    # -- kernels ---------------------------------------------------------------
+
+    @property
+    def ops(self):
+        """The installed kernel ops (`fast_ops`, `native_ops`, `quant_ops`,
+        `compiled_ops`); None when lone extensions run the model's own forward."""
+        return self._ops
+
+    @property
+    def fast_path(self) -> str:
+        """The kernels installed ("off" when none)."""
+        return "off" if self._ops is None else self._ops.name
+
+    @property
+    def choice(self) -> FastPathChoice:
+        """What the last `set_fast_path` chose, and why (`auto`'s timings)."""
+        return self._choice
+
+    @property
+    def supports_packed_rows(self) -> bool:
+        """Whether `extend_rows` can run this model's decoder layers itself (a
+        Llama-family layer without sliding-window attention)."""
+        return supports_packed_rows(self.model)
+
+    def resolve_choice(self, mode: str, timer: Timer | None = None) -> FastPathChoice:
+        """The kernels `mode` means for this model, and why
+        (`kernel_choice.resolve_choice`), installing nothing. `auto` times
+        the candidates on a scratch cache once per runner (`timer` replaces
+        the wall clock in tests) and reuses that choice after.
+        Unknown mode -> ValueError."""
+        return resolve_choice(self.model, mode, lambda candidates: self._measure_auto(candidates, timer))
+
+    def set_fast_path(self, mode: str, *, warm_rows: tuple[int, ...] = (1, 2), batch_invariant: bool = False,
+                      timer: Timer | None = None) -> str:
+        """Install the kernels `mode` resolves to (`resolve_choice`). From
+        then on every extension, lone (`extend`) or batched (`extend_rows`),
+        runs them, so every mode of the engine uses the same kernels.
+        `warm_rows` are the token counts compiled ahead (inductor: 1
+        compiles the one-token graphs, any count above 1 the dynamic 2..64
+        ones; each graph holds its own packed copy of the weights). Returns
+        the resolved name ("off": the model's own forward for lone
+        extensions); `choice` tells why (the timings, for `auto`).
+
+        `batch_invariant` (HEADSTART_BATCH_INVARIANT): a batched row's results
+        are bit-identical to its lone forward's (`_by_row`); it needs the
+        runner for lone extensions too, so `off` becomes `eager` then."""
+        self.batch_invariant = batch_invariant
+        choice = self.resolve_choice(mode, timer)
+        resolved = choice.kernels
+        if batch_invariant and resolved == "off" and self.supports_packed_rows:
+            resolved = "eager"
+        self._choice = choice
+        measured, self._measured_ops = self._measured_ops, {}
+        if self._ops is not None and self._ops.name == resolved:
+            return resolved
+        self.use_ops(make_ops(self.model, resolved, warm_rows, measured))
+        return resolved
+
+    def use_ops(self, ops) -> None:
+        """Run every forward with `ops` (None: the model's own forward for
+        lone extensions) without choosing them: `auto`'s timing swaps its
+        candidates in and puts the ops back (`kernel_choice.measure_auto`).
+        Anything else goes through `set_fast_path`."""
+        self._ops = ops
+
+    def _measure_auto(self, candidates: tuple[str, ...], timer: Timer | None) -> FastPathChoice:
+        if self._auto is None:
+            self._auto, self._measured_ops = measure_auto(self, candidates, timer)
+        return self._auto
+
+    # -- forwards --------------------------------------------------------------
+
+    def extend(self, state: KVState, new_ids: list[int], want_logits: bool = True,
+               should_abort: Callable[[], bool] | None = None) -> bool:
+        """Run the model over `new_ids` on top of `state`, appending their K/V.
+
+        Positions continue from the cache length. Stores the logits after the
+        last new token when `want_logits` (only the last position is computed).
+        `should_abort` is polled before each decoder layer: when it turns true
+        the forward stops, the state is left exactly as it was, and False is
+        returned (a newer snapshot made this work useless). With kernels
+        installed this is `extend_rows` on a batch of one row; with none, the
+        model's own forward (`kv.hf_extend`)."""
+        if not new_ids:
+            return True
+        if self._ops is not None:
+            return self.extend_rows([RowExtension(state, new_ids, want_logits, should_abort)])[0]
+        hooks = self._layer_hooks() if should_abort is not None else None
+        return hf_extend(self.model, state, new_ids, want_logits, should_abort, hooks)
+
+    def extend_rows(self, calls: list) -> list[bool]:
+        """One packed forward over several states' extensions (module doc),
+        with the installed ops (the model's own modules when none).
+
+        `calls` are `RowExtension`s (or objects with the same attributes:
+        `steps.Row`). Returns one bool per call: False for a row that left the
+        forward because its `should_abort` asked (its state unchanged)."""
+        return _packed_forward(self.model, self._ops or EagerOps(self.model), self.batch_invariant, calls)
+
+    def prefill(self, ids: list[int]) -> KVState:
+        """A cold prefill: a fresh cache over `ids` with the last logits."""
+        state = KVState()
+        self.extend(state, ids)
+        return state
+
+    def _layer_hooks(self) -> LayerHooks:
+        if self._hooks is None:
+            self._hooks = LayerHooks(self.model)
+        return self._hooks
 
 
 @torch.inference_mode()
-def extend_rows(model, calls: list) -> list[bool]:
-    """One packed forward over several states' extensions (module doc).
-
-    `calls` are `RowExtension`s (or objects with the same four attributes).
-    Returns one bool per call: False for a row that left the forward because
-    its `should_abort` asked (its state unchanged)."""
+def _packed_forward(model, ops, invariant: bool, calls: list) -> list[bool]:
+    """`ModelRunner.extend_rows` with its model, ops and batch invariance given."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     decoder = model.model
-    ops = getattr(model, "_headstart_ops", None) or EagerOps(model)
-    invariant = getattr(model, "_headstart_batch_invariant", False)
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
     starts = [sum(counts[:i]) for i in range(len(calls))]
@@ -226,169 +333,3 @@ def _append(state: KVState, new_kv: list[dict], b: int) -> None:
             layers[layer].append(k, v)  # not `update`: it returns a joined copy of P0 and the tail
         else:
             state.cache.update(k.contiguous(), v.contiguous(), layer)
-
-
-def auto_candidates(model) -> tuple[str, ...]:
-    """The kernel sets `auto` times on this model: `off`, `onednn` and
-    `native` (where its kernel builds here) for a real-sized
-    (hidden >= AUTO_MIN_HIDDEN) Llama-family model on a CPU in float32 or
-    bfloat16; none (so `off`, untimed) for float64, tiny models,
-    other devices and layers the runner cannot run. `inductor` is never a
-    candidate: it compiles for minutes."""
-    big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
-    if not (big and supports_packed_rows(model) and onednn_supports(model)):
-        return ()
-    return ("off", "onednn", "native") if native_supports(model) is None else ("off", "onednn")
-
-
-def resolve_fast_path(model, mode: str, timer: Timer | None = None) -> str:
-    """The kernels `mode` means for this model (`resolve_choice(...).kernels`).
-    Unknown mode -> ValueError."""
-    return resolve_choice(model, mode, timer).kernels
-
-
-def resolve_choice(model, mode: str, timer: Timer | None = None) -> FastPathChoice:
-    """The kernels `mode` means for this model, and why. `auto` times the
-    `auto_candidates` on a scratch cache (`fast_path_auto.choose_kernels`;
-    `timer` replaces the wall clock in tests), once per model: the choice is
-    kept on the model and reused. Any other mode is taken as given, untimed
-    (`off` where the runner or oneDNN cannot run this model).
-    Unknown mode -> ValueError."""
-    if mode not in FAST_PATHS:
-        raise ValueError(f"unknown fast path {mode!r}; valid: {', '.join(FAST_PATHS)}")
-    if is_quantized(model):  # its weights exist only as the quantized kernels read them
-        reason = "" if mode in ("auto", "quant") else "a quantized (GGUF) model runs the quant kernels only"
-        return FastPathChoice("quant", mode, reason=reason or f"quantized weights, {model.lm_head.kernel.name} kernels")
-    if mode == "quant":
-        return FastPathChoice("off", mode, reason="the model's weights are not quantized (load a GGUF model)")
-    if mode == "auto":
-        return _auto_choice(model, timer)
-    if mode != "off" and not supports_packed_rows(model):  # the model's own forward
-        return FastPathChoice("off", mode, reason="the runner cannot run this model's layers")
-    if mode == "onednn" and not onednn_supports(model):
-        return FastPathChoice("off", mode, reason="oneDNN has no kernels for this dtype or device")
-    if mode == "native" and (why := native_supports(model)) is not None:
-        fallback = "onednn" if onednn_supports(model) else "off"
-        log.warning("fast path native unavailable (%s): %s instead", why, fallback)
-        return FastPathChoice(fallback, mode, reason=why)
-    return FastPathChoice(mode, mode)
-
-
-def enable_fast_path(model, mode: str, warm_rows: tuple[int, ...] = (1, 2), batch_invariant: bool = False,
-                     timer: Timer | None = None) -> str:
-    """Install the kernels `mode` resolves to (`resolve_choice`) on `model`,
-    once, at engine start. From then on every extension of this model, lone
-    (`kv.extend`) or batched, runs `extend_rows` with those ops, so every
-    mode of the engine uses the same kernels. `warm_rows` are the token
-    counts compiled ahead (inductor: 1 compiles the one-token graphs, any
-    count above 1 the dynamic 2..64 ones; each graph holds its own packed
-    copy of the weights). Returns the resolved name ("off": the model's
-    own forward for lone extensions, as before); `fast_path_choice(model)`
-    tells why (the timings, for `auto`).
-
-    `batch_invariant` (HEADSTART_BATCH_INVARIANT): a batched row's results
-    are bit-identical to its lone forward's (`_by_row`); it needs the
-    runner for lone extensions too, so `off` becomes `eager` then."""
-    model._headstart_batch_invariant = batch_invariant
-    choice = resolve_choice(model, mode, timer)
-    resolved = choice.kernels
-    if batch_invariant and resolved == "off" and supports_packed_rows(model):
-        resolved = "eager"
-    model._headstart_fast_path_choice = choice
-    measured_ops = model.__dict__.pop("_headstart_measured_ops", {})  # auto's packed weights, reused
-    current = getattr(model, "_headstart_ops", None)
-    if current is not None and current.name == resolved:
-        return resolved
-    if resolved == "off":
-        _install(model, None)
-        return resolved
-    if resolved == "eager":
-        ops = EagerOps(model)
-    elif resolved == "onednn":
-        ops = measured_ops.get("onednn") or OneDNNOps(model)
-    elif resolved == "native":
-        ops = measured_ops.get("native") or NativeOps(model)
-    elif resolved == "quant":
-        ops = QuantOps(model)
-    else:
-        from headstart.engine.compiled_ops import InductorOps
-
-        ops = InductorOps(model, warm_rows)
-    _install(model, ops)
-    return resolved
-
-
-def fast_path_choice(model) -> FastPathChoice:
-    """What `enable_fast_path` last chose for `model`, with `auto`'s timings."""
-    choice = getattr(model, "_headstart_fast_path_choice", None)
-    return choice if choice is not None else FastPathChoice(fast_path_name(model), "off")
-
-
-def _install(model, ops) -> None:
-    model._headstart_ops = ops
-    model._headstart_fast_extend = None if ops is None else _lone_extend
-
-
-def _auto_choice(model, timer: Timer | None) -> FastPathChoice:
-    """`auto` for this model: measured once (module doc of fast_path_auto), then reused."""
-    cached = getattr(model, "_headstart_auto_choice", None)
-    if cached is not None:
-        return cached
-    candidates = auto_candidates(model)
-    if not candidates:
-        return FastPathChoice("off", "auto", reason="not timed: float64, a tiny model, or no oneDNN kernels")
-    start = time.perf_counter()
-    before = getattr(model, "_headstart_ops", None)
-    packed = before if before is not None and before.name == "onednn" else OneDNNOps(model)
-    timed = {"onednn": packed}
-    if "native" in candidates:  # shares the packed weights: one more copy at most, not two
-        timed["native"] = before if before is not None and before.name == "native" else NativeOps(model, packed=packed)
-    installs = {"off": lambda: _install(model, None)}
-    installs.update({name: (lambda ops=ops: _install(model, ops)) for name, ops in timed.items()})
-    # too loaded to time: the fastest on the quiet machines measured (docs/benchmarks-archive.md)
-    bf16 = next(model.parameters()).dtype == torch.bfloat16
-    fallback = "native" if "native" in candidates else "onednn" if bf16 else "off"
-    try:
-        choice = choose_kernels({name: installs[name] for name in candidates}, _auto_workloads(model),
-                                timer or wall_clock, fallback=fallback)
-    finally:
-        _install(model, before)
-    choice = replace(choice, seconds=time.perf_counter() - start)
-    if choice.kernels in timed:
-        model._headstart_measured_ops = {choice.kernels: timed[choice.kernels]}
-    model._headstart_auto_choice = choice
-    log.info("fast path: %s", choice.summary())
-    return choice
-
-
-def _auto_workloads(model) -> list[tuple[str, Workload]]:
-    """auto's workloads on a scratch cache: a cold prefill chunk, then one
-    decode step of that cache alone and of four copies in one forward."""
-    ids = [(1000 + 37 * i) % model.config.vocab_size for i in range(PREFILL_TOKENS)]
-    scratch: list[KVState] = []
-
-    def prefill_chunk():
-        scratch[:] = [KVState()]
-        return lambda: extend(model, scratch[0], ids)
-
-    def decode(rows: int):
-        def prepare():
-            states = [scratch[0].copy() for _ in range(rows)]
-            if rows == 1:
-                return lambda: extend(model, states[0], [ids[0]])
-            return lambda: extend_rows(model, [RowExtension(s, [ids[0]]) for s in states])
-        return prepare
-
-    return [(f"prefill_{PREFILL_TOKENS}", prefill_chunk), ("decode_1", decode(1)),
-            (f"decode_{DECODE_ROWS}", decode(DECODE_ROWS))]
-
-
-def fast_path_name(model) -> str:
-    """The kernels installed on `model` ("off" when none)."""
-    ops = getattr(model, "_headstart_ops", None)
-    return "off" if ops is None else ops.name
-
-
-def _lone_extend(model, state: KVState, new_ids: list[int], want_logits: bool, should_abort) -> bool:
-    """`kv.extend` of a model with a fast path: a batch of one row."""
-    return extend_rows(model, [RowExtension(state, new_ids, want_logits, should_abort)])[0]

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from headstart.engine.kv import KVState, prefill
-from headstart.engine.model_runner import fast_path_name
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.scheduler_types import Priority
 from headstart.prompt import PromptBuilder
@@ -78,24 +78,25 @@ class P0Source:
 
     Args:
         loaded: the model (`LoadedModel`): its id and dtype key the store.
+        runner: its runner: prefills a missing P0; its kernels key the store too.
         worker: the forward worker that prefills a missing P0.
         store: the P0 store (memory LRU + disk).
     """
 
     name = "p0"
 
-    def __init__(self, loaded, worker, store: P0Store):
-        self.loaded, self.worker, self.store = loaded, worker, store
+    def __init__(self, loaded, runner: ModelRunner, worker, store: P0Store):
+        self.loaded, self.runner, self.worker, self.store = loaded, runner, worker, store
 
     def base_state(self, db: str, prompt: PromptBuilder) -> KVState:
         # NOTE: the kernels are part of the key: a P0 prefilled by another fast
         # path differs in float32 rounding, and reusing it would break exactness
-        kernels = fast_path_name(self.loaded.model)
+        kernels = self.runner.fast_path
         dtype_key = self.loaded.dtype_name if kernels == "off" else f"{self.loaded.dtype_name}+{kernels}"
         key = p0_key(self.loaded.model_id, dtype_key, prompt.base_ids)
         state = self.store.get(key, self.loaded.device)
         if state is None:
-            state = self.worker.run_sync(lambda: prefill(self.loaded.model, prompt.base_ids), Priority.STREAM, "p0")
+            state = self.worker.run_sync(lambda: self.runner.prefill(prompt.base_ids), Priority.STREAM, "p0")
             self.store.put(key, state)
         return state
 

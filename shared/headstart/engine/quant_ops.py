@@ -8,7 +8,7 @@ SiLU, down, the residuals), so a decode step makes ~25 calls instead of
 ~40 torch operations per layer, and the LM head one call. The kernels give
 the same bits on every instruction set.
 
-Every forward of such a model runs these ops (`model_runner.enable_fast_path`
+Every forward of such a model runs these ops (`kernel_choice.resolve_choice`
 resolves any mode to `quant` for it): the cold prefill, a prefix request
 and an anticipatory session compute with the same kernels, and the
 kernels' integer sums make a token's result independent of the other

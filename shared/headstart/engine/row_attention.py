@@ -1,5 +1,5 @@
 """One decoder layer's attention for the rows of a packed forward, each row on
-its own cache, read in place (`model_runner.extend_rows` calls it per layer).
+its own cache, read in place (`ModelRunner.extend_rows` calls it per layer).
 
 Row i's queries see its cached pieces (a shared P0 and its private tail,
 `shared_prefix.layer_segments`) and its own n_i new keys, causally; no row's

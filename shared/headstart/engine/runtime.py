@@ -1,4 +1,4 @@
-"""EngineRuntime: a loaded model, its forward worker, a prefix source and the sessions.
+"""EngineRuntime: a loaded model, its runner, its forward worker, a prefix source and the sessions.
 
 This is the engine's one entry point for every caller in a process: the CLI
 replay and benchmarks, the evaluator, and (in the serving tier) each Ray
@@ -24,7 +24,7 @@ from headstart.engine.generation import GenerationRequest, SamplingParams, Submi
 from headstart.engine.kv import KVState
 from headstart.engine.kv_memory import KVMemory
 from headstart.engine.forward_trace import ForwardTrace
-from headstart.engine.model_runner import enable_fast_path, fast_path_choice
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.p0_store import P0Store
 from headstart.engine.policy import PaperPolicy, make_policy
 from headstart.engine.prefix_source import P0Source, PrefixHit, PrefixSource
@@ -57,19 +57,26 @@ class EngineRuntime:
     """Args:
         settings: the engine's settings (built at the edge).
         loaded: a model already loaded (benchmarks share one between runtimes).
+        runner: `loaded`'s runner, its kernels already chosen (tests share
+            one, and `auto`'s measurement, between runtimes); the runtime
+            sets it to `settings`' fast path. None: a new one.
         prefix_source: where prompt heads come from: a `PrefixSource`, or a
             function of this runtime returning one; None: the P0 store.
 
     Raises:
         InvalidInput: `settings` ask for the table cache and no `prefix_source`
-            is given (build the runtime with `headstart.build.build_runtime`).
+            is given (build the runtime with `headstart.build.build_runtime`),
+            or a `runner` is given without the `loaded` model it runs.
     """
 
     def __init__(self, settings: EngineSettings, loaded: LoadedModel | None = None,
-                 prefix_source: PrefixSource | Callable[["EngineRuntime"], PrefixSource] | None = None):
+                 prefix_source: PrefixSource | Callable[["EngineRuntime"], PrefixSource] | None = None,
+                 runner: ModelRunner | None = None):
         if prefix_source is None and settings.table_cache != "off":
             raise InvalidInput(f"table_cache={settings.table_cache!r} needs the table prefix source: "
                                "build the runtime with headstart.build.build_runtime")
+        if runner is not None and (loaded is None or runner.model is not loaded.model):
+            raise InvalidInput("a runner is given with the model it runs (loaded)")
         self.settings = settings
         if settings.threads:
             torch.set_num_threads(settings.threads)
@@ -84,12 +91,13 @@ class EngineRuntime:
         # they sleep (a 2-row forward of the 0.5B: 70 ms against 50-58 with one
         # team; docs/benchmarks-archive.md, "Two OpenMP teams").
         try:
-            self.loaded, self.fast_path = self.worker.run_sync(lambda: self._set_up(loaded), name="set-up")
+            self.loaded, self.runner = self.worker.run_sync(lambda: self._set_up(loaded, runner), name="set-up")
         except BaseException:
             self.worker.shutdown()
             raise
+        self.fast_path = self.runner.fast_path  # the kernels every forward runs
         # why those kernels: with `auto`, each candidate's timings on this machine
-        self.fast_path_choice = fast_path_choice(self.loaded.model)
+        self.fast_path_choice = self.runner.choice
         p0_dir = (settings.p0_cache_dir or run_dir() / "p0cache") if settings.p0_cache_on_disk else None
         self.p0_store = P0Store(p0_dir)
         # drafts only where a position's logits do not depend on the forward it is in (the quantized
@@ -104,7 +112,7 @@ class EngineRuntime:
         self._prompts: dict[tuple[str, tuple[str, ...] | None], PromptBuilder] = {}
         self._lock = threading.Lock()
         self.stop_ids = self._stop_ids()
-        self.p0_source = P0Source(self.loaded, self.worker, self.p0_store)
+        self.p0_source = P0Source(self.loaded, self.runner, self.worker, self.p0_store)
         if callable(prefix_source) and not isinstance(prefix_source, PrefixSource):
             prefix_source = prefix_source(self)
         self.prefix_source: PrefixSource = prefix_source or self.p0_source
@@ -112,15 +120,19 @@ class EngineRuntime:
         self.worker.scheduler.resident_blocks = lambda: self.prefix_source.resident_blocks()
         self.worker.scheduler.rerank_max_delay = settings.table_rerank_max_delay
 
-    def _set_up(self, loaded: LoadedModel | None) -> tuple[LoadedModel, str]:
-        """The model and its kernels (on the worker thread: `__init__`)."""
+    def _set_up(self, loaded: LoadedModel | None, runner: ModelRunner | None) -> tuple[LoadedModel, ModelRunner]:
+        """The model and its runner with its kernels (on the worker thread: `__init__`)."""
         settings = self.settings
         if settings.threads:
             torch.set_num_threads(settings.threads)
         loaded = loaded or load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir,
                                       settings.seed, settings.weights)
         # every forward's kernels
-        return loaded, enable_fast_path(loaded.model, settings.fast_path, batch_invariant=settings.batch_invariant)
+        if runner is None:
+            return loaded, ModelRunner(loaded.model, fast_path=settings.fast_path,
+                                       batch_invariant=settings.batch_invariant)
+        runner.set_fast_path(settings.fast_path, batch_invariant=settings.batch_invariant)
+        return loaded, runner
 
     @property
     def model(self):
@@ -199,7 +211,7 @@ class EngineRuntime:
         confirm = make_policy(policy, **kwargs)
         base = self.base_state(prompt)
         session = Session(
-            session_id or uuid.uuid4().hex, self.loaded.model, TenantWorker(self.worker, tenant), prompt, confirm,
+            session_id or uuid.uuid4().hex, self.runner, TenantWorker(self.worker, tenant), prompt, confirm,
             base.share(), self.stop_ids, self.limits,
         )
         self.sessions.add(session)
@@ -236,7 +248,7 @@ class EngineRuntime:
         the hit's blocks (the scheduler's reranking hint)."""
         release = hit.release
         request = GenerationRequest(
-            self.loaded.model, prompt.decode, ids, params, self.stop_ids,
+            self.runner, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=chunk_tokens or self.limits.chunk_tokens, prepare=hit.prepare, started=started,
             expected_cached=hit.cached_tokens, on_finish=(lambda _request: release()) if release else None,
             draft_tokens=self.draft_tokens,

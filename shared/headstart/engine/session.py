@@ -28,6 +28,7 @@ from headstart.engine.answer_ahead import AnswerAhead
 from headstart.engine.errors import InvalidInput, PromptTooLong, SessionClosed, StaleSequence, validate_text
 from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.engine.policy import ConfirmationPolicy
 from headstart.engine.session_steps import S, SessionSteps
 from headstart.engine.session_types import InFlight, SessionLimits, SessionStats  # noqa: F401 (re-exported)
@@ -44,7 +45,7 @@ class Session(SessionSteps):
     def __init__(
         self,
         session_id: str,
-        model,
+        runner: ModelRunner,
         worker: ForwardWorker,
         prompt: PromptBuilder,
         policy: ConfirmationPolicy,
@@ -53,7 +54,7 @@ class Session(SessionSteps):
         limits: SessionLimits = SessionLimits(),
         clock=time.monotonic,
     ):
-        self.session_id, self.model, self.worker = session_id, model, worker
+        self.session_id, self.runner, self.worker = session_id, runner, worker
         self.prompt, self.policy, self.limits, self.clock = prompt, policy, limits, clock
         self.stop_ids = stop_ids
         self._kv = base  # touched only on the worker thread
@@ -126,7 +127,7 @@ class Session(SessionSteps):
             # answer tokens fails the check in usable_for and yields [].
             known = self._ahead.usable_for(list(self._kv.ids), final_ids) if params.plain_greedy else []
             request = GenerationRequest(
-                self.model, self.prompt.decode, final_ids, params, self.stop_ids,
+                self.runner, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
                 started=started, known=known,
                 ahead=lambda: self._ahead.usable_for(self._kv.ids, final_ids), draft_tokens=self.limits.draft_tokens,

@@ -76,7 +76,7 @@ class SessionSteps:
         # the scheduler caps a typing row that rides with streaming answers (its rule 2c)
         chunk = self.limits.chunk_tokens if job is None or job.token_cap is None \
             else max(1, min(self.limits.chunk_tokens, job.token_cap))
-        commit = start_commit(self.model, self._kv, target.ids, chunk, self.policy.keeps_logits and not target.partial,
+        commit = start_commit(self.runner, self._kv, target.ids, chunk, self.policy.keeps_logits and not target.partial,
                               lambda: self._should_stop(inflight, job),
                               lambda c, result: self._typing_committed(job, inflight, c, result, target, text, seq))
         self.wasted_tokens += commit.dropped
@@ -208,7 +208,7 @@ class SessionSteps:
             if self.status is not S.ANSWERING_AHEAD:
                 return False
             inflight = self._inflight = InFlight(None, self._kv.num_tokens)
-        return self._ahead.step_row(self.model, self._kv, self._ahead_prompt, lambda: self._should_stop(inflight, job),
+        return self._ahead.step_row(self.runner, self._kv, self._ahead_prompt, lambda: self._should_stop(inflight, job),
                                     lambda kept: self._ahead_committed(job, inflight, kept))
 
     def _ahead_committed(self, job: Job | None, inflight: InFlight, kept: int) -> bool:

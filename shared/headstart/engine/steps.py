@@ -9,9 +9,9 @@ them, the `should_abort` check polled between decoder layers, and the
 `commit` callback that takes the row's result and says whether the job
 has more to do.
 
-The worker then hands the plan's rows to the model runner (`run_rows`):
-one row runs the lone path (`kv.extend`, unchanged in cost); several run
-as one packed forward (`model_runner.extend_rows`), split into forwards
+The worker then hands the plan's rows to their model runner (`run_rows`):
+one row runs the lone path (`ModelRunner.extend`, unchanged in cost);
+several run as one packed forward (`ModelRunner.extend_rows`), split into forwards
 that fit the token budget in the plan's order (the most urgent first).
 Rows leave a forward between layers one by one: a row whose `should_abort`
 asks is dropped there with its cache untouched and the others go on. Then
@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from headstart.engine.kv import KVState, extend
-from headstart.engine.model_runner import extend_rows, supports_packed_rows
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,13 @@ class RowResult:
 class Row:
     """One cache's extension, prepared by a job's step without running the model.
 
-    The attributes `state`, `new_ids`, `want_logits` and `should_abort` are
-    what `model_runner.extend_rows` and `kv.extend` read. `commit` runs on
+    `runner` is the `ModelRunner` that runs it; the attributes `state`,
+    `new_ids`, `want_logits` and `should_abort` are what its `extend_rows`
+    and `extend` read. `commit` runs on
     the worker thread after the forward with the row's result and returns
     whether the job has more to do; it may raise to fail its job."""
 
-    model: object
+    runner: ModelRunner
     state: KVState
     new_ids: list[int]
     want_logits: bool
@@ -79,7 +80,7 @@ def pack_forwards(rows: list[Row], max_tokens: int) -> list[list[Row]]:
     for row in rows:
         if not row.new_ids:
             continue
-        if current and (tokens + row.num_tokens > max_tokens or row.model is not current[0].model):
+        if current and (tokens + row.num_tokens > max_tokens or row.runner is not current[0].runner):
             forwards.append(current)
             current, tokens = [], 0
         current.append(row)
@@ -90,15 +91,16 @@ def pack_forwards(rows: list[Row], max_tokens: int) -> list[list[Row]]:
 
 
 def run_forward(rows: list[Row]) -> list[RowResult]:
-    """One forward over `rows` (all of one model): the lone path for one
+    """One forward over `rows` (all of one runner): the lone path for one
     row, the packed path for several (a model the packed path cannot run
     extends them one by one, each on the lone path)."""
     try:
         packed = len(rows) > 1 or rows[0].logits_positions > 1  # the logits of several positions: the runner's
-        if packed and supports_packed_rows(rows[0].model):
-            done = extend_rows(rows[0].model, rows)
+        runner = rows[0].runner
+        if packed and runner.supports_packed_rows:
+            done = runner.extend_rows(rows)
         else:
-            done = [extend(r.model, r.state, r.new_ids, r.want_logits, r.should_abort) for r in rows]
+            done = [runner.extend(r.state, r.new_ids, r.want_logits, r.should_abort) for r in rows]
     except BaseException as exc:  # every row of the forward shares its failure
         return [RowResult(False, exc) for _ in rows]
     return [RowResult(bool(ok)) for ok in done]

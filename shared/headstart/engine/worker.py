@@ -18,7 +18,7 @@ The loop, all on this one thread:
 scopes, the token budget, preemption) is decided only in
 `headstart.engine.scheduler`; this module runs plans. A plan of several
 rows (a group: at most one job per owner, so no two rows touch one cache)
-runs their forwards as one packed forward (`model_runner.extend_rows`);
+runs their forwards as one packed forward (`ModelRunner.extend_rows`);
 rows leave it between decoder layers one by one: a row whose job is asked
 to yield stops there and the others go on. Only this thread touches a
 `KVState`.

@@ -8,7 +8,7 @@ far, so every computed token attends to all that precedes it, as in a full
 prefill. Consecutive blocks are concatenated once per layer, not one by one.
 
 The cache length always equals the number of tokens placed, so a later
-forward (`kv.extend`) gets the right positions without being told.
+forward (`ModelRunner.extend`) gets the right positions without being told.
 
 The head (template text before the first table) is the same in every prompt
 of a database: when the first computed span starts with it, a shared,
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from headstart.engine.kv import KVState, extend
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.tables.block import TableBlock
 from headstart.tables.rope import apply_rope
 
@@ -59,14 +60,15 @@ class AssemblyStats:
 
 @torch.inference_mode()
 def assemble(
-    model,
+    runner: ModelRunner,
     prompt_ids: Sequence[int],
     placed: Sequence[PlacedBlock],
     *,
     head: KVState | None = None,
     upto: int | None = None,
 ) -> tuple[KVState, AssemblyStats]:
-    """The cache of `prompt_ids[:upto]` (all of it by default) with `placed` blocks in it.
+    """The cache of `prompt_ids[:upto]` (all of it by default) with `placed` blocks in it,
+    the spans between them computed by `runner` (its model rotates the blocks' keys).
 
     Blocks that end after `upto` are left out (their tokens are not needed).
     The state's `last_logits` are set when the last span was computed, else None.
@@ -89,15 +91,15 @@ def assemble(
         if tuple(prompt_ids[item.start:item.end]) != item.block.token_ids:
             raise AssemblyError(f"block {item.block.table!r} does not match the prompt at {item.start}")
         if item.start > pos:
-            _place(model, state, pending)
+            _place(runner.model, state, pending)
             pending = []
-            _compute(model, state, prompt_ids, pos, item.start, head, counts)
+            _compute(runner, state, prompt_ids, pos, item.start, head, counts)
         pending.append(item)
         counts["block"] += item.block.num_tokens
         pos = item.end
-    _place(model, state, pending)
+    _place(runner.model, state, pending)
     if pos < upto:
-        _compute(model, state, prompt_ids, pos, upto, head, counts)
+        _compute(runner, state, prompt_ids, pos, upto, head, counts)
     stats = AssemblyStats(len(state.ids), counts["block"], counts["head"], counts["computed"], counts["forwards"],
                           time.perf_counter() - started)
     return state, stats
@@ -119,7 +121,7 @@ def _place(model, state: KVState, blocks: Sequence[PlacedBlock]) -> None:
     state.last_logits = None
 
 
-def _compute(model, state: KVState, prompt_ids: Sequence[int], start: int, end: int,
+def _compute(runner: ModelRunner, state: KVState, prompt_ids: Sequence[int], start: int, end: int,
              head: KVState | None, counts: dict[str, int]) -> None:
     """Run the model over prompt_ids[start:end] on top of the state (the head copied when it applies)."""
     if start == 0 and head is not None and head.ids and len(head.ids) <= end \
@@ -129,6 +131,6 @@ def _compute(model, state: KVState, prompt_ids: Sequence[int], start: int, end: 
         counts["head"] += len(head.ids)
         start = len(head.ids)
     if start < end:
-        extend(model, state, list(prompt_ids[start:end]))
+        runner.extend(state, list(prompt_ids[start:end]))
         counts["computed"] += end - start
         counts["forwards"] += 1

@@ -63,7 +63,7 @@ class TablePrefixSource:
         layout = self.layout(db)
         blocks = service.load(service.plan(layout, prompt.base_ids))
         try:
-            state, _ = runtime.worker.run_sync(lambda: service.assemble(blocks, compute_tail=True),
+            state, _ = runtime.worker.run_sync(lambda: service.assemble(blocks, runtime.runner, compute_tail=True),
                                                Priority.STREAM, "p0:tables")
         finally:
             service.release(blocks)
@@ -88,7 +88,7 @@ class TablePrefixSource:
         """The head of `plan`'s prompt: its blocks loaded (from `prefetched`
         host copies where the device lacks them) and assembled at the
         request's first step, or `loaded` already (the batch pipeline)."""
-        service = self.service
+        service, runner = self.service, self.runtime.runner
         holder: dict[str, LoadedBlocks] = {} if loaded is None else {"blocks": loaded}
 
         def prepare() -> KVState:
@@ -96,7 +96,7 @@ class TablePrefixSource:
                 holder["blocks"] = service.load(plan, prefetched)
                 if prefetched:
                     prefetched.clear()  # the host copies are on the device now (or not needed)
-            return service.assemble(holder["blocks"], compute_tail=False)[0]
+            return service.assemble(holder["blocks"], runner, compute_tail=False)[0]
 
         def release() -> None:
             if "blocks" in holder:
@@ -114,7 +114,7 @@ class TablePrefixSource:
         if first and runtime.settings.table_precompute_on_open and service.missing_tables(layout):
             self.precompute(db)
         if first:
-            runtime.worker.run_sync(lambda: service.warm(layout), Priority.STREAM, "tables:head")
+            runtime.worker.run_sync(lambda: service.warm(layout, runtime.runner), Priority.STREAM, "tables:head")
         return layout
 
     def precompute(self, db: str, *, skip_existing: bool = True,

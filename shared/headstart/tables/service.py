@@ -4,11 +4,11 @@ It ties the model-independent parts (store, device tier, trie) to the model:
 
     layout(db, prompt)      lay out a database's blocks (token ids, groups, scope, trie); cached
     iter_precompute(layout) encode and store missing blocks, one group per step   [worker thread]
-    warm(layout)            compute the shared head state (else the first request does)  [worker thread]
+    warm(layout, runner)    compute the shared head state (else the first request does)  [worker thread]
     plan(layout, ids)       find the tables in a prompt (trie), no I/O             [any thread]
     prefetch(plan)          read the blocks the device tier lacks from the store  [any thread]
     load(plan)              get the blocks onto the device tier, pinned            [any thread]
-    assemble(loaded, ...)   build the prompt's KV cache from blocks + forwards     [worker thread]
+    assemble(loaded, runner, ...)  the prompt's KV cache from blocks + forwards    [worker thread]
     release(loaded)         unpin                                                  [any thread]
 
 `load` never fails a request: a block the store lacks, or cannot serve (Redis
@@ -17,6 +17,11 @@ prompt, is left out, and `assemble` computes that table with a normal forward
 instead. When the device tier cannot take a block (pinned bytes leave no
 room, or a capacity of 0), the block is copied to the device for this request
 only. Counters for benchmarks and metrics: `stats()`.
+
+The forwards `warm` and `assemble` run are the engine's `ModelRunner`'s
+(passed in: its kernels, so a table-cache prompt matches a cold prefill run
+through them); precomputing blocks runs the model's own forward
+(`tables.precompute`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from headstart.engine.kv import KVState, prefill
+from headstart.engine.kv import KVState
+from headstart.engine.model_runner import ModelRunner
 from headstart.models import LoadedModel
 from headstart.prompt import PromptBuilder
 from headstart.tables.assemble import AssemblyStats, PlacedBlock, assemble
@@ -183,17 +189,19 @@ class TableCacheService:
                 pass
         return self.transfer(host)  # on the device for this request only
 
-    def assemble(self, loaded: LoadedBlocks, *, compute_tail: bool) -> tuple[KVState, AssemblyStats]:
-        """The prompt's cache: blocks placed, the rest computed (run on the worker).
+    def assemble(self, loaded: LoadedBlocks, runner: ModelRunner, *,
+                 compute_tail: bool) -> tuple[KVState, AssemblyStats]:
+        """The prompt's cache: blocks placed, the rest computed by `runner` (run on the worker).
 
         Args:
+            runner: the model's runner (the engine's: its kernels).
             compute_tail: compute the tokens after the last block too (True for
                 a P0); False leaves them to the caller (a generation request
                 that prefills the question in chunks).
         """
         self.transfer.wait()
         plan = loaded.plan
-        head = self._head_state(plan.layout)
+        head = self._head_state(plan.layout, runner)
         ids = plan.prompt_ids
         if compute_tail:
             upto = len(ids)
@@ -201,14 +209,15 @@ class TableCacheService:
             upto = max(p.end for p in loaded.placed)
         else:
             upto = len(head.ids) if head is not None and list(ids[:len(head.ids)]) == head.ids else 0
-        state, stats = assemble(self.loaded.model, ids, loaded.placed, head=head, upto=upto)
+        state, stats = assemble(runner, ids, loaded.placed, head=head, upto=upto)
         self._add(num_block_tokens=stats.num_block_tokens, num_head_tokens=stats.num_head_tokens,
                   num_computed_tokens=stats.num_computed_tokens, num_forwards=stats.num_forwards)
         return state, stats
 
-    def warm(self, layout: TableLayout) -> None:
-        """Compute the layout's head state now rather than at the first request (run on the worker)."""
-        self._head_state(layout)
+    def warm(self, layout: TableLayout, runner: ModelRunner) -> None:
+        """Compute the layout's head state with `runner` now rather than at the
+        first request (run on the worker)."""
+        self._head_state(layout, runner)
 
     def release(self, loaded: LoadedBlocks) -> None:
         """Unpin what `load` pinned (idempotent)."""
@@ -218,12 +227,12 @@ class TableCacheService:
         for key in loaded.pinned:
             self.tier.unpin(key)
 
-    def _head_state(self, layout: TableLayout) -> KVState | None:
+    def _head_state(self, layout: TableLayout, runner: ModelRunner) -> KVState | None:
         if not layout.head_ids:
             return None
         head = self._heads.get(layout.head_ids)
         if head is None:
-            head = prefill(self.loaded.model, list(layout.head_ids))
+            head = runner.prefill(list(layout.head_ids))
             self._heads[layout.head_ids] = head
             self._add(num_forwards=1)
         return head

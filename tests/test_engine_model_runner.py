@@ -1,0 +1,81 @@
+"""The model runner owns a model's kernels: nothing of the engine is stored on the
+Hugging Face model object, and two runners of one model run their own kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runtime import EngineRuntime
+from headstart.models.loader import load_model
+from tests.engine_fixture import typed_then_submitted
+from tests.kernel_skips import skip_unless_runs_here
+
+PROMPT = list(range(1000, 1041))
+
+
+def _headstart_attributes(model) -> list[str]:
+    """Every `_headstart*` attribute on the model or any of its modules."""
+    return [f"{name or 'model'}.{key}" for name, module in model.named_modules()
+            for key in vars(module) if key.startswith("_headstart")]
+
+
+@pytest.mark.parametrize(("dtype", "fast_path"), [("float64", "auto"), ("float32", "eager")])
+def test_a_runtime_leaves_no_attribute_on_the_model(tmp_path, dtype, fast_path):
+    """A runtime built and used (a typing session, whose extensions can be
+    stopped between layers, and cold and prefix completions) sets no
+    `_headstart_` attribute on the model: its runner holds the kernels."""
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype=dtype, fast_path=fast_path,
+                                          p0_cache_dir=tmp_path, chunk_tokens=64, debounce_ms=0.0)
+    try:
+        question = "How many countries are there?"
+        anticipated = typed_then_submitted(runtime, "world_1", question, 4, 4)
+        assert anticipated == runtime.complete("world_1", question, "cold", 4).token_ids
+        runtime.complete("world_1", question, "prefix", 4)
+        assert runtime.runner.model is runtime.model
+        assert runtime.fast_path == runtime.runner.fast_path
+    finally:
+        runtime.shutdown()
+    assert not _headstart_attributes(runtime.model)
+
+
+def test_two_runners_of_one_model_run_their_own_kernels():
+    """The kernels are the runner's, not the model's: a runner with oneDNN
+    installed leaves another runner of the same model on its own forward."""
+    model = load_model("random:tiny", "float32").model
+    skip_unless_runs_here(model, "onednn")
+    plain, fast = ModelRunner(model), ModelRunner(model, fast_path="onednn")
+    assert (plain.fast_path, plain.ops, fast.fast_path) == ("off", None, "onednn")
+    heads = []
+    original = fast.ops.head
+    fast.ops.head = lambda rows: heads.append(rows.shape[0]) or original(rows)
+    try:
+        reference = plain.prefill(PROMPT)
+        assert heads == []  # the Hugging Face forward: not the other runner's ops
+        state = fast.prefill(PROMPT)
+        assert heads == [1]
+    finally:
+        del fast.ops.head
+    torch.testing.assert_close(state.last_logits, reference.last_logits, rtol=1e-4, atol=1e-4)
+    assert not _headstart_attributes(model)
+
+
+def test_a_stopped_lone_extension_leaves_the_state_as_it_was():
+    """The Hugging Face forward (`off`) stops between layers through the
+    runner's layer hooks, registered once: the state is untouched."""
+    runner = ModelRunner(load_model("random:tiny", "float64").model)
+    state = runner.prefill(PROMPT[:10])
+    before = (list(state.ids), state.last_logits.clone(), state.cache.get_seq_length())
+    assert not runner.extend(state, PROMPT[10:15], should_abort=lambda: True)
+    assert (state.ids, state.cache.get_seq_length()) == (before[0], before[2])
+    assert torch.equal(state.last_logits, before[1])
+    hooks = runner._hooks
+    assert runner.extend(state, PROMPT[10:15], should_abort=lambda: False) and runner._hooks is hooks
+    assert state.ids == PROMPT[:15] and hooks.before_layer is None
+    assert not _headstart_attributes(runner.model)
+
+
+def test_an_unknown_fast_path_is_a_typed_error():
+    with pytest.raises(ValueError, match="valid: off, auto"):
+        ModelRunner(load_model("random:tiny", "float64").model, fast_path="fastest")
