@@ -30,19 +30,24 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group("stack" if stack_files[path] else item.path.stem))
 
 
+_worker_tmpdir: str | None = None
+
+
 def pytest_configure(config):
     """Under xdist: this worker's temporary files (its processes' and their children's) in a folder of its own.
 
     A test that looks in the temporary folder for what its own engine made there (a data session's
     working copy) must not find what the other worker's tests made at the same moment."""
+    global _worker_tmpdir
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and "HEADSTART_TEST_TMPDIR" not in os.environ:
-        path = tempfile.mkdtemp(prefix=f"hs-{worker}-")  # short: Ray's and Redis's socket paths may live here
-        os.environ["HEADSTART_TEST_TMPDIR"] = os.environ["TMPDIR"] = path
+    if worker:
+        _worker_tmpdir = tempfile.mkdtemp(prefix=f"hs-{worker}-")  # short: socket paths may live here
+        # traversable, not listable: the local PostgreSQL fixture runs as an unprivileged user under it
+        os.chmod(_worker_tmpdir, 0o711)
+        os.environ["TMPDIR"] = _worker_tmpdir
         tempfile.tempdir = None  # computed anew from TMPDIR
 
 
 def pytest_unconfigure(config):
-    path = os.environ.get("HEADSTART_TEST_TMPDIR")
-    if path and os.environ.get("PYTEST_XDIST_WORKER"):
-        shutil.rmtree(path, ignore_errors=True)
+    if _worker_tmpdir:
+        shutil.rmtree(_worker_tmpdir, ignore_errors=True)

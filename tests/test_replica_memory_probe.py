@@ -177,12 +177,11 @@ def test_the_tokenizer_keeps_no_python_copy_of_its_vocabulary_and_encodes_the_sa
     assert ours.get_vocab() == theirs.get_vocab() and len(ours) == len(theirs)
 
 
-def test_counting_the_heap_leaves_tuples_other_threads_build_alone(monkeypatch):
+def test_counting_the_heap_leaves_tuples_other_threads_build_alone():
     """A tuple built from a generator in another thread, while the probe walks the heap, must not fail:
     on CPython 3.11 the walk's list of every object made its in-place resize raise SystemError
     (a replica's schema load failed so under a load test's probe)."""
-    # a busy thread waits this long for its turn: shorter than the default, still longer than this heap's walk
-    monkeypatch.setattr(probe, "_WALK_SWITCH_INTERVAL_S", 1.0)
+    # NOTE: each probe waits up to the walk's switch interval (5 s) for this busy thread to hand the GIL over
     errors, built, stop = [], [], threading.Event()
 
     def build():
@@ -201,11 +200,11 @@ def test_counting_the_heap_leaves_tuples_other_threads_build_alone(monkeypatch):
     thread.start()
     probes, deadline = 0, time.monotonic() + 60
     try:
-        while (probes < 8 or len(built) < 100) and not errors and time.monotonic() < deadline:
+        while (probes < 4 or len(built) < 100) and not errors and time.monotonic() < deadline:
             probe.type_counts() if probes % 2 else probe.snapshot()
             probes += 1
     finally:
         stop.set()
         thread.join(10)
     assert not errors, f"after {probes} probes and {len(built)} tuples: {errors[0]!r}"
-    assert probes >= 8 and len(built) >= 100, (probes, len(built))  # both sides ran (without the pause it failed within 6)
+    assert probes >= 4 and len(built) >= 100, (probes, len(built))  # both sides ran (unpaused, 5 runs failed at probes 1, 1, 1, 3, 6)
