@@ -67,12 +67,12 @@ ensure_venv
 export PYTHONUNBUFFERED=1
 case "$cmd" in
   demo) exec "$VENV/bin/headstart" demo "$@" ;;
-  # HEADSTART_TEST_WORKERS=2: two pytest-xdist workers (the files that start a Ray cluster or a stack
-  # on one, the rest beside them: tests/conftest.py), ~18 instead of ~27 min on 2 cores; not the
-  # default: one run in two saw two Ray clusters collide on Ray's fixed ports (dashboard agent, metrics)
+  # HEADSTART_TEST_WORKERS (default 2): pytest-xdist workers; the files that start a Ray cluster or a
+  # stack run on one, the rest beside them (tests/conftest.py): ~13 instead of ~27 min on 2 cores.
+  # 0: the whole suite in this one process.
   test) ensure_test_services
-        if [ "${HEADSTART_TEST_WORKERS:-0}" -gt 0 ]; then
-          exec "$VENV/bin/python" -m pytest -q -n "${HEADSTART_TEST_WORKERS:-0}" --dist loadgroup "$@"
+        if [ "${HEADSTART_TEST_WORKERS:-2}" -gt 0 ]; then
+          exec "$VENV/bin/python" -m pytest -q -n "${HEADSTART_TEST_WORKERS:-2}" --dist loadgroup "$@"
         fi
         exec "$VENV/bin/python" -m pytest -q "$@" ;;
   *)    exec "$VENV/bin/headstart" "$cmd" "$@" ;;

@@ -64,8 +64,8 @@ PLAIN = (
      "refused)", "shared/headstart/kernels/cpu_isa.py"),
     ("HEADSTART_HOME", "`.headstart/`", "run directory: P0 caches, Ray temp files, logs, peer exports",
      "shared/headstart/paths.py"),
-    ("HEADSTART_TEST_WORKERS", "`0`", "pytest-xdist workers of `./run.sh test` (0: the suite in one process; 2: "
-     "~18 instead of ~27 min on 2 cores, but two Ray clusters can collide on Ray's fixed ports)", "run.sh"),
+    ("HEADSTART_TEST_WORKERS", "`2`", "pytest-xdist workers of `./run.sh test` (0: the suite in one process, "
+     "~27 min on 2 cores; 2: ~13-18 min)", "run.sh"),
     ("HEADSTART_CATALOGUE_SPIDER", "`1`", "`0` leaves the Spider ids out of the catalogue",
      "shared/headstart/schema/catalogue.py"),
     ("HEADSTART_CATALOGUE_SQLITE_ROOTS", "none", "folders (`os.pathsep` separated) whose SQLite files are "

@@ -1,5 +1,5 @@
 """Shared pytest configuration: fixtures that several test files use, and how the suite is split
-over pytest-xdist's workers (`HEADSTART_TEST_WORKERS=2 ./run.sh test`)."""
+over pytest-xdist's workers (`./run.sh test` runs two; `HEADSTART_TEST_WORKERS=0` none)."""
 
 from __future__ import annotations
 
