@@ -3,10 +3,16 @@ engine, 2 replicas, random:tiny float64). Sticky routing keeps a data session
 on one replica; when that replica is killed the session's calls land on
 another, which answers NOT_FOUND "data session not on this replica" until it
 is re-opened with the rows (as the gateway does), and then gives the same
-version and the same answer."""
+version and the same answer.
+
+The test calls the engine as the gateway does, meta first: a replica closes
+every data session whose meta is not in Redis (services/engine/data_reconcile.py,
+every 5 s), so without it the session vanished whenever a reconcile fell
+between the open and the next call."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -14,6 +20,7 @@ import uuid
 import grpc
 import pytest
 
+from headstart.data.live_store import LiveStore
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from services.engine.data_registry import NOT_HELD
 from services.engine.guard import TENANT_METADATA_KEY
@@ -70,7 +77,9 @@ def test_data_session_sticky_then_rebuilt_from_rows_after_replica_killed(serve_e
     sid = "alice:data-" + uuid.uuid4().hex
     md = serve_engine.metadata(sid) + ((TENANT_METADATA_KEY, "alice"),)
     rows = _rows(6)
-    with grpc.insecure_channel(serve_engine.grpc_target) as channel:
+    store = LiveStore(serve_engine.redis_url)  # the replicas' store (prefix "hs")
+    store.put_meta(sid, {"db": "blobs", "tenant": "alice"})  # what the gateway writes before it opens one
+    with contextlib.closing(store), grpc.insecure_channel(serve_engine.grpc_target) as channel:
         stub = engine_pb2_grpc.EngineStub(channel)
         opened = stub.DataOpen(engine_pb2.DataOpenRequest(session_id=sid, db="blobs", tenant="alice"),
                                metadata=md, timeout=DEADLINE_S)
@@ -98,6 +107,7 @@ def test_data_session_sticky_then_rebuilt_from_rows_after_replica_killed(serve_e
         after = stub.DataQuery(engine_pb2.DataQueryRequest(session_id=sid, question=QUESTION, max_new_tokens=12),
                                metadata=md, timeout=DEADLINE_S)
         stub.DataClose(engine_pb2.DataRef(session_id=sid), metadata=md, timeout=30)
+        store.client.delete(store.key(sid, "meta"))
     assert (after.version, after.text, after.logit_gap) == (before.version, before.text, before.logit_gap)
     print(f"\ndata session re-opened from {len(rows)} rows on another replica {reopened_ms:.0f} ms after the kill "
           f"({unavailable} calls UNAVAILABLE meanwhile)")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import itertools
 import sys
 import threading
 import time
 import tracemalloc
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,8 +78,9 @@ def _heap_walk() -> Iterator[None]:
     its holder to hand it over after the switch interval; with the interval
     beyond the walk, and the GIL handed over once (`time.sleep(0)`) so that
     every waiter starts its wait anew under it, none asks during the walk.
-    The collector is off meanwhile: its finalizers run Python code. The
-    walk must not block (no I/O) while the list lives."""
+    The collector is off meanwhile: its finalizers run Python code. Inside,
+    the list must be dropped quickly (C-level passes only, no I/O): were the
+    walk longer than the interval, a waiter would ask after all."""
     interval = sys.getswitchinterval()
     enabled = gc.isenabled()
     gc.disable()
@@ -93,40 +94,53 @@ def _heap_walk() -> Iterator[None]:
             gc.enable()
 
 
+def _heap_types_and_tensors(tensor_type: type) -> tuple[list[type], list, int]:
+    """(the type of every object the collector tracks, the tensors among them, how many).
+
+    The list `gc.get_objects()` returns lives only for a few C-level passes
+    (`map`, `compress`: no Python code runs between objects) inside
+    `_heap_walk`, so it is gone long before another thread could ask for the
+    GIL; the counting afterwards holds types and tensors only."""
+    with _heap_walk():
+        objects = gc.get_objects()
+        types = list(map(type, objects))
+        tensors = list(itertools.compress(objects, map(issubclass, types, itertools.repeat(tensor_type))))
+        num_objects = len(objects)
+        del objects
+    return types, tensors, num_objects
+
+
 def snapshot(watched: tuple[str, ...] = WATCHED) -> MemorySnapshot:
-    """Count what this process holds now (seconds on a big heap, other threads paused: diagnostics only)."""
+    """Count what this process holds now (seconds on a big heap: diagnostics only)."""
     import torch
 
     gc.collect()
-    with warnings.catch_warnings():  # isinstance on some torch module objects warns (deprecated aliases)
-        warnings.simplefilter("ignore")
-        with _heap_walk():
-            objects = gc.get_objects()
-            counts, tensor_bytes, num_tensors = _count(objects, set(watched), torch.Tensor)
-            num_objects = len(objects)
-            del objects  # before anything that may hand the GIL over (reading /proc below)
+    types, tensors, num_objects = _heap_types_and_tensors(torch.Tensor)
+    counts, tensor_bytes, num_tensors = _count(types, tensors, set(watched))
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return MemorySnapshot(counts, tensor_bytes, num_tensors, num_objects, gc.get_freeze_count(), traced,
                           threading.active_count(), rss_mib())
 
 
-def _count(objects: list, names: set[str], tensor_type: type) -> tuple[dict[str, int], int, int]:
-    """(live objects per watched name, bytes of distinct tensor storages, tensors) among `objects`."""
-    counts: Counter[str] = Counter()
+def _count(types: list[type], tensors: list, names: set[str]) -> tuple[dict[str, int], int, int]:
+    """(live objects per watched type name, bytes of distinct tensor storages, tensors)."""
+    counts = Counter(name for name in map(_type_name, types) if name in names)
     storages: dict[int, int] = {}
     num_tensors = 0
-    for obj in objects:
-        name = type(obj).__name__
-        if name in names:
-            counts[name] += 1
-        if isinstance(obj, tensor_type) and obj.device.type != "meta":
-            num_tensors += 1
-            try:
-                storage = obj.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-            except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
-                pass
+    for tensor in tensors:
+        if tensor.device.type == "meta":
+            continue
+        num_tensors += 1
+        try:
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
+            pass
     return dict(sorted(counts.items())), sum(storages.values()), num_tensors
+
+
+def _type_name(kind: type) -> str:
+    return kind.__name__
 
 
 def malloc_trim() -> float | None:
@@ -175,7 +189,10 @@ def type_counts() -> dict[str, int]:
     the collector does not track (str, bytes, int) show in `allocated_blocks`."""
     gc.collect()
     with _heap_walk():
-        return dict(Counter(type(obj).__name__ for obj in gc.get_objects()))
+        objects = gc.get_objects()
+        types = list(map(type, objects))
+        del objects
+    return dict(Counter(map(_type_name, types)))
 
 
 def allocated_blocks() -> int:
