@@ -59,8 +59,8 @@ def rss_mib() -> float:
     return 0.0
 
 
-# Longer than a walk of a replica's heap (about a second for a million objects): while it runs no
-# other thread takes the GIL. A thread busy in Python delays the walk's start by at most this.
+# Far longer than a walk of a replica's heap (C-level passes, under a second for millions of objects): no
+# other thread takes the GIL meanwhile. A thread busy in Python delays the walk's start by at most this.
 _WALK_SWITCH_INTERVAL_S = 5.0
 
 
