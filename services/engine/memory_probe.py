@@ -19,6 +19,7 @@ import threading
 import time
 import tracemalloc
 from collections import Counter
+from operator import attrgetter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -59,6 +60,8 @@ def rss_mib() -> float:
     return 0.0
 
 
+_type_name = attrgetter("__name__")
+
 # Far longer than a walk of a replica's heap (C-level passes, under a second for millions of objects): no
 # other thread takes the GIL meanwhile. A thread busy in Python delays the walk's start by at most this.
 _WALK_SWITCH_INTERVAL_S = 5.0
@@ -94,8 +97,9 @@ def _heap_walk() -> Iterator[None]:
             gc.enable()
 
 
-def _heap_types_and_tensors(tensor_type: type) -> tuple[list[type], list, int]:
-    """(the type of every object the collector tracks, the tensors among them, how many).
+def _heap_types_and_tensors(tensor_type: type | None = None) -> tuple[list[type], list, int]:
+    """(the type of every object the collector tracks, the `tensor_type` objects among
+    them (none when None), how many).
 
     The list `gc.get_objects()` returns lives only for a few C-level passes
     (`map`, `compress`: no Python code runs between objects) inside
@@ -104,7 +108,8 @@ def _heap_types_and_tensors(tensor_type: type) -> tuple[list[type], list, int]:
     with _heap_walk():
         objects = gc.get_objects()
         types = list(map(type, objects))
-        tensors = list(itertools.compress(objects, map(issubclass, types, itertools.repeat(tensor_type))))
+        tensors = [] if tensor_type is None else \
+            list(itertools.compress(objects, map(issubclass, types, itertools.repeat(tensor_type))))
         num_objects = len(objects)
         del objects
     return types, tensors, num_objects
@@ -124,7 +129,7 @@ def snapshot(watched: tuple[str, ...] = WATCHED) -> MemorySnapshot:
 
 def _count(types: list[type], tensors: list, names: set[str]) -> tuple[dict[str, int], int, int]:
     """(live objects per watched type name, bytes of distinct tensor storages, tensors)."""
-    counts = Counter(name for name in map(_type_name, types) if name in names)
+    counts = Counter(filter(names.__contains__, map(_type_name, types)))
     storages: dict[int, int] = {}
     num_tensors = 0
     for tensor in tensors:
@@ -137,10 +142,6 @@ def _count(types: list[type], tensors: list, names: set[str]) -> tuple[dict[str,
         except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
             pass
     return dict(sorted(counts.items())), sum(storages.values()), num_tensors
-
-
-def _type_name(kind: type) -> str:
-    return kind.__name__
 
 
 def malloc_trim() -> float | None:
@@ -188,10 +189,7 @@ def type_counts() -> dict[str, int]:
     Diffing two of these between workload cycles names what grows; objects
     the collector does not track (str, bytes, int) show in `allocated_blocks`."""
     gc.collect()
-    with _heap_walk():
-        objects = gc.get_objects()
-        types = list(map(type, objects))
-        del objects
+    types, _, _ = _heap_types_and_tensors()
     return dict(Counter(map(_type_name, types)))
 
 
