@@ -308,7 +308,7 @@ def main() -> None:
     """`python -m bench.data_sessions`: the same options as `headstart bench data`."""
     import typer
 
-    from headstart.cli import bench_data
+    from cli.bench import bench_data
 
     typer.run(bench_data)
 

@@ -10,7 +10,7 @@ import sys
 from headstart.engine.native_kernel import unavailable_reason
 from headstart.typist import Typist
 
-HEADSTART = [sys.executable, "-m", "headstart.cli"]
+HEADSTART = [sys.executable, "-m", "cli"]
 
 
 def run(args, tmp_path):
@@ -55,7 +55,7 @@ def test_replay_bad_inputs_give_clear_errors(tmp_path):
     # in this process (one start-up for all cases, not one each), then one through the real entry point
     from typer.testing import CliRunner
 
-    from headstart.cli import app
+    from cli.app import app
 
     runner = CliRunner()
     for args, message in cases:
