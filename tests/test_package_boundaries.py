@@ -1,7 +1,8 @@
 """The library (`shared/headstart`) sits below everything else: none of its modules imports the
 packages above it (`services`, `bench`, `loadtest`, the `headstart` command's `cli`) or a server or
 plotting package (Ray, FastAPI, uvicorn, matplotlib), so the engine runs where those are missing
-(the GPU check's bare image: tests/test_gpu_check.py).
+(the GPU check's bare image: tests/test_gpu_check.py). `services`, `bench` and `loadtest` do not
+import `cli`, the top (docs/architecture.md, "Packages").
 
 Two checks, both over every module under `shared/headstart`:
 - the source: every import statement, at any depth (a function's lazy import too), and every
@@ -99,8 +100,8 @@ print(json.dumps({"file": root.__file__, "modules": names, "failed": failed,
 """
 
 
-def forbidden_imports(source: str) -> set[str]:
-    """The forbidden top-level packages a module's source imports, at any depth."""
+def forbidden_imports(source: str, forbidden: frozenset[str] = FORBIDDEN) -> set[str]:
+    """The `forbidden` top-level packages a module's source imports, at any depth."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -113,7 +114,7 @@ def forbidden_imports(source: str) -> set[str]:
             names = [node.args[0].value]
         else:
             continue
-        found |= {n.split(".")[0] for n in names} & FORBIDDEN
+        found |= {n.split(".")[0] for n in names} & forbidden
     return found
 
 
@@ -151,6 +152,13 @@ def test_no_library_module_imports_a_package_above_it_or_a_server_package():
     found = {(module_name(p), pkg) for p in files for pkg in forbidden_imports(p.read_text())}
     assert found - ALLOWED.keys() == set(), "the library imports packages above it (tests/test_package_boundaries.py)"
     assert ALLOWED.keys() <= found, f"stale ALLOWED entries: {sorted(ALLOWED.keys() - found)}"
+
+
+@pytest.mark.parametrize("layer", ["services", "bench", "loadtest"])
+def test_the_layers_below_the_command_do_not_import_it(layer):
+    files = sorted((ROOT / layer).rglob("*.py"))
+    assert files
+    assert [str(p.relative_to(ROOT)) for p in files if forbidden_imports(p.read_text(), frozenset({"cli"}))] == []
 
 
 def test_importing_every_library_module_loads_no_package_above_it():
