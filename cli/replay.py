@@ -91,8 +91,10 @@ def demo(
     if then_serve:
         typer.secho(f"\n== serving: open http://127.0.0.1:{port}/ and type a question about {db} (Ctrl-C stops)",
                     bold=True)
+        # NOTE: every option given: a command called as a function gets no typer defaults (OptionInfo objects)
         serve(model=model, dtype="float32", device="cpu", host="127.0.0.1", port=port, grpc_port=50051,
-              replicas=1, token=[], redis_url=None, max_sessions=64, threads=threads, table_cache=table_cache)
+              replicas=1, token=[], redis_url=None, max_sessions=64, threads=threads, table_cache=table_cache,
+              openai_database="")
 
 
 def print_result(trace, result) -> None:
