@@ -37,10 +37,15 @@ COPY pyproject.toml README.md ./
 COPY shared/headstart/__init__.py shared/headstart/__init__.py
 COPY services/__init__.py services/__init__.py
 COPY bench/__init__.py bench/__init__.py
+COPY loadtest/__init__.py loadtest/__init__.py
+COPY cli/__init__.py cli/__init__.py
 RUN pip install --no-cache-dir -e .
 COPY shared/headstart shared/headstart
 COPY services services
 COPY bench bench
+# the `headstart` command the install above put on PATH (cli/), and loadtest/, which it imports
+COPY loadtest loadtest
+COPY cli cli
 COPY deploy/helm deploy/helm
 
 # -- runtime: the venv and the code, a non-root user, nothing else -------------

@@ -26,7 +26,7 @@ retention's two modes (shift vs rebuild) on drift and cost.
    needs a fast answer (`headstart.data.ready`); on a trained model and
    Spider databases: `headstart bench ready-exit`.
 
-    python -m bench.data_sessions --out bench-out/data   (or: headstart bench data)
+    headstart bench data --out bench-out/data
 
 Writes data.json, data.md and data.png under --out.
 """
@@ -302,16 +302,3 @@ def plot(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def main() -> None:
-    """`python -m bench.data_sessions`: the same options as `headstart bench data`."""
-    import typer
-
-    from headstart.cli import bench_data
-
-    typer.run(bench_data)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""The `headstart bench neighbour` command (registered in headstart/cli.py)."""
+"""The `headstart bench neighbour` command (registered in cli/bench.py)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def test_bench_stream_writes_its_report_and_the_stateful_answers_are_exact(tmp_p
 def test_bench_stream_is_a_headstart_bench_command():
     from typer.testing import CliRunner
 
-    from headstart.cli import app
+    from cli.app import app
 
     result = CliRunner().invoke(app, ["bench", "stream", "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output

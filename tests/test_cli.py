@@ -10,7 +10,7 @@ import sys
 from headstart.engine.native_kernel import unavailable_reason
 from headstart.typist import Typist
 
-HEADSTART = [sys.executable, "-m", "headstart.cli"]
+HEADSTART = [sys.executable, "-m", "cli"]
 
 
 def run(args, tmp_path):
@@ -55,7 +55,7 @@ def test_replay_bad_inputs_give_clear_errors(tmp_path):
     # in this process (one start-up for all cases, not one each), then one through the real entry point
     from typer.testing import CliRunner
 
-    from headstart.cli import app
+    from cli.app import app
 
     runner = CliRunner()
     for args, message in cases:
@@ -66,6 +66,31 @@ def test_replay_bad_inputs_give_clear_errors(tmp_path):
         assert isinstance(result.exception, SystemExit), (args, result.exception)  # no uncaught error
     proc = run(["replay", "--model", "random:tiny", "--trace", str(good), "--mode", "warp"], tmp_path)
     assert proc.returncode == 2 and "unknown mode" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_demo_replays_every_mode_then_serves_with_serves_defaults(tmp_path, monkeypatch):
+    """`headstart demo`: cold, prefix and session, then `serve`'s stack with every option a value (a
+    command called as a function gets no typer defaults: `openai_database` came as an OptionInfo)."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    import cli.replay
+    from cli.app import app
+
+    stacks = []  # `serve`'s import finds this launcher (the real one would import Ray: seconds)
+    monkeypatch.setitem(sys.modules, "services.launcher",
+                        SimpleNamespace(serve_command=lambda **options: stacks.append(options)))
+    monkeypatch.setattr(cli.replay, "MAX_ANSWER_TOKENS", 4)  # random:tiny's answers never end at EOS
+    result = CliRunner().invoke(app, ["demo", "--model", "random:tiny", "--db", "concert_singer", "--question",
+                                      "How many singers?", "--wpm", "3000", "--out", str(tmp_path / "demo"),
+                                      "--port", "8123"], env={"HEADSTART_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert [line.split(":")[0] for line in result.output.splitlines() if line.startswith("== ")] == \
+        ["== cold", "== prefix", "== session", "== serving"]
+    (options,) = stacks
+    assert options["port"] == 8123 and options["host"] == "127.0.0.1" and options["openai_database"] == ""
+    assert [name for name, value in options.items() if type(value).__module__.startswith("typer")] == []
 
 
 def test_bench_ttft_plumbing(tmp_path):

@@ -10,7 +10,7 @@ pytest.importorskip("helm_python")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from headstart.cli import app  # noqa: E402
+from cli.app import app  # noqa: E402
 from tests.deploy_helpers import IMAGE, render  # noqa: E402
 
 runner = CliRunner()

@@ -305,7 +305,7 @@ def _run_loadtest(tmp_path: Path, scenario: str, *args: str) -> Path:
     # NOTE: output to a file, not a pipe: a Ray helper process that outlives the
     # command would hold a pipe open and keep `run` waiting for its end.
     with log.open("w") as sink:
-        proc = subprocess.run([sys.executable, "-m", "headstart.cli", "loadtest", scenario, "--model", "random:tiny",
+        proc = subprocess.run([sys.executable, "-m", "cli", "loadtest", scenario, "--model", "random:tiny",
                                "--out", str(out), *args],
                               cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=540)
     assert proc.returncode == 0, log.read_text()[-4000:] + _engine_warnings(tmp_path / "home")

@@ -209,7 +209,7 @@ def test_build_without_cmake_is_a_clear_error(run_home, tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
     env = {**os.environ, "HEADSTART_HOME": str(run_home), "PATH": str(empty)}
-    proc = subprocess.run([sys.executable, "-m", "headstart.cli", "peer", "build-server"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "cli", "peer", "build-server"], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "cmake" in proc.stderr and "Traceback" not in proc.stderr
     assert not list((run_home / "peer").glob("llama-server-*"))  # nothing fetched or configured

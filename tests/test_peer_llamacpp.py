@@ -103,7 +103,7 @@ def test_server_sees_our_prompt_tokens_and_streams_our_greedy_text(run_home):
 def _bench_ttft(tmp_path, *extra):
     env = {**os.environ, "HEADSTART_HOME": str(tmp_path / "home")}
     out = tmp_path / "ttft"
-    proc = subprocess.run([sys.executable, "-m", "headstart.cli", "bench", "ttft", "--model", "random:tiny", "--db",
+    proc = subprocess.run([sys.executable, "-m", "cli", "bench", "ttft", "--model", "random:tiny", "--db",
                            "world_1", "--questions", "1", "--wpm", "3000", "--max-new-tokens", "4", "--out", str(out),
                            *extra], capture_output=True, text=True, env=env, timeout=600)
     return proc, out

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = re.compile(r"HEADSTART_[A-Z0-9_]*[A-Z0-9]")
-SCANNED = ("shared", "services", "bench", "loadtest", "scripts", "tests", "deploy")
+SCANNED = ("shared", "cli", "services", "bench", "loadtest", "scripts", "tests", "deploy")
 SUFFIXES = {".py", ".sh", ".yaml", ".tpl", ".toml"}
 # Names in the code that are not environment variables.
 NOT_VARIABLES = {"HEADSTART_QUESTION"}  # prompt.py: a placeholder inside the chat template

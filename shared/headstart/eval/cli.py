@@ -4,7 +4,7 @@
 DIR/eval.md and DIR/eval.png; `compare_command` pairs several such runs.
 Both return the summary dict (also what they wrote as JSON). The typer
 wrappers `eval_cli` / `compare_cli` only parse options and print the table;
-`headstart.cli` mounts them, and `python -m headstart.eval` runs them alone.
+`cli.app` mounts them, and `python -m headstart.eval` runs them alone.
 """
 
 from __future__ import annotations
