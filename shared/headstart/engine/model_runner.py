@@ -15,7 +15,7 @@ Its forwards: `extend` (one state's extension), `extend_rows` (many in one
 pass), `prefill` (a cold cache). With a fast path on, a lone extension is a
 batch of one row of `extend_rows`, so the cold baseline, prefix requests and
 sessions all run the same kernels; with none it is the model's own forward
-(`kv.hf_extend`).
+(`_hf_extend`, stopped between layers by the runner's `LayerHooks`).
 
 The batched forward: `extend_rows` runs several `KVState`s' new tokens
 through the model at once. On a weight-bound device (a CPU, a GPU at small
@@ -52,15 +52,17 @@ The float64 exactness tests run sessions sharing batched forwards.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from headstart.engine.fast_ops import EagerOps
 from headstart.engine.fast_path_auto import FastPathChoice, Timer
 from headstart.engine.kernel_choice import make_ops, measure_auto, resolve_choice, supports_packed_rows
-from headstart.engine.kv import KVState, LayerHooks, RowExtension, hf_extend, kept_logits
+from headstart.engine.kv import KVState, RowExtension, kept_logits, truncate_layers
 from headstart.engine.row_attention import layer_attention
 from headstart.engine.shared_prefix import SharedPrefixLayer
 
@@ -76,6 +78,35 @@ class _Rows:
     counts: list[int]  # new tokens of each running row
     # new K/V per layer per original row: [1, kv_heads, n_i, head_dim]
     new_kv: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=list)
+
+
+class Superseded(Exception):
+    """Raised between decoder layers when the extension in flight is no longer wanted."""
+
+
+class LayerHooks:
+    """One forward pre-hook (with kwargs) on every decoder layer, calling the
+    active `before_layer(index, args, kwargs)`: it may raise `Superseded`
+    to stop the forward (the lone Hugging Face extension's stop between
+    layers; the batched path runs its layers itself). Registered once per
+    model by its `ModelRunner`, which keeps it; only the worker thread runs
+    forwards, so one slot is enough."""
+
+    def __init__(self, model):
+        self.before_layer: Callable[[int, tuple, dict], tuple | None] | None = None
+        for index, layer in enumerate(model.model.layers):
+            layer.register_forward_pre_hook(functools.partial(self._hook, index), with_kwargs=True)
+
+    def _hook(self, index, module, args, kwargs):
+        before = self.before_layer
+        return None if before is None else before(index, args, kwargs)
+
+
+def _stop_when(should_abort: Callable[[], bool]):
+    def before_layer(index, args, kwargs):
+        if should_abort():
+            raise Superseded()
+    return before_layer
 
 
 class ModelRunner:
@@ -186,13 +217,12 @@ class ModelRunner:
         the forward stops, the state is left exactly as it was, and False is
         returned (a newer snapshot made this work useless). With kernels
         installed this is `extend_rows` on a batch of one row; with none, the
-        model's own forward (`kv.hf_extend`)."""
+        model's own forward (`_hf_extend`)."""
         if not new_ids:
             return True
         if self._ops is not None:
             return self.extend_rows([RowExtension(state, new_ids, want_logits, should_abort)])[0]
-        hooks = self._layer_hooks() if should_abort is not None else None
-        return hf_extend(self.model, state, new_ids, want_logits, should_abort, hooks)
+        return self._hf_extend(state, new_ids, want_logits, should_abort)
 
     def extend_rows(self, calls: list) -> list[bool]:
         """One packed forward over several states' extensions (module doc),
@@ -208,6 +238,35 @@ class ModelRunner:
         state = KVState()
         self.extend(state, ids)
         return state
+
+    @torch.inference_mode()
+    def _hf_extend(self, state: KVState, new_ids: list[int], want_logits: bool,
+                   should_abort: Callable[[], bool] | None) -> bool:
+        """`extend` with no kernels installed: the model's own (Hugging Face)
+        forward over `new_ids` on top of `state`, its `should_abort` polled
+        before each decoder layer through the runner's `LayerHooks`."""
+        old_len, fresh = state.num_tokens, state.cache is None
+        if fresh:
+            state.cache = DynamicCache()
+        device = next(self.model.parameters()).device
+        input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
+        hooks = self._layer_hooks() if should_abort is not None else None
+        if hooks is not None:
+            hooks.before_layer = _stop_when(should_abort)
+        try:
+            out = self.model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
+        except Superseded:
+            if fresh:
+                state.cache = None
+            else:
+                truncate_layers(state.cache, old_len)
+            return False
+        finally:
+            if hooks is not None:
+                hooks.before_layer = None
+        state.ids.extend(new_ids)
+        state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
+        return True
 
     def _layer_hooks(self) -> LayerHooks:
         if self._hooks is None:
@@ -321,8 +380,6 @@ def _positions(call, new_tokens: int) -> int:
 
 
 def _append(state: KVState, new_kv: list[dict], b: int) -> None:
-    from transformers import DynamicCache
-
     if state.cache is None:  # a fresh cache: tails that grow in place (`SharedPrefixLayer` with no prefix)
         state.cache = DynamicCache()
         state.cache.layers = [SharedPrefixLayer(None, None) for _ in new_kv]
