@@ -11,11 +11,15 @@ HEADSTART_FAST_PATH (`auto` times `off`, `onednn` and `native` on this
 machine at start, `fast_path_auto`); `set_fast_path` switches the mode
 (tests and benchmarks compare modes on one model).
 
-Its forwards: `extend` (one state's extension), `extend_rows` (many in one
-pass), `prefill` (a cold cache). With a fast path on, a lone extension is a
-batch of one row of `extend_rows`, so the cold baseline, prefix requests and
-sessions all run the same kernels; with none it is the model's own forward
-(`_hf_extend`, stopped between layers by the runner's `LayerHooks`).
+It is the only code that calls the model (`tests/test_model_calls.py`
+fails on a call of the model's forward, `generate` or a forward hook
+anywhere else). Its forwards: `extend` (one state's extension),
+`extend_rows` (many in one pass), `prefill` (a cold cache), `encode_rows`
+(table-block precompute: every layer's keys and values over right-padded
+rows). With a fast path on, a lone extension is a batch of one row of
+`extend_rows`, so the cold baseline, prefix requests and sessions all run
+the same kernels; with none it is the model's own forward (`_hf_extend`,
+stopped between layers by the runner's `LayerHooks`).
 
 The batched forward: `extend_rows` runs several `KVState`s' new tokens
 through the model at once. On a weight-bound device (a CPU, a GPU at small
@@ -53,6 +57,8 @@ The float64 exactness tests run sessions sharing batched forwards.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -66,7 +72,7 @@ from headstart.engine.kv import KVState, RowExtension, kept_logits, truncate_lay
 from headstart.engine.row_attention import layer_attention
 from headstart.engine.shared_prefix import SharedPrefixLayer
 
-__all__ = ["ModelRunner", "RowExtension", "supports_packed_rows"]  # the last two: re-exported for callers
+__all__ = ["EncodedRows", "ModelRunner", "RowExtension", "supports_packed_rows"]  # the last two: re-exported
 
 
 @dataclass
@@ -78,6 +84,17 @@ class _Rows:
     counts: list[int]  # new tokens of each running row
     # new K/V per layer per original row: [1, kv_heads, n_i, head_dim]
     new_kv: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=list)
+
+
+@dataclass
+class EncodedRows:
+    """Every layer's keys and values of one right-padded forward over several
+    rows (`ModelRunner.encode_rows`). Row r's first len(rows[r]) positions are
+    its tokens'; the positions after them are padding (cut them off)."""
+
+    keys_pre_rope: list[torch.Tensor]  # per layer [rows, kv_heads, width, head_dim], before RoPE
+    keys: list[torch.Tensor]  # per layer [rows, kv_heads, width, head_dim], after RoPE (as the cache holds them)
+    values: list[torch.Tensor]  # per layer [rows, kv_heads, width, head_dim]
 
 
 class Superseded(Exception):
@@ -238,6 +255,62 @@ class ModelRunner:
         state = KVState()
         self.extend(state, ids)
         return state
+
+    @torch.inference_mode()
+    def encode_rows(self, rows: list[list[int]]) -> EncodedRows:
+        """Table-block precompute (`tables.precompute`): one causal forward
+        over several token rows, right-padded to the longest with the padding
+        masked, returning every layer's keys (before and after RoPE) and values.
+
+        Padding comes after each row's last token, so under causal attention
+        it changes no real token's keys or values (only the rounding of the
+        batched matmuls). It is the model's own (Hugging Face) forward,
+        whatever kernels are installed: a block is keyed by model and dtype
+        (`tables.keys`), not by kernels, and is precomputed by whichever
+        process holds the model (an engine, the table-cache service), so every
+        runner of a model must give the same bits. The keys before RoPE are
+        the key projection's output (after a key norm where the model has
+        one), caught by forward hooks registered for this forward only: the
+        attention layer's own input to its rotary function, so re-applying it
+        gives back the forward's keys bit for bit (`tables.rope`)."""
+        device = next(self.model.parameters()).device
+        width = max(len(ids) for ids in rows)
+        input_ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(rows):
+            input_ids[row, :len(ids)] = torch.tensor(ids, device=device)
+            mask[row, :len(ids)] = 1
+        with self._capture_pre_rope_keys() as pre_rope:
+            # one row: no mask, as a lone prefill (the mask would only say "all ones")
+            out = self.model(input_ids=input_ids, attention_mask=mask if len(rows) > 1 else None, use_cache=True,
+                             logits_to_keep=1)
+        layers = out.past_key_values.layers
+        return EncodedRows(list(pre_rope), [layer.keys for layer in layers], [layer.values for layer in layers])
+
+    @contextmanager
+    def _capture_pre_rope_keys(self) -> Iterator[list[torch.Tensor | None]]:
+        """Within the block, a forward stores every layer's keys before RoPE in
+        the yielded list (entry i: `# [batch, kv_heads, tokens, head_dim]`).
+        The hooks live for the block only: nothing stays on the model."""
+        layers = self.model.model.layers
+        captured: list[torch.Tensor | None] = [None] * len(layers)
+        handles = []
+        for i, layer in enumerate(layers):
+            attn = layer.self_attn
+            k_norm = getattr(attn, "k_norm", None)  # Qwen3: keys are normed before RoPE
+            source = k_norm if k_norm is not None else attn.k_proj
+
+            def hook(_module, _inputs, output, i=i, head_dim=attn.head_dim):
+                batch, tokens = output.shape[0], output.shape[1]
+                # the attention layer's own reshape: [B, T, H*D] or [B, T, H, D] -> [B, H, T, D]
+                captured[i] = output.detach().view(batch, tokens, -1, head_dim).transpose(1, 2)
+
+            handles.append(source.register_forward_hook(hook))
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
 
     @torch.inference_mode()
     def _hf_extend(self, state: KVState, new_ids: list[int], want_logits: bool,
