@@ -1,10 +1,10 @@
 """One forward path (issue 28): the `ModelRunner` is the only code that calls the model.
 
-An AST scan of the product's code (shared/headstart, services/) and of the
-benchmarks (bench/) for what runs a Hugging Face model, or part of it, from
-outside `engine/model_runner.py`:
+An AST scan of the product's code (shared/headstart, services/, the
+command's cli/) and of the benchmarks (bench/) for what runs a Hugging Face
+model, or part of it, from outside `engine/model_runner.py`:
 
-- a call of the model itself: `model(...)`, `self.model(...)`,
+- a call of the model itself, with its inputs: `model(...)`, `self.model(...)`,
   `runtime.model(...)`, `loaded.model(...)`, the decoder `model.model(...)`,
   a name bound to one of those (`m = loaded.model; m(...)`), `model.__call__(...)`;
 - `.forward(...)` on anything (but `super().forward(...)` inside a module's own forward);
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("shared/headstart", "services", "bench")
+SCANNED = ("shared/headstart", "services", "bench", "cli")  # cli/: the command's own package, where it exists
 RUNNER = "shared/headstart/engine/model_runner.py"
 
 # (file, enclosing function) -> why it calls the model outside the runner
@@ -79,7 +79,7 @@ def _is_model(node: ast.AST, aliases: set[str]) -> bool:
 def _model_call(call: ast.Call, aliases: set[str]) -> str | None:
     """What `call` runs of a model (a short description), or None."""
     func = call.func
-    if _is_model(func, aliases):
+    if _is_model(func, aliases) and (call.args or call.keywords):  # a model's forward takes its input ids
         return f"{ast.unparse(func)}(...)"
     if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute) and func.value.attr == "layers":
         return f"{ast.unparse(func)}(...): a decoder layer"
@@ -190,6 +190,7 @@ def test_the_guard_finds_a_model_call(source, what):
     "n = len(model.model.layers)",
     "class Q(torch.nn.Module):\n    def forward(self, x):\n        return super().forward(x)",
     "async def generate():\n    pass\nawait generate()",
+    "body = {'model': self.model(), 'stream': True}",  # a client's model id (loadtest), not a forward
 ])
 def test_the_guard_leaves_other_calls_alone(source):
     assert model_calls(source) == []
