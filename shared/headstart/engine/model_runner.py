@@ -5,7 +5,8 @@ the model's own modules, oneDNN packed matmuls, the native or quantized
 kernels, compiled blocks; None: the Hugging Face forward), whether batched
 rows must be batch-invariant, what the fast-path mode resolved to and why
 (`FastPathChoice`, `kernel_choice`), the packed weights `auto` measured with,
-and the layer hooks that stop a lone Hugging Face forward between layers.
+and the model's hooks: those that stop a lone Hugging Face forward between
+layers, and those that catch keys before RoPE for one precompute forward.
 Nothing is stored on the model object. It is built once per engine with
 HEADSTART_FAST_PATH (`auto` times `off`, `onednn` and `native` on this
 machine at start, `fast_path_auto`); `set_fast_path` switches the mode
