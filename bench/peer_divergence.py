@@ -41,6 +41,8 @@ def llama_steps(url: str, prompt: str, n: int) -> list[dict]:
 
 def our_steps(model, prompt_ids: list[int], tokens: list[int]) -> list[dict]:
     """Our greedy choice and top-2 logit gap at each step, teacher-forced on `tokens` (model's dtype)."""
+    # NOTE: a deliberate reference, not a product path: the Hugging Face model's own forward over the
+    # whole sequence, no cache and no kernels of ours, beside llama.cpp's (the engine's path is `engine_cold`)
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids + tokens])).logits[0, len(prompt_ids) - 1:]
     out = []
@@ -57,7 +59,7 @@ def compare(runtime, model64, db: str, question: str, n: int, servers: dict[str,
     ids, text = builder.prompt_ids(question), prompt_text(builder, question)
     report = {"question": question, "db": db, "prompt_tokens": len(ids)}
     greedy = []
-    with torch.no_grad():  # our greedy tokens (float32), the reference
+    with torch.no_grad():  # our greedy tokens (float32), the reference: the model's own forward, as in `our_steps`
         seq = list(ids)
         for _ in range(n):
             token = int(runtime.loaded.model(torch.tensor([seq])).logits[0, -1].argmax())

@@ -24,7 +24,7 @@ import statistics
 import torch
 
 from bench.common import percentile
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.engine.worker import Priority
 
 
@@ -42,14 +42,14 @@ def _greedy(runner: ModelRunner, ids: list[int], num_tokens: int, stop_ids: set[
     return first, tokens
 
 
-@torch.inference_mode()
-def _teacher_forced(model, state, tokens: list[int]) -> list[int]:
-    """Argmax after the prompt and after each of tokens[:-1], the cache assembled from blocks."""
+def _teacher_forced(runner: ModelRunner, state, tokens: list[int]) -> list[int]:
+    """Argmax after the prompt and after each of tokens[:-1], the cache assembled
+    from blocks (one forward of the runner, the logits of every position kept)."""
     preds = [int(torch.argmax(state.last_logits))]
     if len(tokens) > 1:
-        device = next(model.parameters()).device
-        out = model(input_ids=torch.tensor([tokens[:-1]], device=device), past_key_values=state.cache, use_cache=True)
-        preds += out.logits[0].argmax(dim=-1).tolist()
+        row = RowExtension(state, tokens[:-1], logits_positions=len(tokens) - 1)
+        runner.extend_rows([row])
+        preds += row.position_logits.argmax(dim=-1).tolist()
     return preds
 
 
@@ -61,7 +61,7 @@ def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
 
 def run_guard(runtime, services: dict, workload, num_tokens: int = 32) -> dict:
     """Compare full prefill with each service's assembly on `workload` (list of BenchQuestion)."""
-    runner, model = runtime.runner, runtime.loaded.model
+    runner = runtime.runner
     rows = []
     for q in workload:
         prompt = runtime.prompt_for(q.db, q.tables)
@@ -75,7 +75,7 @@ def run_guard(runtime, services: dict, workload, num_tokens: int = 32) -> dict:
             try:
                 def run():
                     state, _ = service.assemble(blocks, runner, compute_tail=True)
-                    return state.last_logits.double().cpu(), _teacher_forced(model, state, tokens)
+                    return state.last_logits.double().cpu(), _teacher_forced(runner, state, tokens)
 
                 logits, preds = runtime.worker.run_sync(run, Priority.POOL, f"guard:{mode}")
             finally:

@@ -48,7 +48,7 @@ def max_diff(a, b) -> float:
 
 def test_blocks_hold_the_group_forward(loaded, runner, prompts):
     layout = TableLayout.build(prompts["concert_singer"], model_id=loaded.model_id, dtype="float64", mode="pfk")
-    blocks = encode_group(loaded.model, layout, 0)
+    blocks = encode_group(runner, layout, 0)
     ids, offsets = layout.group_sequence(layout.groups[0])
     full = runner.prefill(ids)
     assert [b.table for b in blocks] == ["stadium", "singer", "concert", "singer_in_concert"]
@@ -61,13 +61,13 @@ def test_blocks_hold_the_group_forward(loaded, runner, prompts):
             assert torch.equal(block.values[i], layer.values[0, :, start:start + n])
 
 
-def test_batched_groups_encode_as_alone(loaded, prompts):
+def test_batched_groups_encode_as_alone(loaded, runner, prompts):
     """Right padding changes no real token: batched blocks equal one-group blocks up to rounding."""
     layout = TableLayout.build(prompts["concert_singer"], model_id=loaded.model_id, dtype="float64",
                                mode="independent")
-    batched = encode_groups(loaded.model, layout, [0, 1, 2, 3])
+    batched = encode_groups(runner, layout, [0, 1, 2, 3])
     for index in range(4):
-        (alone,), (packed,) = encode_group(loaded.model, layout, index), batched[index]
+        (alone,), (packed,) = encode_group(runner, layout, index), batched[index]
         assert (packed.table, packed.token_ids, packed.position_offset) == \
             (alone.table, alone.token_ids, alone.position_offset)
         torch.testing.assert_close(packed.keys_pre_rope, alone.keys_pre_rope, rtol=0, atol=1e-12)
@@ -75,11 +75,11 @@ def test_batched_groups_encode_as_alone(loaded, prompts):
 
 
 @pytest.mark.parametrize("mode,expected_groups", [("pfk", 1), ("independent", 4)])
-def test_precompute_stores_every_table_once_and_skips_what_is_stored(loaded, prompts, mode, expected_groups):
+def test_precompute_stores_every_table_once_and_skips_what_is_stored(loaded, runner, prompts, mode, expected_groups):
     svc = service(loaded, mode)
     layout = svc.layout("concert_singer", prompts["concert_singer"])
-    first = svc.precompute(layout)
-    again = svc.precompute(layout)
+    first = svc.precompute(layout, runner)
+    again = svc.precompute(layout, runner)
     assert (first.num_groups, first.num_groups_encoded, first.num_groups_skipped) == (expected_groups,) * 2 + (0,)
     assert (again.num_groups_encoded, again.num_groups_skipped) == (0, expected_groups)
     assert svc.store.list(layout.scope) == sorted(layout.texts)
@@ -92,7 +92,7 @@ def test_schema_order_single_group_assembles_to_the_prefill(loaded, runner, prom
     svc = service(loaded)
     prompt = prompts["concert_singer"]
     layout = svc.layout("concert_singer", prompt)
-    svc.precompute(layout)
+    svc.precompute(layout, runner)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
     state, stats = svc.assemble(blocks, runner, compute_tail=True)
     svc.release(blocks)
@@ -115,7 +115,7 @@ def test_group_whose_topological_order_is_not_the_schema_order_assembles_to_the_
     prompt = prompts[db]
     layout = svc.layout(db, prompt)
     assert len(layout.groups) == 1 and list(layout.groups[0]) == prompt.schema.table_names
-    svc.precompute(layout)
+    svc.precompute(layout, runner)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
     state, _ = svc.assemble(blocks, runner, compute_tail=True)
     reference = runner.prefill(prompt.base_ids)
@@ -131,7 +131,7 @@ def test_tables_in_another_order_than_encoded_assemble_to_something_else(loaded,
     schema = prompts["pets_1"].schema
     prompt = PromptBuilder(loaded.tokenizer, schema.subset(["Pets", "Has_Pet", "Student"]))
     layout = svc.layout("pets_1", prompts["pets_1"])
-    svc.precompute(layout)
+    svc.precompute(layout, runner)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
     assert [p.block.table for p in blocks.placed] == ["Pets", "Has_Pet", "Student"]
     state, _ = svc.assemble(blocks, runner, compute_tail=True)
@@ -143,7 +143,7 @@ def test_a_missing_block_is_computed_in_place(loaded, runner, prompts, compute_t
     svc = service(loaded)
     prompt = prompts["concert_singer"]
     layout = svc.layout("concert_singer", prompt)
-    svc.precompute(layout)
+    svc.precompute(layout, runner)
     svc.store.delete(layout.scope.block_id("concert"))
     ids = prompt.prompt_ids(QUESTION)
     blocks = svc.load(svc.plan(layout, ids))
@@ -162,7 +162,7 @@ def test_a_block_must_match_its_span(loaded, runner, prompts):
     svc = service(loaded)
     prompt = prompts["concert_singer"]
     layout = svc.layout("concert_singer", prompt)
-    block = encode_group(loaded.model, layout, 0)[0]
+    block = encode_group(runner, layout, 0)[0]
     with pytest.raises(AssemblyError, match="does not match"):
         assemble(runner, prompt.base_ids, [PlacedBlock(0, block)])
     start = len(layout.head_ids)
@@ -171,11 +171,11 @@ def test_a_block_must_match_its_span(loaded, runner, prompts):
 
 
 @pytest.mark.parametrize("capacity,pinned_after_load,used_after", [(1 << 30, 4, 4), (0, 0, 0)])
-def test_load_pins_then_release_unpins(loaded, prompts, capacity, pinned_after_load, used_after):
+def test_load_pins_then_release_unpins(loaded, runner, prompts, capacity, pinned_after_load, used_after):
     svc = service(loaded, capacity=capacity)
     prompt = prompts["concert_singer"]
     layout = svc.layout("concert_singer", prompt)
-    svc.precompute(layout)
+    svc.precompute(layout, runner)
     blocks = svc.load(svc.plan(layout, prompt.base_ids))
     assert len(blocks.pinned) == pinned_after_load and len(blocks.placed) == 4
     svc.release(blocks)

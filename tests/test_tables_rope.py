@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from headstart.engine.model_runner import ModelRunner
 from headstart.models import load_model
-from headstart.tables.rope import RopeError, apply_rope, capture_pre_rope_keys, rotary_cos_sin
+from headstart.tables.rope import RopeError, apply_rope, rotary_cos_sin
 
 IDS = [791, 1855, 5391, 18021, 320, 198, 220, 13, 3555, 2082, 11, 21543, 1467, 4236]
 
@@ -21,9 +22,8 @@ def loaded(request):
 
 def forward_keys(model, ids: list[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(pre-RoPE keys captured, post-RoPE keys in the cache), per layer `# [kv_heads, tokens, head_dim]`."""
-    with torch.inference_mode(), capture_pre_rope_keys(model) as pre:
-        out = model(input_ids=torch.tensor([ids]), use_cache=True)
-    return [p[0] for p in pre], [layer.keys[0] for layer in out.past_key_values.layers]
+    encoded = ModelRunner(model).encode_rows([ids])
+    return [k[0] for k in encoded.keys_pre_rope], [k[0] for k in encoded.keys]
 
 
 @pytest.mark.parametrize("start,length", [(0, 14), (3, 5), (9, 5), (13, 1)])
@@ -56,10 +56,20 @@ def test_cos_sin_do_not_depend_on_the_window(loaded):
     assert torch.equal(cos[0], cos_all[0, 40:48]) and torch.equal(sin[0], sin_all[0, 40:48])
 
 
-def test_hooks_are_removed(loaded):
+def test_key_capture_hooks_live_for_one_forward(loaded):
+    """The runner's key-capture hooks are on the model during its forward only."""
     model = loaded.model
-    with capture_pre_rope_keys(model):
-        assert all(layer.self_attn.k_proj._forward_hooks for layer in model.model.layers)
+    seen = []
+
+    def count_hooks(_module, _args):
+        seen.append(sum(len(layer.self_attn.k_proj._forward_hooks) for layer in model.model.layers))
+
+    handle = model.model.register_forward_pre_hook(count_hooks)
+    try:
+        ModelRunner(model).encode_rows([IDS[:4], IDS[:2]])
+    finally:
+        handle.remove()
+    assert seen == [len(model.model.layers)]
     assert not any(layer.self_attn.k_proj._forward_hooks for layer in model.model.layers)
 
 

@@ -1,8 +1,11 @@
 """`TableCacheCore`: what the table-cache service does, without gRPC.
 
-It loads the engine's model once and reuses `headstart.tables` for all the
-work: `TableLayout` (block texts, groups, scope with the schema hash),
-`TableCacheService.iter_precompute` (the one precompute) and the block store.
+It loads the engine's model once, with a `ModelRunner` of its own (the
+only code that calls the model; no kernels: precompute runs the model's
+own forward, `ModelRunner.encode_rows`), and reuses `headstart.tables` for
+all the work: `TableLayout` (block texts, groups, scope with the schema
+hash), `TableCacheService.iter_precompute` (the one precompute) and the
+block store.
 A database's schema is read afresh on every register / precompute /
 invalidate (no cache), so a changed schema is seen at once; the layout is
 built exactly as an engine replica builds it from the same spec, so the keys
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from headstart.config import EngineSettings
+from headstart.engine.model_runner import ModelRunner
 from headstart.models import load_model
 from headstart.prompt import PromptBuilder
 from headstart.schema.resolve import resolve_database
@@ -83,6 +87,7 @@ class TableCacheCore:
         self.settings = settings
         self.loaded = load_model(settings.model, settings.dtype, settings.device, settings.tokenizer_dir,
                                  settings.seed, settings.weights)
+        self.runner = ModelRunner(self.loaded.model)
         # fallback=False: a precompute must see a store failure, not turn it into a miss
         self.store = open_store(settings.table_store_url, fallback=False)
         self.tables = TableCacheService(self.loaded, mode=settings.table_cache, store=self.store,
@@ -124,7 +129,7 @@ class TableCacheCore:
         self.register(spec)
         layout = self.layout(spec)
         with self._forward:
-            yield from self.tables.iter_precompute(layout, skip_existing=not force)
+            yield from self.tables.iter_precompute(layout, self.runner, skip_existing=not force)
 
     def status(self, spec: str) -> DatabaseStatus:
         """Status of a registered database at its current schema."""

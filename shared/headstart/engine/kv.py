@@ -1,4 +1,4 @@
-"""One evolving KV cache and the three operations on it: crop, extend, copy.
+"""One evolving KV cache and what is done to it without the model: crop, share, copy.
 
 `KVState` holds the token ids `ids` whose keys/values are in `cache`, and the
 logits after the last of them when the last extension ended there. Only the
@@ -6,16 +6,14 @@ worker thread touches a KVState (jobs prepare rows there and the worker runs
 them, `headstart.engine.steps`): it is not thread-safe by design, one owner.
 
 Extending a state runs the model: that is the `ModelRunner`'s job
-(`headstart.engine.model_runner`), which owns the model's kernels. What is
-here is the plain Hugging Face forward it falls back to when no kernels are
-installed (`hf_extend`, the `off` path), taking what it needs explicitly (the
-model, and the runner's `LayerHooks` to stop between layers): nothing is read
-from or stored on the model object.
+(`headstart.engine.model_runner`), the only code that calls the model. What
+is here never does: the states, the crop that undoes a partial forward
+(`truncate_layers`), a row's extension as the runner takes it
+(`RowExtension`) and the logits as a state keeps them (`kept_logits`).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,35 +21,6 @@ import torch
 from transformers import DynamicCache
 
 from headstart.engine.shared_prefix import SharedPrefixLayer
-
-
-class Superseded(Exception):
-    """Raised between decoder layers when the extension in flight is no longer wanted."""
-
-
-class LayerHooks:
-    """One forward pre-hook (with kwargs) on every decoder layer, calling the
-    active `before_layer(index, args, kwargs)`: it may raise `Superseded`
-    to stop the forward (the lone extension's stop between layers; the
-    batched path runs its layers itself, `model_runner`). Registered once per
-    model, by its `ModelRunner`, which keeps it; only the worker thread runs
-    forwards, so one slot is enough."""
-
-    def __init__(self, model):
-        self.before_layer: Callable[[int, tuple, dict], tuple | None] | None = None
-        for index, layer in enumerate(model.model.layers):
-            layer.register_forward_pre_hook(functools.partial(self._hook, index), with_kwargs=True)
-
-    def _hook(self, index, module, args, kwargs):
-        before = self.before_layer
-        return None if before is None else before(index, args, kwargs)
-
-
-def _stop_when(should_abort: Callable[[], bool]):
-    def before_layer(index, args, kwargs):
-        if should_abort():
-            raise Superseded()
-    return before_layer
 
 
 def truncate_layers(cache: DynamicCache | None, length: int) -> None:
@@ -154,46 +123,6 @@ class RowExtension:
     should_abort: Callable[[], bool] | None = None
     logits_positions: int = 1  # the last positions whose logits are kept (into `position_logits`)
     position_logits: torch.Tensor | None = None
-
-
-@torch.inference_mode()
-def hf_extend(model, state: KVState, new_ids: list[int], want_logits: bool = True,
-              should_abort: Callable[[], bool] | None = None, hooks: LayerHooks | None = None) -> bool:
-    """Run the model's own (Hugging Face) forward over `new_ids` on top of
-    `state`, appending their K/V: the `off` path of `ModelRunner.extend`.
-
-    Positions continue from the cache length. Stores the logits after the
-    last new token when `want_logits` (only the last position is computed).
-    `should_abort` is polled before each decoder layer through `hooks` (the
-    model's `LayerHooks`, required with it): when it turns true the forward
-    stops, the state is left exactly as it was, and False is returned (a
-    newer snapshot made this work useless).
-    """
-    if not new_ids:
-        return True
-    if should_abort is not None and hooks is None:
-        raise ValueError("hf_extend with should_abort needs the model's LayerHooks")
-    old_len, fresh = state.num_tokens, state.cache is None
-    if fresh:
-        state.cache = DynamicCache()
-    device = next(model.parameters()).device
-    input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
-    if should_abort is not None:
-        hooks.before_layer = _stop_when(should_abort)
-    try:
-        out = model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
-    except Superseded:
-        if fresh:
-            state.cache = None
-        else:
-            truncate_layers(state.cache, old_len)
-        return False
-    finally:
-        if should_abort is not None:
-            hooks.before_layer = None
-    state.ids.extend(new_ids)
-    state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
-    return True
 
 
 def kept_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -5,17 +5,22 @@ the model's own modules, oneDNN packed matmuls, the native or quantized
 kernels, compiled blocks; None: the Hugging Face forward), whether batched
 rows must be batch-invariant, what the fast-path mode resolved to and why
 (`FastPathChoice`, `kernel_choice`), the packed weights `auto` measured with,
-and the layer hooks that stop a lone Hugging Face forward between layers.
+and the model's hooks: those that stop a lone Hugging Face forward between
+layers, and those that catch keys before RoPE for one precompute forward.
 Nothing is stored on the model object. It is built once per engine with
 HEADSTART_FAST_PATH (`auto` times `off`, `onednn` and `native` on this
 machine at start, `fast_path_auto`); `set_fast_path` switches the mode
 (tests and benchmarks compare modes on one model).
 
-Its forwards: `extend` (one state's extension), `extend_rows` (many in one
-pass), `prefill` (a cold cache). With a fast path on, a lone extension is a
-batch of one row of `extend_rows`, so the cold baseline, prefix requests and
-sessions all run the same kernels; with none it is the model's own forward
-(`kv.hf_extend`).
+It is the only code that calls the model (`tests/test_model_calls.py`
+fails on a call of the model's forward, `generate` or a forward hook
+anywhere else). Its forwards: `extend` (one state's extension),
+`extend_rows` (many in one pass), `prefill` (a cold cache), `encode_rows`
+(table-block precompute: every layer's keys and values over right-padded
+rows). With a fast path on, a lone extension is a batch of one row of
+`extend_rows`, so the cold baseline, prefix requests and sessions all run
+the same kernels; with none it is the model's own forward (`_hf_extend`,
+stopped between layers by the runner's `LayerHooks`).
 
 The batched forward: `extend_rows` runs several `KVState`s' new tokens
 through the model at once. On a weight-bound device (a CPU, a GPU at small
@@ -52,19 +57,23 @@ The float64 exactness tests run sessions sharing batched forwards.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from headstart.engine.fast_ops import EagerOps
 from headstart.engine.fast_path_auto import FastPathChoice, Timer
 from headstart.engine.kernel_choice import make_ops, measure_auto, resolve_choice, supports_packed_rows
-from headstart.engine.kv import KVState, LayerHooks, RowExtension, hf_extend, kept_logits
+from headstart.engine.kv import KVState, RowExtension, kept_logits, truncate_layers
 from headstart.engine.row_attention import layer_attention
 from headstart.engine.shared_prefix import SharedPrefixLayer
 
-__all__ = ["ModelRunner", "RowExtension", "supports_packed_rows"]  # the last two: re-exported for callers
+__all__ = ["EncodedRows", "ModelRunner", "RowExtension", "supports_packed_rows"]  # the last two: re-exported
 
 
 @dataclass
@@ -76,6 +85,46 @@ class _Rows:
     counts: list[int]  # new tokens of each running row
     # new K/V per layer per original row: [1, kv_heads, n_i, head_dim]
     new_kv: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=list)
+
+
+@dataclass
+class EncodedRows:
+    """Every layer's keys and values of one right-padded forward over several
+    rows (`ModelRunner.encode_rows`). Row r's first len(rows[r]) positions are
+    its tokens'; the positions after them are padding (cut them off)."""
+
+    keys_pre_rope: list[torch.Tensor]  # per layer [rows, kv_heads, width, head_dim], before RoPE
+    keys: list[torch.Tensor]  # per layer [rows, kv_heads, width, head_dim], after RoPE (as the cache holds them)
+    values: list[torch.Tensor]  # per layer [rows, kv_heads, width, head_dim]
+
+
+class Superseded(Exception):
+    """Raised between decoder layers when the extension in flight is no longer wanted."""
+
+
+class LayerHooks:
+    """One forward pre-hook (with kwargs) on every decoder layer, calling the
+    active `before_layer(index, args, kwargs)`: it may raise `Superseded`
+    to stop the forward (the lone Hugging Face extension's stop between
+    layers; the batched path runs its layers itself). Registered once per
+    model by its `ModelRunner`, which keeps it; only the worker thread runs
+    forwards, so one slot is enough."""
+
+    def __init__(self, model):
+        self.before_layer: Callable[[int, tuple, dict], tuple | None] | None = None
+        for index, layer in enumerate(model.model.layers):
+            layer.register_forward_pre_hook(functools.partial(self._hook, index), with_kwargs=True)
+
+    def _hook(self, index, module, args, kwargs):
+        before = self.before_layer
+        return None if before is None else before(index, args, kwargs)
+
+
+def _stop_when(should_abort: Callable[[], bool]):
+    def before_layer(index, args, kwargs):
+        if should_abort():
+            raise Superseded()
+    return before_layer
 
 
 class ModelRunner:
@@ -186,13 +235,12 @@ class ModelRunner:
         the forward stops, the state is left exactly as it was, and False is
         returned (a newer snapshot made this work useless). With kernels
         installed this is `extend_rows` on a batch of one row; with none, the
-        model's own forward (`kv.hf_extend`)."""
+        model's own forward (`_hf_extend`)."""
         if not new_ids:
             return True
         if self._ops is not None:
             return self.extend_rows([RowExtension(state, new_ids, want_logits, should_abort)])[0]
-        hooks = self._layer_hooks() if should_abort is not None else None
-        return hf_extend(self.model, state, new_ids, want_logits, should_abort, hooks)
+        return self._hf_extend(state, new_ids, want_logits, should_abort)
 
     def extend_rows(self, calls: list) -> list[bool]:
         """One packed forward over several states' extensions (module doc),
@@ -208,6 +256,91 @@ class ModelRunner:
         state = KVState()
         self.extend(state, ids)
         return state
+
+    @torch.inference_mode()
+    def encode_rows(self, rows: list[list[int]]) -> EncodedRows:
+        """Table-block precompute (`tables.precompute`): one causal forward
+        over several token rows, right-padded to the longest with the padding
+        masked, returning every layer's keys (before and after RoPE) and values.
+
+        Padding comes after each row's last token, so under causal attention
+        it changes no real token's keys or values (only the rounding of the
+        batched matmuls). It is the model's own (Hugging Face) forward,
+        whatever kernels are installed: a block is keyed by model and dtype
+        (`tables.keys`), not by kernels, and is precomputed by whichever
+        process holds the model (an engine, the table-cache service), so every
+        runner of a model must give the same bits. The keys before RoPE are
+        the key projection's output (after a key norm where the model has
+        one), caught by forward hooks registered for this forward only: the
+        attention layer's own input to its rotary function, so re-applying it
+        gives back the forward's keys bit for bit (`tables.rope`)."""
+        device = next(self.model.parameters()).device
+        width = max(len(ids) for ids in rows)
+        input_ids = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        mask = torch.zeros_like(input_ids)
+        for row, ids in enumerate(rows):
+            input_ids[row, :len(ids)] = torch.tensor(ids, device=device)
+            mask[row, :len(ids)] = 1
+        with self._capture_pre_rope_keys() as pre_rope:
+            # one row: no mask, as a lone prefill (the mask would only say "all ones")
+            out = self.model(input_ids=input_ids, attention_mask=mask if len(rows) > 1 else None, use_cache=True,
+                             logits_to_keep=1)
+        layers = out.past_key_values.layers
+        return EncodedRows(list(pre_rope), [layer.keys for layer in layers], [layer.values for layer in layers])
+
+    @contextmanager
+    def _capture_pre_rope_keys(self) -> Iterator[list[torch.Tensor | None]]:
+        """Within the block, a forward stores every layer's keys before RoPE in
+        the yielded list (entry i: `# [batch, kv_heads, tokens, head_dim]`).
+        The hooks live for the block only: nothing stays on the model."""
+        layers = self.model.model.layers
+        captured: list[torch.Tensor | None] = [None] * len(layers)
+        handles = []
+        for i, layer in enumerate(layers):
+            attn = layer.self_attn
+            k_norm = getattr(attn, "k_norm", None)  # Qwen3: keys are normed before RoPE
+            source = k_norm if k_norm is not None else attn.k_proj
+
+            def hook(_module, _inputs, output, i=i, head_dim=attn.head_dim):
+                batch, tokens = output.shape[0], output.shape[1]
+                # the attention layer's own reshape: [B, T, H*D] or [B, T, H, D] -> [B, H, T, D]
+                captured[i] = output.detach().view(batch, tokens, -1, head_dim).transpose(1, 2)
+
+            handles.append(source.register_forward_hook(hook))
+        try:
+            yield captured
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    @torch.inference_mode()
+    def _hf_extend(self, state: KVState, new_ids: list[int], want_logits: bool,
+                   should_abort: Callable[[], bool] | None) -> bool:
+        """`extend` with no kernels installed: the model's own (Hugging Face)
+        forward over `new_ids` on top of `state`, its `should_abort` polled
+        before each decoder layer through the runner's `LayerHooks`."""
+        old_len, fresh = state.num_tokens, state.cache is None
+        if fresh:
+            state.cache = DynamicCache()
+        device = next(self.model.parameters()).device
+        input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
+        hooks = self._layer_hooks() if should_abort is not None else None
+        if hooks is not None:
+            hooks.before_layer = _stop_when(should_abort)
+        try:
+            out = self.model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
+        except Superseded:
+            if fresh:
+                state.cache = None
+            else:
+                truncate_layers(state.cache, old_len)
+            return False
+        finally:
+            if hooks is not None:
+                hooks.before_layer = None
+        state.ids.extend(new_ids)
+        state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
+        return True
 
     def _layer_hooks(self) -> LayerHooks:
         if self._hooks is None:
@@ -321,8 +454,6 @@ def _positions(call, new_tokens: int) -> int:
 
 
 def _append(state: KVState, new_kv: list[dict], b: int) -> None:
-    from transformers import DynamicCache
-
     if state.cache is None:  # a fresh cache: tails that grow in place (`SharedPrefixLayer` with no prefix)
         state.cache = DynamicCache()
         state.cache.layers = [SharedPrefixLayer(None, None) for _ in new_kv]

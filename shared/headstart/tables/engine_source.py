@@ -123,7 +123,7 @@ class TablePrefixSource:
         """Encode and store `db`'s table blocks as one worker job, one group per
         step, and wait for it; `progress` is called with each `GroupProgress`."""
         layout = self.service.layout(db, self.runtime.prompt_for(db))
-        steps = self.service.iter_precompute(layout, skip_existing=skip_existing)
+        steps = self.service.iter_precompute(layout, self.runtime.runner, skip_existing=skip_existing)
         done: list[GroupProgress] = []
 
         def step() -> bool:

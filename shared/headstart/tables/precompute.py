@@ -5,10 +5,11 @@ or a single table in `independent` mode) one causal forward runs over
 
     head + table_1 + table_2 + ... + table_k
 
-so each table attends to the head and to its group's tables listed before it. Each
-table's keys are captured before rotary encoding (`rope.capture_pre_rope_keys`),
-its values read from the cache, and both stored with its token ids and its
-position in that sequence (`position_offset`).
+so each table attends to the head and to its group's tables listed before it. The
+forward is the engine's `ModelRunner.encode_rows` (the only code that calls the
+model): each table's keys come back before rotary encoding, its values from the
+cache, and both are stored with its token ids and its position in that sequence
+(`position_offset`).
 
 Small groups (every table alone in `independent` mode, single tables of a
 `pfk` schema) are encoded several at a time in one right-padded batch: on a
@@ -17,7 +18,7 @@ CPU or a GPU one forward over a few short rows costs about what one row does.
 `iter_precompute` is the job: it yields once per group (one forward per batch
 of groups), so the engine can run it on its forward worker between other
 work and a CLI can draw a progress bar. It must run where the model runs (the
-worker thread in an engine process).
+worker thread in an engine process), with that process's runner.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
+from headstart.engine.model_runner import ModelRunner
 from headstart.tables.block import TableBlock
 from headstart.tables.layout import TableLayout
-from headstart.tables.rope import capture_pre_rope_keys
 from headstart.tables.store.base import BlockStore
 
 
@@ -72,32 +73,20 @@ class PrecomputeReport:
         )
 
 
-@torch.inference_mode()
-def encode_groups(model, layout: TableLayout, group_indices: Sequence[int]) -> dict[int, list[TableBlock]]:
-    """Blocks of several groups from one batched forward (rows right-padded, padding masked).
-
-    Padding comes after each row's last token, so under causal attention it
-    changes no real token's keys or values (only the rounding of batched matmuls).
-    """
+@torch.inference_mode()  # the blocks' copies are cut from the forward's inference tensors
+def encode_groups(runner: ModelRunner, layout: TableLayout,
+                  group_indices: Sequence[int]) -> dict[int, list[TableBlock]]:
+    """Blocks of several groups from one batched forward of `runner`
+    (`ModelRunner.encode_rows`: rows right-padded, padding masked)."""
     seqs = [layout.group_sequence(layout.groups[g]) for g in group_indices]
-    width = max(len(ids) for ids, _ in seqs)
-    device = next(model.parameters()).device
-    input_ids = torch.zeros((len(seqs), width), dtype=torch.long, device=device)
-    mask = torch.zeros_like(input_ids)
-    for row, (ids, _) in enumerate(seqs):
-        input_ids[row, :len(ids)] = torch.tensor(ids, device=device)
-        mask[row, :len(ids)] = 1
-    with capture_pre_rope_keys(model) as keys:
-        out = model(input_ids=input_ids, attention_mask=mask if len(seqs) > 1 else None, use_cache=True,
-                    logits_to_keep=1)
-    values = [layer.values for layer in out.past_key_values.layers]  # each [rows, kv_heads, width, head_dim]
-    return {g: _blocks(layout, g, offsets, [k[row] for k in keys], [v[row] for v in values])
+    encoded = runner.encode_rows([ids for ids, _ in seqs])  # each layer's [rows, kv_heads, width, head_dim]
+    return {g: _blocks(layout, g, offsets, [k[row] for k in encoded.keys_pre_rope], [v[row] for v in encoded.values])
             for row, (g, (_, offsets)) in enumerate(zip(group_indices, seqs))}
 
 
-def encode_group(model, layout: TableLayout, group_index: int) -> list[TableBlock]:
+def encode_group(runner: ModelRunner, layout: TableLayout, group_index: int) -> list[TableBlock]:
     """Blocks of one group's tables, from one forward over head + the group's tables."""
-    return encode_groups(model, layout, [group_index])[group_index]
+    return encode_groups(runner, layout, [group_index])[group_index]
 
 
 def _blocks(layout: TableLayout, group_index: int, offsets: dict[str, int], keys: list[torch.Tensor],
@@ -119,11 +108,12 @@ def _blocks(layout: TableLayout, group_index: int, offsets: dict[str, int], keys
     return blocks
 
 
-def iter_precompute(model, layout: TableLayout, store: BlockStore, *, skip_existing: bool = True,
+def iter_precompute(runner: ModelRunner, layout: TableLayout, store: BlockStore, *, skip_existing: bool = True,
                     max_batch_tokens: int = 2048) -> Iterator[GroupProgress]:
     """Encode and store every group of `layout`, yielding after each (see module docstring).
 
     Args:
+        runner: the model's runner (its `encode_rows` runs every forward).
         skip_existing: leave a group alone when the store already has all its blocks.
         max_batch_tokens: groups are encoded together while rows x longest row
             stays within this (small groups, e.g. every table alone, then cost
@@ -140,7 +130,7 @@ def iter_precompute(model, layout: TableLayout, store: BlockStore, *, skip_exist
             todo.append(index)
     for batch in _batches(layout, todo, max_batch_tokens):
         started = time.perf_counter()
-        encoded = encode_groups(model, layout, batch)
+        encoded = encode_groups(runner, layout, batch)
         seconds = (time.perf_counter() - started) / len(batch)
         for index in batch:
             for block in encoded[index]:

@@ -9,11 +9,13 @@ from a Hugging Face model, whose cache holds keys *after* RoPE:
 2. capture the key projection's output with a forward hook while the group is
    encoded, before the attention layer rotates it.
 
-We take (2): the captured tensor *is* the attention layer's input to its
-rotary function, so re-applying that function with the model's own cos/sin at
-the original positions gives back the forward's keys bit for bit, in every
-dtype (tests/test_tables_rope.py checks float64 and float32), and a block
-placed elsewhere is encoded exactly as the model would encode it there.
+We take (2), in the engine's `ModelRunner.encode_rows` (the runner owns
+every forward and hook of the model): the captured tensor *is* the attention
+layer's input to its rotary function, so re-applying that function with the
+model's own cos/sin at the original positions gives back the forward's keys
+bit for bit, in every dtype (tests/test_tables_rope.py checks float64 and
+float32), and a block placed elsewhere is encoded exactly as the model would
+encode it there.
 
 At placement we call the model's own `apply_rotary_pos_emb` (looked up in the
 module that defines its attention class) with cos/sin from the model's
@@ -25,8 +27,7 @@ captured after the norm.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 
@@ -72,32 +73,3 @@ def apply_rope(model, keys_pre_rope: torch.Tensor, start: int) -> torch.Tensor:
     # cos/sin [1, T, D] unsqueeze to [1, 1, T, D] and broadcast over layers and heads.
     _, keys = rotary_function(model)(keys_pre_rope[:, :0], keys_pre_rope, cos, sin)
     return keys
-
-
-@contextmanager
-def capture_pre_rope_keys(model) -> Iterator[list[torch.Tensor | None]]:
-    """Within the block, each forward stores every layer's keys before RoPE in the yielded list.
-
-    Entry i is `# [batch, kv_heads, tokens, head_dim]` for layer i after the
-    last forward run inside the block. Hooks are removed on exit.
-    """
-    layers = _decoder(model).layers
-    captured: list[torch.Tensor | None] = [None] * len(layers)
-    handles = []
-    for i, layer in enumerate(layers):
-        attn = layer.self_attn
-        k_norm = getattr(attn, "k_norm", None)
-        source = k_norm if k_norm is not None else attn.k_proj
-        head_dim = attn.head_dim
-
-        def hook(_module, _inputs, output, i=i, head_dim=head_dim):
-            batch, tokens = output.shape[0], output.shape[1]
-            # the attention layer's own reshape: [B, T, H*D] or [B, T, H, D] -> [B, H, T, D]
-            captured[i] = output.detach().view(batch, tokens, -1, head_dim).transpose(1, 2)
-
-        handles.append(source.register_forward_hook(hook))
-    try:
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()

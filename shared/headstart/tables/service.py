@@ -3,7 +3,7 @@
 It ties the model-independent parts (store, device tier, trie) to the model:
 
     layout(db, prompt)      lay out a database's blocks (token ids, groups, scope, trie); cached
-    iter_precompute(layout) encode and store missing blocks, one group per step   [worker thread]
+    iter_precompute(layout, runner)  encode and store missing blocks, one group per step  [worker thread]
     warm(layout, runner)    compute the shared head state (else the first request does)  [worker thread]
     plan(layout, ids)       find the tables in a prompt (trie), no I/O             [any thread]
     prefetch(plan)          read the blocks the device tier lacks from the store  [any thread]
@@ -18,9 +18,9 @@ instead. When the device tier cannot take a block (pinned bytes leave no
 room, or a capacity of 0), the block is copied to the device for this request
 only. Counters for benchmarks and metrics: `stats()`.
 
-The forwards `warm` and `assemble` run are the engine's `ModelRunner`'s
-(passed in: its kernels, so a table-cache prompt matches a cold prefill run
-through them); precomputing blocks runs the model's own forward
+Every forward is a `ModelRunner`'s, passed in (the service holds none):
+`warm` and `assemble` run its kernels, so a table-cache prompt matches a
+cold prefill run through them; precomputing blocks runs its `encode_rows`
 (`tables.precompute`).
 """
 
@@ -122,13 +122,15 @@ class TableCacheService:
         """Tables whose block the store does not have (a down store has none)."""
         return [t for t in layout.texts if not self.store.contains(layout.scope.block_id(t))]
 
-    def iter_precompute(self, layout: TableLayout, *, skip_existing: bool = True):
-        """Encode and store the layout's groups, one per step (run on the worker)."""
-        return iter_precompute(self.loaded.model, layout, self.store, skip_existing=skip_existing)
+    def iter_precompute(self, layout: TableLayout, runner: ModelRunner, *, skip_existing: bool = True):
+        """Encode and store the layout's groups with `runner` (the model's:
+        `loaded.model`), one per step (run on the worker)."""
+        return iter_precompute(runner, layout, self.store, skip_existing=skip_existing)
 
-    def precompute(self, layout: TableLayout, *, skip_existing: bool = True) -> PrecomputeReport:
+    def precompute(self, layout: TableLayout, runner: ModelRunner, *,
+                   skip_existing: bool = True) -> PrecomputeReport:
         """All groups at once (run on the worker); see `iter_precompute`."""
-        steps: list[GroupProgress] = list(self.iter_precompute(layout, skip_existing=skip_existing))
+        steps: list[GroupProgress] = list(self.iter_precompute(layout, runner, skip_existing=skip_existing))
         return PrecomputeReport.from_progress(layout, steps)
 
     # -- serving ---------------------------------------------------------------
