@@ -17,7 +17,8 @@ from headstart.engine.generation import SamplingParams
 from headstart.engine.kv import KVState
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
-from headstart.engine.worker import ForwardWorker, Priority
+from headstart.engine.scheduler_types import Priority
+from headstart.engine.worker import ForwardWorker
 from tests.worker_gates import hold_worker, queue_gate
 from headstart.prompt import common_prefix_len
 
@@ -271,8 +272,6 @@ def test_session_table_evicts_idle_lru(tmp_path):
 def test_urgent_job_preempts_typing_step_between_layers(tiny_runtime):
     """Another session's submit stops a typing extension in flight (it is
     queued again and the result stays exact)."""
-    from headstart.engine.worker import Priority
-
     worker = tiny_runtime.worker
     session = tiny_runtime.open_session("world_1", "headstart")
     seen = threading.Event()
