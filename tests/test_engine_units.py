@@ -831,7 +831,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     """A submit that arrives while its session's typing row shares a batched
     forward: the other session's row leaves the batch at the next layer, its
     own row finishes alone, and both answers still equal their cold runs."""
-    from headstart.engine import model_runner
+    from headstart.engine import packed_forward
 
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
@@ -842,7 +842,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     cold_b = tiny_runtime.complete("world_1", qb, "cold", max_new_tokens=3).token_ids
     a, b = tiny_runtime.open_session("world_1"), tiny_runtime.open_session("world_1")
     plans, submits = [], []
-    rows_leaving = model_runner._rows_leaving
+    rows_leaving = packed_forward._rows_leaving
 
     def submit_during_the_group(live, calls):
         if len(live.rows) == 2 and not submits:  # on the worker, before the group's first layer
@@ -850,7 +850,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
             submits.append(a.submit(2, qa, params))
         return rows_leaving(live, calls)
 
-    monkeypatch.setattr(model_runner, "_rows_leaving", submit_during_the_group)
+    monkeypatch.setattr(packed_forward, "_rows_leaving", submit_during_the_group)
     try:
         gate = hold_worker(worker)
         a.update(1, qa)
