@@ -25,7 +25,7 @@ import torch
 
 from bench.common import percentile
 from headstart.engine.model_runner import ModelRunner, RowExtension
-from headstart.engine.worker import Priority
+from headstart.engine.scheduler_types import Priority
 
 
 def _greedy(runner: ModelRunner, ids: list[int], num_tokens: int, stop_ids: set[int]):

@@ -6,9 +6,7 @@ import pytest
 
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import (
-    BACKGROUND, DEFERRED_DECODE, BatchKind, Job, JobState, Priority, StepOutcome,
-)
+from headstart.engine.scheduler_types import BatchKind, Job, JobState, Priority, StepOutcome
 
 P = Priority
 
@@ -109,6 +107,19 @@ def test_groups(scope, rows, budget, specs, expected):
     assert run_order(scheduler, 0.0) == expected
 
 
+def test_classes_are_integers_in_rule_1s_order():
+    """One enum, integers, in the order the fractions they replaced ran
+    (STREAM 3 < deferred decode 3.5 < background 3.75 < IDLE 4)."""
+    assert list(P) == sorted(P) == [P.FLASH, P.SUBMIT, P.POOL, P.STREAM, P.DEFERRED_DECODE, P.BACKGROUND, P.IDLE]
+    assert all(type(p.value) is int for p in P)
+
+
+@pytest.mark.parametrize("cls", [P.DEFERRED_DECODE, P.BACKGROUND])
+def test_a_job_is_never_queued_at_a_class_only_the_scheduler_gives(cls):
+    with pytest.raises(ValueError, match="FLASH, SUBMIT, POOL, STREAM, IDLE"):
+        Job(lambda: False, cls, "x")
+
+
 def test_plan_is_typed_and_states_move_in_one_place():
     scheduler = Scheduler(max_batch_rows=4, batch_scope="typing,decode", decode_defer_s=1.0)
     a, b, d = queued(scheduler, [("a", P.STREAM, {"owner": "a", "cost": 3}), ("b", P.STREAM, {"owner": "b", "cost": 2}),
@@ -161,16 +172,16 @@ PREEMPT_CASES = [
     ((P.SUBMIT, True), P.SUBMIT, P.SUBMIT, True),  # a decode step yields to a new submit
     ((P.SUBMIT, True), P.SUBMIT, P.STREAM, False),  # ... never to typing
     ((P.POOL, True), P.POOL, P.SUBMIT, True),
-    ((P.SUBMIT, True), DEFERRED_DECODE, P.POOL, True),
-    ((P.SUBMIT, True), DEFERRED_DECODE, P.STREAM, False),
+    ((P.SUBMIT, True), P.DEFERRED_DECODE, P.POOL, True),
+    ((P.SUBMIT, True), P.DEFERRED_DECODE, P.STREAM, False),
     # answer-ahead of a finished question, a decode step riding in others' forwards: only a new prefill stops it
     ((P.IDLE, True), P.IDLE, P.POOL, True),
     ((P.IDLE, True), P.IDLE, P.SUBMIT, True),
     ((P.IDLE, True), P.IDLE, P.STREAM, False),
     ((P.IDLE, True), P.IDLE, P.IDLE, False),
     # a background job that started behind the answers yields as a STREAM job does: not to typing
-    ((P.STREAM, False, True), BACKGROUND, P.STREAM, False),
-    ((P.STREAM, False, True), BACKGROUND, P.POOL, True),
+    ((P.STREAM, False, True), P.BACKGROUND, P.STREAM, False),
+    ((P.STREAM, False, True), P.BACKGROUND, P.POOL, True),
 ]
 
 

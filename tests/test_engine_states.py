@@ -16,7 +16,7 @@ from headstart.engine.states import (
     FINAL_REQUEST_STATES, REQUEST_TRANSITIONS, SESSION_TRANSITIONS, IllegalTransition, RequestState,
     SessionState, advance,
 )
-from headstart.engine.worker import Priority
+from headstart.engine.scheduler_types import Priority
 from tests.worker_gates import hold_worker
 
 S, R = SessionState, RequestState

@@ -17,7 +17,8 @@ from headstart.engine.generation import SamplingParams
 from headstart.engine.kv import KVState
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
-from headstart.engine.worker import ForwardWorker, Priority
+from headstart.engine.scheduler_types import Priority
+from headstart.engine.worker import ForwardWorker
 from tests.worker_gates import hold_worker, queue_gate
 from headstart.prompt import common_prefix_len
 
@@ -271,8 +272,6 @@ def test_session_table_evicts_idle_lru(tmp_path):
 def test_urgent_job_preempts_typing_step_between_layers(tiny_runtime):
     """Another session's submit stops a typing extension in flight (it is
     queued again and the result stays exact)."""
-    from headstart.engine.worker import Priority
-
     worker = tiny_runtime.worker
     session = tiny_runtime.open_session("world_1", "headstart")
     seen = threading.Event()
@@ -832,7 +831,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     """A submit that arrives while its session's typing row shares a batched
     forward: the other session's row leaves the batch at the next layer, its
     own row finishes alone, and both answers still equal their cold runs."""
-    from headstart.engine import model_runner
+    from headstart.engine import packed_forward
 
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
@@ -843,7 +842,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     cold_b = tiny_runtime.complete("world_1", qb, "cold", max_new_tokens=3).token_ids
     a, b = tiny_runtime.open_session("world_1"), tiny_runtime.open_session("world_1")
     plans, submits = [], []
-    rows_leaving = model_runner._rows_leaving
+    rows_leaving = packed_forward._rows_leaving
 
     def submit_during_the_group(live, calls):
         if len(live.rows) == 2 and not submits:  # on the worker, before the group's first layer
@@ -851,7 +850,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
             submits.append(a.submit(2, qa, params))
         return rows_leaving(live, calls)
 
-    monkeypatch.setattr(model_runner, "_rows_leaving", submit_during_the_group)
+    monkeypatch.setattr(packed_forward, "_rows_leaving", submit_during_the_group)
     try:
         gate = hold_worker(worker)
         a.update(1, qa)

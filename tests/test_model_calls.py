@@ -14,6 +14,11 @@ model, or part of it, from outside `engine/model_runner.py`:
   (and torch's global `register_module_forward_(pre_)hook`), which would hang
   behaviour on the model where no reader of the runner finds it.
 
+The runner's packed decoder loop lives in `engine/packed_forward.py`: it
+runs the model's modules (embedding, rotary, norms, through the runner's
+ops) but no call above, and only the runner may import it (PACKED), so it
+is the runner's forward in a file of its own, not a second way in.
+
 The few sites that call the model on purpose, outside the runner, are listed
 in ALLOWED with the reason; an allowance that no longer matches a call fails
 too, so the list cannot go stale. Tests are not scanned: they compare the
@@ -30,6 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("shared/headstart", "services", "bench", "cli")  # cli/: the command's own package, where it exists
 RUNNER = "shared/headstart/engine/model_runner.py"
+PACKED = "headstart.engine.packed_forward"  # the runner's packed loop: imported by the runner alone
 
 # (file, enclosing function) -> why it calls the model outside the runner
 ALLOWED = {
@@ -152,6 +158,24 @@ def test_the_runner_is_where_the_model_is_called():
     assert {("_hf_extend", "self.model(...)"), ("encode_rows", "self.model(...)"),
             ("_capture_pre_rope_keys", ".register_forward_hook(...)"),
             ("__init__", ".register_forward_pre_hook(...)")} <= found
+
+
+def _imports(source: str) -> set[str]:
+    """The modules `source` imports (`from a.b import c` gives a.b and a.b.c)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_only_the_runner_imports_its_packed_loop():
+    """`engine/packed_forward.py` is reached through `ModelRunner.extend_rows` alone."""
+    importers = {path.relative_to(ROOT).as_posix() for root in SCANNED for path in sorted((ROOT / root).rglob("*.py"))
+                 if PACKED in _imports(path.read_text())}
+    assert importers == {RUNNER}
 
 
 @pytest.mark.parametrize("source,what", [

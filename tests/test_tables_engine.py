@@ -15,7 +15,7 @@ from headstart.engine.errors import InvalidInput
 from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.p0_store import p0_key
 from headstart.engine.runtime import EngineRuntime
-from headstart.engine.worker import Priority
+from headstart.engine.scheduler_types import Priority
 from headstart.tables.batch import BatchItem, serve_batch
 from headstart.tables.engine_source import table_source
 from tests.typing_traces import KINDS, QUESTIONS

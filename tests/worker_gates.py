@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from headstart.engine.worker import ForwardWorker, Priority
+from headstart.engine.scheduler_types import Priority
+from headstart.engine.worker import ForwardWorker
 
 
 def queue_gate(worker: ForwardWorker, gate: threading.Event, held: threading.Event,

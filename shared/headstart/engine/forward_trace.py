@@ -11,7 +11,9 @@ Each line: `{"t": s since the trace opened, "ms": the iteration's wall time,
 "waiting": jobs queued after the plan was taken, "deferred": decode steps
 that ranked behind typing, "rows": [[job name, rank class, planned tokens,
 new tokens run, cache length before], ...], "forwards": rows per forward}`.
-A row that needed no forward has new tokens 0.
+A row that needed no forward has new tokens 0. The rank class is its name
+(`Priority`: "STREAM", "DEFERRED_DECODE", ...; traces before the classes
+were integers held its number, 3.5 for a deferred decode step).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class ForwardTrace:
         self._opened = time.perf_counter()
 
     def record(self, started: float, ended: float, forward_s: float, waiting: int, deferred: int,
-               rows: list[tuple[str, float, int, int, int]], forwards: list[int]) -> None:
+               rows: list[tuple[str, str, int, int, int]], forwards: list[int]) -> None:
         line = {"t": round(started - self._opened, 4), "ms": round((ended - started) * 1000, 2),
                 "forward_ms": round(forward_s * 1000, 2),
                 "waiting": waiting, "deferred": deferred, "rows": rows, "forwards": forwards}

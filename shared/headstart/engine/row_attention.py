@@ -1,5 +1,6 @@
 """One decoder layer's attention for the rows of a packed forward, each row on
-its own cache, read in place (`ModelRunner.extend_rows` calls it per layer).
+its own cache, read in place (`packed_forward`, `ModelRunner.extend_rows`'s
+loop, calls it per layer).
 
 Row i's queries see its cached pieces (a shared P0 and its private tail,
 `shared_prefix.layer_segments`) and its own n_i new keys, causally; no row's
@@ -17,7 +18,7 @@ cache is copied or joined. Two ways, chosen per row:
   softmax over all pieces, the weighted values summed piece by piece.
 
 Each row's new keys/values are noted in `new_kv[layer][row]`, appended to
-its cache after the last layer (`model_runner._append`).
+its cache after the last layer (`packed_forward._append`).
 """
 
 from __future__ import annotations

@@ -28,10 +28,11 @@ from headstart.engine.model_runner import ModelRunner
 from headstart.engine.p0_store import P0Store
 from headstart.engine.policy import PaperPolicy, make_policy
 from headstart.engine.prefix_source import P0Source, PrefixHit, PrefixSource
+from headstart.engine.scheduler_types import Priority
 from headstart.engine.session import Session, SessionLimits
 from headstart.engine.session_table import SessionTable
 from headstart.engine.tenant_worker import TenantWorker
-from headstart.engine.worker import ForwardWorker, Priority  # noqa: F401 (re-exported)
+from headstart.engine.worker import ForwardWorker
 from headstart.models import LoadedModel, load_model
 from headstart.paths import run_dir
 from headstart.prompt import PromptBuilder

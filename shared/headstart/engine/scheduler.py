@@ -7,7 +7,10 @@ now)`. The scheduler owns the waiting jobs
 and every job's state (`JobState`: WAITING -> RUNNING -> WAITING | FINISHED,
 changed only here). Its rules, written once:
 
-1. **Classes.** FLASH > SUBMIT > POOL > STREAM > IDLE (`Priority`). A job
+1. **Classes.** FLASH > SUBMIT > POOL > STREAM > DEFERRED_DECODE >
+   BACKGROUND > IDLE (`Priority`, integers; a job is queued at one of the
+   five without DEFERRED_DECODE and BACKGROUND, which rules 2 and 2d give
+   it for a while). A job
    ranks by (class, priority, key, arrival) (`Rank`), lower first; each
    iteration ranks every waiting job afresh, because a typing job's key
    changes while its user types and a deferred step's class changes with time.
@@ -87,7 +90,7 @@ from headstart.config import default
 from headstart.engine import scheduler_order
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler_types import (
-    BACKGROUND, DEFERRED_DECODE, BatchKind, BatchScope, Job, JobState, Plan, PlannedRow, Priority, Rank, StepOutcome,
+    BatchKind, BatchScope, Job, JobState, Plan, PlannedRow, Priority, Rank, StepOutcome,
 )
 
 
@@ -167,7 +170,7 @@ class Scheduler:
             self._finish(job, Cancelled(f"job {job.name!r} was cancelled"))
         for job, exc in failed:
             self._finish(job, exc)
-        deferred = tuple(job for rank, job in ranked if rank.cls == DEFERRED_DECODE)
+        deferred = tuple(job for rank, job in ranked if rank.cls == Priority.DEFERRED_DECODE)
         return Plan(tuple(rows), kind if len(rows) > 1 else None, dropped, tuple(failed), deferred)
 
     def _idle_typing_waits(self, ranked: list[tuple[Rank, Job]], failed: list,
@@ -288,11 +291,11 @@ class Scheduler:
 
     def rank(self, job: Job, now: float) -> Rank:
         """(class, priority, key, arrival): lower runs first (rules 1-3)."""
-        cls = DEFERRED_DECODE if self.deferred(job, now) else float(job.priority)
+        cls = Priority.DEFERRED_DECODE if self.deferred(job, now) else job.priority
         if job.background and cls == Priority.STREAM and now - job.queued_at < self.decode_defer_s:
-            cls = BACKGROUND
+            cls = Priority.BACKGROUND
         key = float(job.order_key()) if job.order_key is not None else 0.0
-        return Rank(cls, int(job.priority), key, job.arrival)
+        return Rank(cls, job.priority, key, job.arrival)
 
     def deferred(self, job: Job, now: float) -> bool:
         """A decode step of a submit or pool request that has waited less than
@@ -323,8 +326,9 @@ class Scheduler:
         (rule 5); `needs_forward` False: its first step runs no forward."""
         if not needs_forward:
             return False
+        # a background job yields as a STREAM job does, whether it started at BACKGROUND or STREAM
         cls = min(running.running_class, Priority.STREAM) if running.background else running.running_class
-        if cls == DEFERRED_DECODE:
+        if cls == Priority.DEFERRED_DECODE:
             return priority <= Priority.POOL
         if running.decode_step:
             # an overdue decode step still yields to a new prefill at least as

@@ -16,23 +16,42 @@ from typing import Callable, NamedTuple
 
 
 class Priority(IntEnum):
-    """Lower runs first. FLASH (registered questions re-answered on a data
-    change) > SUBMIT (a user pressed Enter) > POOL (stateless completions) >
-    STREAM (typing prefill, data ingestion) > IDLE (speculative answer-ahead,
-    only when nothing else waits)."""
+    """The scheduler's classes, lower first: the first field of a job's `Rank`
+    (rule 1 of `headstart.engine.scheduler`). Integers, in the order they run.
+
+    A job is queued at one of five (its `Job.priority`):
+
+    FLASH: registered questions re-answered on a data change (`data/flash_eval.py`).
+    SUBMIT: a user pressed Enter (a session's submit, a data session's query).
+    POOL: stateless completions (`EngineRuntime.start_complete`, `tables.batch`).
+    STREAM: typing prefill, and the work around it: P0 prefills, table-cache
+        assembly, a data session's opening, ingestion and rebuilds (the last
+        two `Job.background`).
+    IDLE: speculative answer-ahead, only when nothing else waits.
+
+    Two more the scheduler gives a waiting job for a while; no job is queued
+    at them:
+
+    DEFERRED_DECODE: a SUBMIT or POOL decode step that has waited less than
+        `decode_defer_s` (rule 2): behind typing, ahead of background work
+        and answer-ahead; a running one yields to a new POOL-or-higher job
+        (rule 5).
+    BACKGROUND: a background STREAM job that has waited less than
+        `decode_defer_s` (rule 2d): behind deferred decode steps, ahead of
+        answer-ahead; a running one yields as a STREAM job does (rule 5).
+    """
 
     FLASH = 0
     SUBMIT = 1
     POOL = 2
     STREAM = 3
-    IDLE = 4
+    DEFERRED_DECODE = 4
+    BACKGROUND = 5
+    IDLE = 6
 
 
-# Where a deferred decode step ranks: behind typing, ahead of answer-ahead.
-DEFERRED_DECODE = Priority.STREAM + 0.5
-# Where a background STREAM job (data ingestion, a retention rebuild) ranks
-# until it has waited as long as a decode step may: behind the answers.
-BACKGROUND = DEFERRED_DECODE + 0.25
+# The classes a job may be queued at (`Job`); the others only the scheduler gives.
+QUEUED_CLASSES = frozenset(Priority) - {Priority.DEFERRED_DECODE, Priority.BACKGROUND}
 
 
 class BatchScope(str, Enum):
@@ -76,10 +95,11 @@ class JobState(Enum):
 
 class Rank(NamedTuple):
     """Lower runs first: (class, priority, key within the class, arrival).
-    `cls` is the priority, or DEFERRED_DECODE for a deferred decode step."""
+    `cls` is the job's priority, or the class the scheduler gives it for now
+    (DEFERRED_DECODE, BACKGROUND); `priority` is always the job's own."""
 
-    cls: float
-    priority: int
+    cls: Priority
+    priority: Priority
     key: float
     arrival: int
 
@@ -118,8 +138,11 @@ class Job:
     def __init__(self, step: Callable[[], object], priority: Priority, name: str = "",
                  order_key: Callable[[], float] | None = None, owner: str | None = None,
                  cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None):
+        if priority not in QUEUED_CLASSES:
+            valid = ", ".join(p.name for p in Priority if p in QUEUED_CLASSES)
+            raise ValueError(f"a job is queued at one of {valid}, not {priority!r}")
         self.step = step
-        self.priority = priority
+        self.priority = Priority(priority)
         self.name = name
         self.order_key = order_key
         self.owner = owner
@@ -135,7 +158,7 @@ class Job:
         self.arrival = 0  # set by the scheduler at each (re)queue
         self.queued_at = 0.0  # a deferred step's wait counts from here
         self.decode_step = False  # `decoding()` as read at the last (re)queue
-        self.running_class = float(priority)  # its rank class when it last started (preemption)
+        self.running_class = self.priority  # its rank class when it last started (preemption)
         # Set by the scheduler for the step it plans now: at most this many new
         # tokens (a typing row riding with answers' decode steps); None: no cap.
         # A step that cannot split its work may ignore it.

@@ -30,10 +30,11 @@ from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
 from headstart.engine.policy import ConfirmationPolicy
+from headstart.engine.scheduler_types import Job, Priority
 from headstart.engine.session_steps import S, SessionSteps
 from headstart.engine.session_types import InFlight, SessionLimits, SessionStats  # noqa: F401 (re-exported)
 from headstart.engine.states import SessionState, advance
-from headstart.engine.worker import ForwardWorker, Job, Priority
+from headstart.engine.worker import ForwardWorker
 from headstart.prompt import PromptBuilder, common_prefix_len
 
 

@@ -39,9 +39,7 @@ from headstart.config import default
 from headstart.engine.errors import Cancelled, ResourceExhausted
 from headstart.engine.forward_trace import ForwardTrace
 from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import (  # noqa: F401 (re-exported: callers import them from here)
-    BATCH_SCOPES, DEFERRED_DECODE, BatchScope, Job, Plan, Priority, StepOutcome,
-)
+from headstart.engine.scheduler_types import BatchScope, Job, Plan, Priority, StepOutcome
 from headstart.engine.steps import Row, commit_rows, run_rows
 
 log = logging.getLogger(__name__)
@@ -225,6 +223,6 @@ class ForwardWorker:
         if self.trace is not None:
             ran = {index: (len(row.new_ids), length) for (index, row), length in zip(rows, before)}
             self.trace.record(started, time.perf_counter(), forward_s, self.scheduler.num_waiting, len(plan.deferred),
-                              [[p.job.name, p.rank.cls, p.num_tokens, *ran.get(i, (0, -1))]
+                              [[p.job.name, p.rank.cls.name, p.num_tokens, *ran.get(i, (0, -1))]
                                for i, p in enumerate(plan.rows)], forwards)
         return outcomes  # type: ignore[return-value] (every slot is filled)

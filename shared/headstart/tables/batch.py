@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from headstart.engine.generation import SamplingParams, SubmitResult
-from headstart.engine.worker import Priority
+from headstart.engine.scheduler_types import Priority
 from headstart.tables.pipeline import iter_pipeline
 from headstart.tables.engine_source import table_source
 from headstart.tables.rerank import rerank as rerank_order
