@@ -5,7 +5,8 @@ cap, plus a Complete), but over Serve's gRPC proxy to a real replica (one,
 so every call lands on it), as the gateway calls it. After each cycle the
 replica's own counts come from its `memory_probe` (a Serve handle call) and
 its RSS from /proc: what the in-process experiment cannot see (Ray's and
-Serve's per-request state) shows here.
+Serve's per-request state) shows here. `peak RSS` is the highest during the
+cycle's work (VmHWM, restarted before each cycle), not only where it ended.
 
     python -m bench.replica_memory_serve --cycles 8 --out bench-out/replica-memory-serve
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     from ray import serve
 
     from headstart.config import EngineSettings
-    from loadtest.memory import replica_pids, rss_mib
+    from loadtest.memory import peak_rss_mib, replica_pids, reset_peak_rss, rss_mib
     from services.engine.deployment import APP_NAME
     from services.engine.ray_stack import start_engine, start_ray, stop_engine
 
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             stub = engine_pb2_grpc.EngineStub(channel)
             for cycle in range(args.cycles + 1):
                 outcomes: dict[str, int] = {}
+                reset_peak_rss(pid)  # the peak column: the highest RSS during this cycle's work
                 for j in range(args.per_cycle if cycle else 0):
                     ending = ENDINGS[j % len(ENDINGS)]
                     got = _session(stub, stack, f"c{cycle}-s{j}", QUESTIONS[j % len(QUESTIONS)], ending, args.max_new)
@@ -130,9 +132,9 @@ def main(argv: list[str] | None = None) -> None:
                                                                params=types_pb2.SamplingParams(max_new_tokens=4))
                     list(stub.Complete(request, metadata=stack.metadata(), timeout=120))
                 time.sleep(0.5)  # cancelled work ends
-                rss = rss_mib(pid)  # before the probe: with --detail it trims
+                rss, peak = rss_mib(pid), peak_rss_mib(pid)  # before the probe: with --detail it trims
                 probe = handle.memory_probe.remote(detail=args.detail, trim=args.detail, trace=args.trace).result()
-                rows.append({"cycle": cycle, "outcomes": outcomes, "probe": probe, "rss_mib": rss,
+                rows.append({"cycle": cycle, "outcomes": outcomes, "probe": probe, "rss_mib": rss, "peak_rss_mib": peak,
                              "proxy_rss_mib": rss_mib(proxy) if proxy else None})
                 print(cycle, outcomes, probe["num_sessions"], probe["evicted"], probe["counts"],
                       probe["gc_objects"], f"{probe['tensor_bytes'] / 2**20:.2f} MiB", f"RSS {rows[-1]['rss_mib']:.1f}",
@@ -146,11 +148,11 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "replica_memory_serve.json", {"config": vars(args) | {"out": str(args.out)}, "rows": rows})
     header = ["cycle", "sessions", "evicted", "Session", "KVState", "Job", "Task", "gc objects", "tensor MiB",
-              "RSS MiB", "RSS after trim", "blocks", "proxy RSS"]
+              "RSS MiB", "peak RSS MiB", "RSS after trim", "blocks", "proxy RSS"]
     table = markdown_table(header, [[r["cycle"], r["probe"]["num_sessions"], r["probe"]["evicted"],
                                      *(r["probe"]["counts"].get(n, 0) for n in ("Session", "KVState", "Job", "Task")),
                                      r["probe"]["gc_objects"], f"{r['probe']['tensor_bytes'] / 2**20:.2f}",
-                                     f"{r['rss_mib']:.1f}", _mib(r["probe"].get("rss_trimmed_mib")),
+                                     f"{r['rss_mib']:.1f}", _mib(r.get("peak_rss_mib")), _mib(r["probe"].get("rss_trimmed_mib")),
                                      r["probe"].get("allocated_blocks", ""), _mib(r["proxy_rss_mib"])]
                                     for r in rows])
     (args.out / "replica_memory_serve.md").write_text(table + "\n")

@@ -34,6 +34,26 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
+def peak_rss_mib(pid: int) -> float | None:
+    """The highest resident memory of `pid` in MiB since it started or since `reset_peak_rss` (VmHWM)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Restart `pid`'s VmHWM from its current RSS (Linux >= 4.0: `5` to clear_refs; our own processes only)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
 REDACTED = "***"
 POSTGRES_URI_SCHEMES = ("postgresql://", "postgres://")
@@ -54,6 +52,9 @@ def scrub_password(text: str, dsn: str) -> str:
     turn a one-letter password into a mask of every such letter, telling the
     password by where the masks fall.
     """
+    import psycopg  # here, not at import: a replica serving only SQLite never loads it (9 MiB)
+    from psycopg.conninfo import conninfo_to_dict
+
     secrets = set()
     try:
         secrets.add(conninfo_to_dict(dsn).get("password") or "")

@@ -6,10 +6,13 @@ never appears in `Schema.source` or in an error message.
 
 from __future__ import annotations
 
-import psycopg
+from typing import TYPE_CHECKING
 
 from headstart.schema.dsn import redact_dsn, scrub_password
 from headstart.schema.model import Column, ForeignKey, Schema, SchemaError, Table
+
+if TYPE_CHECKING:
+    import psycopg
 
 # Ordinary, partitioned and foreign tables; partitions are reached through
 # their parent, so they are not tables of their own here.
@@ -72,6 +75,8 @@ def load_postgres_schema(
         SchemaError: the server cannot be reached or queried, the schema does
             not exist or has no tables. Messages carry the redacted DSN.
     """
+    import psycopg  # here, not at import: 9 MiB in every replica that serves only SQLite (docs/benchmarks.md, "Replica RSS")
+
     shown = redact_dsn(dsn)
     try:
         with psycopg.connect(dsn, connect_timeout=connect_timeout) as conn:
@@ -95,7 +100,7 @@ class _MissingSchema(Exception):
     """Raised inside the connection block so it closes before the SchemaError."""
 
 
-def _read(conn: psycopg.Connection, schema_name: str) -> tuple[str, tuple[Table, ...], list[str]]:
+def _read(conn: "psycopg.Connection", schema_name: str) -> tuple[str, tuple[Table, ...], list[str]]:
     row = conn.execute(
         "SELECT current_database()::text, (SELECT oid FROM pg_namespace WHERE nspname = %s)",
         (schema_name,),
