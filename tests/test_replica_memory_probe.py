@@ -133,6 +133,39 @@ def test_heap_trimmer_trims_only_when_idle_and_due():
         HeapTrimmer(-1.0)
 
 
+def test_heap_trimmer_trims_once_after_each_stretch_of_work():
+    from services.engine.heap_trim import HeapTrimmer
+
+    calls, clock = [], _Clock()
+    trimmer = HeapTrimmer(2.0, trim=lambda pad: calls.append(pad) or 1, clock=clock)
+    clock.now = 3.0
+    assert trimmer.maybe_trim(idle=True, work=5)  # work ran, now idle, due
+    clock.now = 10.0
+    assert not trimmer.maybe_trim(idle=True, work=5)  # nothing ran since: nothing new to give back
+    assert not trimmer.maybe_trim(idle=False, work=9)  # busy
+    assert trimmer.maybe_trim(idle=True, work=9)  # the burst ended
+    clock.now = 11.0
+    assert not trimmer.maybe_trim(idle=True, work=12)  # 1 s since the last: not due
+    assert calls == [0, 0]
+
+
+def test_heap_trimmer_polls_on_a_thread_of_its_own():
+    import threading
+
+    from services.engine.heap_trim import HeapTrimmer
+
+    trimmed = threading.Event()
+    work = [0]
+    trimmer = HeapTrimmer(0.01, trim=lambda pad: trimmed.set() or 1)
+    trimmer.start(idle=lambda: True, work=lambda: work[0], poll_s=0.01)
+    try:
+        assert not trimmed.wait(0.2)  # idle, but no work ran since it started
+        work[0] = 1  # a forward ran; the poller sees the replica idle after it
+        assert trimmed.wait(10)
+    finally:
+        trimmer.stop()
+
+
 def test_heap_trimmer_gives_freed_pages_back():
     from services.engine.heap_trim import HeapTrimmer, libc_malloc_trim
 

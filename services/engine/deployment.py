@@ -64,6 +64,8 @@ class EngineDeployment:
         self.loader = SchemaLoader(self.core.runtime.prompt_for)
         self.kv_gauge = ReplicaKVGauge()
         self.heap_trimmer = HeapTrimmer(engine_settings.malloc_trim_s)
+        worker = self.core.runtime.worker
+        self.heap_trimmer.start(self.core.idle, lambda: worker.steps_run)  # once a burst's forwards end
         publisher = VersionPublisher.from_url(engine_settings.redis_url) if engine_settings.redis_url else None
         self.data = DataService(self.core, self.replica, self.guard, self._prepare, publisher)
         # Session streams past Serve's proxy (services/engine/direct.py); None: off or unbindable
@@ -213,18 +215,13 @@ class EngineDeployment:
         """Serve's replica health check: the forward worker thread must be alive.
 
         Serve calls it every `health_check_period_s` (5 s): the replica's KV
-        gauge is refreshed here, so its metric is never older than that, and
-        an idle replica gives freed heap pages back (services/engine/heap_trim.py)."""
+        gauge is refreshed here, so its metric is never older than that."""
         if not self.core.runtime.worker._thread.is_alive():
             raise RuntimeError("forward worker thread died")
         try:
             self.kv_gauge.record(self.core.kv_usage())
         except Exception:  # NOTE: a metric must never fail the health check (Serve would restart the replica)
             log.exception("KV gauge not recorded")
-        try:
-            self.heap_trimmer.maybe_trim(self.core.idle())
-        except Exception:  # NOTE: nor may giving memory back
-            log.exception("malloc_trim failed")
 
     def _info(self, session_id: str) -> engine_pb2.EngineSessionInfo:
         info = self.core.info(session_id)
@@ -239,6 +236,7 @@ class EngineDeployment:
         try:
             if getattr(self, "direct", None) is not None:
                 self.direct.stop()
+            self.heap_trimmer.stop()
             self.loader.shutdown()
             self.data.shutdown()
             self.core.shutdown()

@@ -105,8 +105,8 @@ class EngineSettings(BaseSettings):
         "the weights are read once per row, not once per batch); turns fast_path off into eager"
     )
     malloc_trim_s: float = Field(
-        30.0, ge=0, description="an idle replica gives the heap pages glibc keeps free back to the system "
-        "(malloc_trim) at most this often, in seconds (0: never; issue 14's soak)"
+        2.0, ge=0, description="once its forward work pauses, a replica gives the heap pages glibc keeps free "
+        "back to the system (malloc_trim, about a millisecond) at most this often, in seconds (0: never)"
     )
     trace_forwards: Path | None = Field(
         None, description="append one JSON line per forward-worker iteration to this file (jobs, tokens, time; "
