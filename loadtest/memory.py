@@ -23,26 +23,25 @@ from typing import Callable
 REPLICA_TITLE = b"ray::ServeReplica"
 
 
-def rss_mib(pid: int) -> float | None:
-    """Resident memory of `pid` in MiB (None: gone or unreadable)."""
+def _status_mib(pid: int, field: str) -> float | None:
+    """A `kB` field of /proc/PID/status in MiB (None: gone or unreadable)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     except (OSError, ValueError):
         return None
     return None
+
+
+def rss_mib(pid: int) -> float | None:
+    """Resident memory of `pid` in MiB (None: gone or unreadable)."""
+    return _status_mib(pid, "VmRSS")
 
 
 def peak_rss_mib(pid: int) -> float | None:
     """The highest resident memory of `pid` in MiB since it started or since `reset_peak_rss` (VmHWM)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError):
-        return None
-    return None
+    return _status_mib(pid, "VmHWM")
 
 
 def reset_peak_rss(pid: int) -> bool:
