@@ -4,8 +4,9 @@ A replica's forwards allocate and free activations all the time, and
 sessions come and go: blocks of many sizes are freed, and glibc keeps them
 (`headstart.heap`), so the resident size after a burst of work stays 40-50
 MiB above the bytes in use (the 0.5B served quantized, 8 sessions:
-docs/benchmarks.md, "Replica RSS"). `malloc_trim(0)` gives them back in
-about a millisecond, but takes the arenas' locks, so the replica calls it
+docs/benchmarks.md, "Replica RSS"). `malloc_trim(0)` gives them back, but
+takes the arenas' locks and the next forwards fault the pages in again (at
+a 2 s period, 8 typists' complete SQL took a fifth longer), so the replica calls it
 only when its forward worker is idle, only after forward work ran since the
 last trim (an idle replica has nothing new to give back), and at most every
 `HEADSTART_MALLOC_TRIM_S` seconds. A thread of the replica polls for that

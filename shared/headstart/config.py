@@ -105,8 +105,9 @@ class EngineSettings(BaseSettings):
         "the weights are read once per row, not once per batch); turns fast_path off into eager"
     )
     malloc_trim_s: float = Field(
-        2.0, ge=0, description="once its forward work pauses, a replica gives the heap pages glibc keeps free "
-        "back to the system (malloc_trim, about a millisecond) at most this often, in seconds (0: never)"
+        30.0, ge=0, description="once its forward work pauses, a replica gives the heap pages glibc keeps free "
+        "back to the system (malloc_trim) at most this often, in seconds (0: never; 2 s trims after every burst "
+        "but cost a fifth of the complete SQL at 8 typists: docs/benchmarks.md, Replica RSS)"
     )
     trace_forwards: Path | None = Field(
         None, description="append one JSON line per forward-worker iteration to this file (jobs, tokens, time; "
