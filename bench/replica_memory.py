@@ -150,13 +150,18 @@ def session_bound_bytes(core: ReplicaCore) -> dict[str, int]:
             "bound_bytes": usage.shared_bytes + core.runtime.sessions.max_sessions * per_session}
 
 
-def growth(rows: list[dict], start: int) -> dict[str, int]:
-    """Per watched count and byte figure: last value minus the value after cycle `start`."""
-    first, last = rows[start]["probe"], rows[-1]["probe"]
-    out = {name: last["counts"].get(name, 0) - first["counts"].get(name, 0)
-           for name in sorted(set(first["counts"]) | set(last["counts"]))}
+def growth(rows: list[dict], start: int, settled: int = 1) -> dict[str, int]:
+    """Per watched count and byte figure: the value after the last cycle minus the value
+    after cycle `start`; with `settled` > 1, the least such growth over the last
+    `settled` cycles. A leak grows with every cycle and shows in each of them; an
+    object something holds for a moment after a cycle (a cancelled task's frame not
+    yet dropped) shows in one, and is not a leak."""
+    first = rows[start]["probe"]
+    lasts = [row["probe"] for row in rows[-settled:]]
+    names = sorted(set(first["counts"]).union(*(last["counts"] for last in lasts)))
+    out = {name: min(last["counts"].get(name, 0) for last in lasts) - first["counts"].get(name, 0) for name in names}
     for key in ("tensor_bytes", "num_tensors", "gc_objects", "traced_bytes", "num_threads"):
-        out[key] = last[key] - first[key]
+        out[key] = min(last[key] for last in lasts) - first[key]
     return out
 
 

@@ -32,7 +32,7 @@ def core(tiny_runtime):
 def test_sessions_past_the_cap_reach_a_plateau(core):
     rows = run_experiment(core, CYCLES, PER_CYCLE)
     served = (CYCLES - WARM) * PER_CYCLE
-    grown = growth(rows, WARM)
+    grown = growth(rows, WARM, settled=2)  # a leak shows in both last cycles
     assert all(r["outcomes"] == {"done": 6, "left": 3} for r in rows[1:]), [r["outcomes"] for r in rows]
     assert [r["sessions"] for r in rows[1:]] == [MAX_SESSIONS] * CYCLES
     assert rows[-1]["evicted"] > 0
@@ -50,3 +50,15 @@ def test_sessions_past_the_cap_reach_a_plateau(core):
     bound = session_bound_bytes(core)
     assert grown["tensor_bytes"] <= bound["max_sessions"] * bound["max_bytes_per_session"]
     assert bound["session_bytes_now"] <= bound["bound_bytes"]
+
+
+def test_growth_over_settled_cycles_keeps_a_leak_and_drops_a_transient():
+    def row(sessions: int, tensors: int) -> dict:
+        return {"probe": {"counts": {"Session": sessions}, "tensor_bytes": 0, "num_tensors": tensors,
+                          "gc_objects": 0, "traced_bytes": 0, "num_threads": 1}}
+
+    leak = [row(3, 10), row(3, 10), row(4, 12), row(5, 14)]  # one more every cycle
+    transient = [row(3, 10), row(3, 10), row(3, 10), row(4, 11)]  # held for a moment after the last
+    assert growth(leak, 1, settled=2)["Session"] == 1 and growth(leak, 1, settled=2)["num_tensors"] == 2
+    assert growth(transient, 1, settled=2)["Session"] == 0 and growth(transient, 1, settled=2)["num_tensors"] == 0
+    assert growth(transient, 1)["Session"] == 1  # the last cycle alone

@@ -117,6 +117,7 @@ def _wait_until(predicate, what: str, timeout_s: float = 60.0):
 def test_hundreds_of_clients_leaving_every_way_leak_nothing(make_gateway, serve_engine):
     stack = make_gateway(session_idle_s=2.0)
     share = stack.gateway.service.quotas.session_share
+    assert share >= 2, "the waits below keep a slot spare"
     with httpx.Client(base_url=stack.http_url, timeout=60) as http, \
             grpc.insecure_channel(stack.grpc_target) as channel:
         stub = headstart_pb2_grpc.HeadstartStub(channel)
@@ -134,8 +135,11 @@ def test_hundreds_of_clients_leaving_every_way_leak_nothing(make_gateway, serve_
                 # one waits for it to end (its connection released) and for a session slot (the
                 # REST sessions nobody closes hold theirs until the reaper takes them), so no
                 # open is refused for the test's own speed. A leak never frees either.
+                # NOTE: two slots, not one: a gRPC stream cancelled right after its open can
+                # reach the gateway's handler only after this check (no connection counted
+                # yet) and take a slot for a moment (CI saw the next open refused so)
                 _wait_until(lambda: service.quotas.connections.total() == 0
-                            and service.sessions.count("alice") < share, f"a free slot in round {round_}")
+                            and service.sessions.count("alice") < share - 1, f"a free slot in round {round_}")
                 way()
         _wait_until(lambda: http.get("/healthz").json()["sessions"] == 0, "the gateway's sessions back to 0")
         _wait_until(lambda: http.get("/healthz").json()["connections"] == 0, "the connections back to 0")
