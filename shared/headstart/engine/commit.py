@@ -1,6 +1,6 @@
 """The commit rule: how a cache moves toward a target prompt, in one place.
 
-Both a typing session's step (`SessionSteps._prepare_typing`) and a submit's prefill
+Both a typing session's step (`Session._prepare_typing`) and a submit's prefill
 (`GenerationRequest._prefill_step`) bring a cache holding ids C to a target
 T the same way: keep the longest common prefix of C and T; when that is all
 of T but the logits after T's last token are not at hand (the cache runs

@@ -34,7 +34,7 @@ class CommitTarget:
     ids: list[int] | None
     recheck_at: float | None = None  # monotonic time to ask the policy again
     # Only part of what the policy wants (the settled words while answers
-    # stream: `SessionSteps._contended_target`); no logits kept, no answer-ahead.
+    # stream: `Session._contended_target`); no logits kept, no answer-ahead.
     partial: bool = False
 
 
@@ -104,7 +104,7 @@ def looks_complete(text: str) -> bool:
 def riding_target(full_ids: list[int], settled_ids: list[int], cached_ids: list[int], complete: bool,
                   bulk_tokens: int, recheck_at: float | None) -> CommitTarget:
     """What a typing session commits while its row rides with streaming
-    answers (`SessionSteps._contended_target`), where each of its tokens
+    answers (`Session._contended_target`), where each of its tokens
     lengthens every answer's forward. A `complete` text (rested, or
     `looks_complete`) commits the whole prompt with its logits: the submit
     that usually follows finds its first token ready. Otherwise only the
