@@ -271,3 +271,32 @@ def test_install_names_the_command_for_missing_packages(monkeypatch):
         install.ensure_model("nope")
     with pytest.raises(ModelLoadError, match="./run.sh model install absent-test"):
         load_model("absent-test")
+
+
+@needs_kernels
+def test_layer_scratch_is_one_block_per_forward_and_a_large_one_goes_back(tiny_gguf, monkeypatch):
+    """Every decoder layer of a forward reuses one scratch block (no arrays allocated per
+    layer call); after the forward a block above `keep_bytes` is given back (a prefill's),
+    one at or below it stays (a decode step's); the tokens are those without the block."""
+    from headstart.engine.model_runner import ModelRunner
+
+    model = load_model(str(tiny_gguf)).model
+    runner = ModelRunner(model, fast_path="auto")
+    assert runner.fast_path == "quant"
+    scratch = runner.ops.scratch()
+    got = []
+    real_pointer = scratch.pointer
+    monkeypatch.setattr(scratch, "pointer", lambda nbytes: got.append(real_pointer(nbytes)) or got[-1])
+    ids = [151644, 8948, 198, 2610, 525, 264] * 8
+    state = runner.prefill(ids)
+    layers = len(model.model.layers)
+    assert len(got) == layers and len(set(got)) == 1  # one block for every layer
+    assert 0 < scratch.nbytes <= scratch.keep_bytes  # small: kept for the next forward
+    scratch.keep_bytes = 1  # every block is "large" now
+    runner.extend(state, [11])
+    assert scratch.nbytes == 0  # given back after the forward
+    assert len(set(got[layers:])) == 1
+    monkeypatch.setattr(runner.ops, "scratch", qk.LayerScratch)  # each layer call with a block of its own
+    again = runner.prefill(ids)
+    runner.extend(again, [11])
+    assert torch.equal(again.last_logits, state.last_logits)

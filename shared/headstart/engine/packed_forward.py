@@ -64,8 +64,6 @@ class _Rows:
 @torch.inference_mode()
 def packed_forward(model, ops, invariant: bool, calls: list) -> list[bool]:
     """`ModelRunner.extend_rows` with its model, ops and batch invariance given."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
     decoder = model.model
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
@@ -75,9 +73,21 @@ def packed_forward(model, ops, invariant: bool, calls: list) -> list[bool]:
                            for c, n in zip(calls, counts)])
     hidden = decoder.embed_tokens(ids[None])  # [1, T, hidden]
     cos, sin = decoder.rotary_emb(hidden, positions[None])
-    live = _Rows(list(range(len(calls))), starts, counts)
-    states = [c.state for c in calls]
     fused = getattr(ops, "decoder_layer", None)  # quant: a whole layer in one kernel call
+    try:
+        return _layers_and_head(model, ops, invariant, calls, _Rows(list(range(len(calls))), starts, counts),
+                                hidden, cos, sin, fused)
+    finally:
+        if fused is not None:
+            ops.end_forward()  # a prefill's scratch goes back to the system
+
+
+def _layers_and_head(model, ops, invariant: bool, calls: list, live: _Rows, hidden, cos, sin, fused) -> list[bool]:
+    """The decoder layers over the packed rows `live`, then the head; updates the rows' states."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    decoder = model.model
+    states = [c.state for c in calls]
     for index, layer in enumerate(decoder.layers):
         leaving = _rows_leaving(live, calls)
         if len(leaving) == len(live.rows):

@@ -17,11 +17,13 @@ tokens in its forward (batch invariance, tested).
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from headstart.engine.fast_ops import EagerOps
 from headstart.engine.shared_prefix import layer_segments
-from headstart.kernels.quant import FusedLayer, FusedSegments
+from headstart.kernels.quant import FusedLayer, FusedSegments, LayerScratch
 from headstart.models.quantized import QuantLinear, is_quantized
 
 
@@ -35,6 +37,7 @@ class QuantOps(EagerOps):
         self.kernel = model.lm_head.kernel
         self._head = model.lm_head.segments
         config = model.config
+        self._scratch = threading.local()  # a LayerScratch per thread that runs forwards
         self._fused = []
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -58,10 +61,22 @@ class QuantOps(EagerOps):
         out = hidden[0].contiguous().clone()
         pieces = [(n, layer_segments(states[b].cache.layers[index])
                    if states[b].cache is not None and states[b].num_tokens else []) for b, _, n in rows]
-        new_k, new_v = self.kernel.decoder_layer(self._fused[index], out, cos[0], sin[0], pieces)
+        new_k, new_v = self.kernel.decoder_layer(self._fused[index], out, cos[0], sin[0], pieces, self.scratch())
         for b, start, n in rows:
             new_kv[b] = (new_k[None, :, start:start + n], new_v[None, :, start:start + n])
         return out[None]
+
+
+    def scratch(self) -> LayerScratch:
+        """This thread's scratch block for the layers of its forwards."""
+        scratch = getattr(self._scratch, "block", None)
+        if scratch is None:
+            scratch = self._scratch.block = LayerScratch()
+        return scratch
+
+    def end_forward(self) -> None:
+        """A forward ended (or stopped): a prefill's large scratch block goes back."""
+        self.scratch().end_forward()
 
 
 def quant_supports(model) -> str | None:

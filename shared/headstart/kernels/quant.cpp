@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -784,12 +785,35 @@ inline void rope(float* x, const float* c, const float* s, int dim) {
 }
 
 void quantized_matmul(const float* x, int64_t T, int64_t K, const Segment* segs, int nseg, float* y, int64_t ldy,
-                      int threads, std::vector<int8_t>& xq, std::vector<float>& xs, std::vector<float>& xsum) {
-  xq.resize(T * K);
-  xs.resize(T * K / 32);
-  xsum.resize(T * K / 16);
-  quantize_rows(x, T, K, xq.data(), xs.data(), xsum.data(), threads);
-  matmul(xq.data(), xs.data(), xsum.data(), T, K, segs, nseg, y, ldy, threads);
+                      int threads, int8_t* xq, float* xs, float* xsum) {
+  quantize_rows(x, T, K, xq, xs, xsum, threads);
+  matmul(xq, xs, xsum, T, K, segs, nseg, y, ldy, threads);
+}
+
+// The scratch of one decoder_layer call over T tokens, carved from one caller-owned block
+// (the caller reuses it for every layer of a forward and frees a large one after it: a
+// block per array per layer, freed inside the call, left glibc's heap holding a prefill's
+// tens of MiB after it; issue 32's replica RSS). Arrays start on 64-byte boundaries.
+struct LayerScratch {
+  float *xn, *qkv, *att, *mlp, *act, *proj, *q, *xs, *xsum;
+  int8_t* xq;
+};
+
+inline int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+int64_t layer_scratch(int64_t T, const LayerShape& sh, uint8_t* base, LayerScratch* out) {
+  const int64_t H = sh.hidden, I = sh.inter;
+  const int64_t qw = (int64_t)sh.heads * sh.dim, width = qw + 2 * (int64_t)sh.kv_heads * sh.dim;
+  const int64_t kmax = std::max(std::max(H, qw), I);  // the widest input a quantized matmul gets
+  const int64_t floats[9] = {T * H, T * width, T * qw, T * 2 * I, T * I, T * H, T * qw, T * kmax / 32, T * kmax / 16};
+  float** slots[9] = {&out->xn, &out->qkv, &out->att, &out->mlp, &out->act, &out->proj, &out->q, &out->xs, &out->xsum};
+  int64_t at = 0;
+  for (int i = 0; i < 9; ++i) {
+    if (base) *slots[i] = (float*)(base + at);
+    at += round64(floats[i] * (int64_t)sizeof(float));
+  }
+  if (base) out->xq = (int8_t*)(base + at);
+  return at + round64(T * kmax);
 }
 
 // hidden [T, H] in place. Rows: nrows rows of nq[r] tokens each (packed in order); row r has
@@ -799,23 +823,24 @@ void quantized_matmul(const float* x, int64_t T, int64_t K, const Segment* segs,
 void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerShape& sh, const float* cos,
                    const float* sin, int nrows, const int* nq, const int* nseg, const float* const* keys,
                    const float* const* values, const int64_t* lengths, const int64_t* kstride,
-                   const int64_t* vstride, float* new_k, float* new_v, int threads) {
+                   const int64_t* vstride, float* new_k, float* new_v, uint8_t* scratch, int threads) {
   const int64_t H = sh.hidden, I = sh.inter;
   const int heads = sh.heads, kvh = sh.kv_heads, dim = sh.dim;
   const int64_t qw = (int64_t)heads * dim, kw = (int64_t)kvh * dim, width = qw + 2 * kw;
-  std::vector<float> xn(T * H), qkv(T * width), att(T * qw), mlp(T * 2 * I), act(T * I), proj(T * H);
-  std::vector<int8_t> xq;
-  std::vector<float> xs, xsum;
-  rms_norm(hidden, w.norm1, T, H, sh.eps, xn.data(), threads);
-  quantized_matmul(xn.data(), T, H, w.qkv, w.nqkv, qkv.data(), width, threads, xq, xs, xsum);
+  LayerScratch ws;
+  layer_scratch(T, sh, scratch, &ws);
+  float *xn = ws.xn, *qkv = ws.qkv, *att = ws.att, *mlp = ws.mlp, *act = ws.act, *proj = ws.proj, *q = ws.q;
+  int8_t* xq = ws.xq;
+  float *xs = ws.xs, *xsum = ws.xsum;
+  rms_norm(hidden, w.norm1, T, H, sh.eps, xn, threads);
+  quantized_matmul(xn, T, H, w.qkv, w.nqkv, qkv, width, threads, xq, xs, xsum);
   // RoPE on q and k; k and v to [kv_heads, T, dim]
-  std::vector<float> q(T * qw);
   parallel_for(T, threads, 8, [&](int64_t t) {
-    const float* row = qkv.data() + t * width;
+    const float* row = qkv + t * width;
     const float* c = cos + t * dim;
     const float* s = sin + t * dim;
     for (int h = 0; h < heads; ++h) {
-      float* qh = q.data() + (t * heads + h) * dim;
+      float* qh = q + (t * heads + h) * dim;
       memcpy(qh, row + h * dim, dim * sizeof(float));
       rope(qh, c, s, dim);
     }
@@ -849,31 +874,31 @@ void decoder_layer(float* hidden, int64_t T, const LayerWeights& w, const LayerS
     pseg[r] = nseg[r] + 1;
     tok += nq[r];
   }
-  attend_batch(q.data(), nrows, nq, heads, kvh, dim, sh.scale, pseg.data(), pk.data(), pv.data(), plen.data(),
-               pks.data(), pvs.data(), att.data(), threads);
-  quantized_matmul(att.data(), T, qw, w.o, 1, proj.data(), H, threads, xq, xs, xsum);
-  for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj.data() + i)));
-  rms_norm(hidden, w.norm2, T, H, sh.eps, xn.data(), threads);
-  quantized_matmul(xn.data(), T, H, w.gate_up, w.ngate_up, mlp.data(), 2 * I, threads, xq, xs, xsum);
+  attend_batch(q, nrows, nq, heads, kvh, dim, sh.scale, pseg.data(), pk.data(), pv.data(), plen.data(),
+               pks.data(), pvs.data(), att, threads);
+  quantized_matmul(att, T, qw, w.o, 1, proj, H, threads, xq, xs, xsum);
+  for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj + i)));
+  rms_norm(hidden, w.norm2, T, H, sh.eps, xn, threads);
+  quantized_matmul(xn, T, H, w.gate_up, w.ngate_up, mlp, 2 * I, threads, xq, xs, xsum);
   parallel_for(T, threads, 8, [&](int64_t t) {
-    const float* g = mlp.data() + t * 2 * I;
+    const float* g = mlp + t * 2 * I;
     const float* u = g + I;
-    float* a = act.data() + t * I;
+    float* a = act + t * I;
     for (int64_t i = 0; i < I; i += 16) {
       const V16 gv = vload(g + i);
       const V16 silu = vdiv(gv, vadd(vset1(1.f), vexp(vsub(vzero(), gv))));
       vstore(a + i, vmul(silu, vload(u + i)));
     }
   });
-  quantized_matmul(act.data(), T, I, w.down, 1, proj.data(), H, threads, xq, xs, xsum);
-  for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj.data() + i)));
+  quantized_matmul(act, T, I, w.down, 1, proj, H, threads, xq, xs, xsum);
+  for (int64_t i = 0; i < T * H; i += 16) vstore(hidden + i, vadd(vload(hidden + i), vload(proj + i)));
 }
 
 }  // namespace
 
 extern "C" {
 // The ABI version quant_kernel.py checks: bump it when a signature changes.
-int hs_q_abi_version(void) { return 3; }
+int hs_q_abi_version(void) { return 4; }
 
 // Which build this is: 2 (AVX2), 5 (AVX-512), 6 (AVX-512 with VNNI).
 int hs_q_isa(void) {
@@ -904,8 +929,14 @@ void hs_q_attend_batch(const float* q, int nrows, const int* nq, int heads, int 
 void hs_q_layer(float* hidden, int64_t T, const LayerWeights* w, const LayerShape* shape, const float* cos,
                 const float* sin, int nrows, const int* nq, const int* nseg, const float* const* keys,
                 const float* const* values, const int64_t* lengths, const int64_t* kstride, const int64_t* vstride,
-                float* new_k, float* new_v, int threads) {
+                float* new_k, float* new_v, uint8_t* scratch, int threads) {
   decoder_layer(hidden, T, *w, *shape, cos, sin, nrows, nq, nseg, keys, values, lengths, kstride, vstride, new_k,
-                new_v, threads);
+                new_v, scratch, threads);
+}
+
+// Bytes of the scratch block hs_q_layer needs for T tokens of a layer of this shape.
+int64_t hs_q_layer_scratch_bytes(int64_t T, const LayerShape* shape) {
+  LayerScratch unused;
+  return layer_scratch(T, *shape, nullptr, &unused);
 }
 }

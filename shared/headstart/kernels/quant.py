@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import mmap
 import threading
 from pathlib import Path
 
@@ -23,7 +24,12 @@ from headstart.kernels.packing import PackedMatrix
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("quant.cpp")
-ABI_VERSION = 3
+ABI_VERSION = 4
+# A decoder layer's scratch block above this is given back after each forward (a mapping
+# of its own, unmapped when dropped: a prefill's); one at or below it is kept for the next
+# forward (a decode step's, a typing chunk's: reused, never faulted in again). 8 MiB is
+# about 100 tokens of the 0.5B.
+KEEP_SCRATCH_BYTES = 8 << 20
 
 _lock = threading.Lock()
 _loaded: dict[str, "QuantKernel"] = {}
@@ -124,6 +130,48 @@ class FusedSegments:
             self.keep = torch.tensor(index, dtype=torch.long)
 
 
+class LayerScratch:
+    """The scratch memory of `QuantKernel.decoder_layer`: one block that every layer of a
+    forward reuses. The kernels used to allocate and free their arrays inside each layer
+    call, and glibc kept the freed tens of MiB of a prefill's (issue 32: replica RSS).
+    One per thread (it is handed to the kernel as it is)."""
+
+    def __init__(self, keep_bytes: int = KEEP_SCRATCH_BYTES):
+        self.keep_bytes = keep_bytes
+        self._block: torch.Tensor | None = None
+        self._mapping: mmap.mmap | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        return 0 if self._block is None else self._block.numel()
+
+    def pointer(self, nbytes: int) -> int:
+        """The address of a block of at least `nbytes` (the one held, or a larger one)."""
+        if self._block is None or self._block.numel() < nbytes:
+            self.release()
+            if nbytes > self.keep_bytes:
+                self._mapping = mmap.mmap(-1, nbytes)
+                self._block = torch.frombuffer(self._mapping, dtype=torch.uint8)
+            else:
+                self._block = torch.empty(nbytes, dtype=torch.uint8)
+        return self._block.data_ptr()
+
+    def end_forward(self) -> None:
+        """The forward ended: give a block larger than `keep_bytes` back to the system."""
+        if self.nbytes > self.keep_bytes:
+            self.release()
+
+    def release(self) -> None:
+        self._block = None
+        if self._mapping is not None:
+            try:
+                self._mapping.close()  # unmapped now
+            except BufferError:
+                pass  # a view of the block is still alive: unmapped when it goes
+            self._mapping = None
+
+
 class QuantKernel:
     """The loaded library of one level."""
 
@@ -145,9 +193,12 @@ class QuantKernel:
 
         self._layer = library.hs_q_layer
         self._layer.argtypes = ([ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p] * 4
-                                + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_void_p] * 7
+                                + [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_void_p] * 8
                                 + [ctypes.c_int])
         self._layer.restype = None
+        self._scratch_bytes = library.hs_q_layer_scratch_bytes
+        self._scratch_bytes.argtypes = [ctypes.c_int64, ctypes.c_void_p]
+        self._scratch_bytes.restype = ctypes.c_int64
 
     @property
     def name(self) -> str:
@@ -196,14 +247,15 @@ class QuantKernel:
 
 
     def decoder_layer(self, layer: FusedLayer, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      rows: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]]
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+                      rows: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
+                      scratch: LayerScratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoder layer over the packed tokens of several rows, in place.
 
         hidden: float32 [T, hidden] contiguous, overwritten with the layer's
         output; cos, sin: float32 [T, dim] (the rows' positions); `rows`: each
         row's (new tokens, cache pieces), pieces [1, kv_heads, L, dim] float32
-        with each token's values contiguous, read in place. Returns the new
+        with each token's values contiguous, read in place; `scratch`: the
+        forward's scratch block (None: one for this call alone). Returns the new
         tokens' (keys after RoPE, values), each [kv_heads, T, dim]."""
         t = hidden.shape[0]
         if (hidden.dtype != torch.float32 or not hidden.is_contiguous() or hidden.shape[1] != layer.hidden
@@ -220,6 +272,9 @@ class QuantKernel:
         n = len(held)
         new_k = torch.empty(layer.kv_heads, t, layer.dim, dtype=torch.float32)
         new_v = torch.empty(layer.kv_heads, t, layer.dim, dtype=torch.float32)
+        nbytes = self._scratch_bytes(t, ctypes.addressof(layer.shape))
+        own = None if scratch is not None else torch.empty(nbytes, dtype=torch.uint8)
+        work = scratch.pointer(nbytes) if scratch is not None else own.data_ptr()
         self._layer(hidden.data_ptr(), t, ctypes.addressof(layer.weights), ctypes.addressof(layer.shape),
                     cos.data_ptr(), sin.data_ptr(), len(rows), (ctypes.c_int * len(rows))(*(r[0] for r in rows)),
                     (ctypes.c_int * len(rows))(*(len(r[1]) for r in rows)),
@@ -228,7 +283,7 @@ class QuantKernel:
                     (ctypes.c_int64 * max(n, 1))(*(k.shape[-2] for k, _ in held)),
                     (ctypes.c_int64 * max(n, 1))(*(k.stride(1) for k, _ in held)),
                     (ctypes.c_int64 * max(n, 1))(*(v.stride(1) for _, v in held)),
-                    new_k.data_ptr(), new_v.data_ptr(), torch.get_num_threads())
+                    new_k.data_ptr(), new_v.data_ptr(), work, torch.get_num_threads())
         return new_k, new_v
 
 
