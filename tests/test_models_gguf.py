@@ -300,3 +300,39 @@ def test_layer_scratch_is_one_block_per_forward_and_a_large_one_goes_back(tiny_g
     again = runner.prefill(ids)
     runner.extend(again, [11])
     assert torch.equal(again.last_logits, state.last_logits)
+
+
+def test_the_served_tree_computes_transformers_norm_and_rotary_bit_for_bit():
+    """`models.gguf_decoder` replaces transformers' Qwen2 classes for serving: its norm and
+    rotary table give the very bits of `Qwen2RMSNorm` and `Qwen2RotaryEmbedding`."""
+    from transformers import Qwen2Config
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm, Qwen2RotaryEmbedding
+
+    from headstart.models.gguf_decoder import RMSNorm, RotaryEmbedding
+
+    gen = torch.Generator().manual_seed(0)
+    weight, x = torch.randn(896, generator=gen), torch.randn(3, 17, 896, generator=gen) * 5
+    theirs = Qwen2RMSNorm(896, eps=1e-6)
+    theirs.weight.data.copy_(weight)
+    assert torch.equal(RMSNorm(weight.clone(), 1e-6)(x), theirs(x))
+    config = Qwen2Config(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, rope_theta=1000000.0,
+                         max_position_embeddings=32768)
+    positions = torch.tensor([[0, 1, 7, 255, 4095, 32767]])
+    for ours, hf in zip(RotaryEmbedding(64, 1000000.0)(x, positions), Qwen2RotaryEmbedding(config)(x, positions)):
+        assert torch.equal(ours, hf)
+
+
+@needs_kernels
+def test_a_gguf_models_hugging_face_view_shares_its_modules(tiny_gguf):
+    """Table-block precompute runs transformers' forward on a GGUF model: through a view
+    built around the served modules (the same quantized matrices, nothing copied)."""
+    from headstart.engine.model_runner import ModelRunner
+
+    model = load_model(str(tiny_gguf)).model
+    view = model.hf_view()
+    assert view is model.hf_view() and view not in list(model.modules())
+    assert view.model.layers[0].self_attn.k_proj is model.model.layers[0].self_attn.k_proj
+    assert view.lm_head is model.lm_head and view.model.embed_tokens is model.model.embed_tokens
+    encoded = ModelRunner(model, fast_path="auto").encode_rows([[151644, 8948, 198, 2610], [151644, 8948]])
+    assert len(encoded.keys_pre_rope) == len(encoded.keys) == len(model.model.layers)
+    assert all(k is not None and k.shape[0] == 2 for k in encoded.keys_pre_rope)  # the hooks saw the view's forward

@@ -243,8 +243,9 @@ class ModelRunner:
             mask[row, :len(ids)] = 1
         with self._capture_pre_rope_keys() as pre_rope:
             # one row: no mask, as a lone prefill (the mask would only say "all ones")
-            out = self.model(input_ids=input_ids, attention_mask=mask if len(rows) > 1 else None, use_cache=True,
-                             logits_to_keep=1)
+            model = self._hf_model()
+            out = model(input_ids=input_ids, attention_mask=mask if len(rows) > 1 else None, use_cache=True,
+                        logits_to_keep=1)
         layers = out.past_key_values.layers
         return EncodedRows(list(pre_rope), [layer.keys for layer in layers], [layer.values for layer in layers])
 
@@ -253,7 +254,7 @@ class ModelRunner:
         """Within the block, a forward stores every layer's keys before RoPE in
         the yielded list (entry i: `# [batch, kv_heads, tokens, head_dim]`).
         The hooks live for the block only: nothing stays on the model."""
-        layers = self.model.model.layers
+        layers = self._hf_model().model.layers
         captured: list[torch.Tensor | None] = [None] * len(layers)
         handles = []
         for i, layer in enumerate(layers):
@@ -288,7 +289,8 @@ class ModelRunner:
         if hooks is not None:
             hooks.before_layer = _stop_when(should_abort)
         try:
-            out = self.model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
+            model = self._hf_model()
+            out = model(input_ids=input_ids, past_key_values=state.cache, use_cache=True, logits_to_keep=1)
         except Superseded:
             if fresh:
                 state.cache = None
@@ -302,7 +304,13 @@ class ModelRunner:
         state.last_logits = kept_logits(out.logits[0, -1]) if want_logits else None
         return True
 
+    def _hf_model(self):
+        """The model whose Hugging Face forward `encode_rows` and `_hf_extend` run: the model, or
+        for a GGUF model (served without transformers' modeling code) its `hf_view`."""
+        view = getattr(self.model, "hf_view", None)
+        return view() if view is not None else self.model
+
     def _layer_hooks(self) -> LayerHooks:
         if self._hooks is None:
-            self._hooks = LayerHooks(self.model)
+            self._hooks = LayerHooks(self._hf_model())
         return self._hooks

@@ -84,8 +84,6 @@ def packed_forward(model, ops, invariant: bool, calls: list) -> list[bool]:
 
 def _layers_and_head(model, ops, invariant: bool, calls: list, live: _Rows, hidden, cos, sin, fused) -> list[bool]:
     """The decoder layers over the packed rows `live`, then the head; updates the rows' states."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
     decoder = model.model
     states = [c.state for c in calls]
     for index, layer in enumerate(decoder.layers):
@@ -99,6 +97,9 @@ def _layers_and_head(model, ops, invariant: bool, calls: list, live: _Rows, hidd
             hidden = fused(index, hidden, cos, sin, list(zip(live.rows, live.starts, live.counts)), states,
                            live.new_kv[-1])
             continue
+        # NOTE: imported here: a GGUF model (the fused layer above) never needs transformers' modeling code
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
         attn = layer.self_attn
         q, k, v = _by_row(lambda h: ops.qkv(index, h), live, invariant, hidden)
         shape = (1, hidden.shape[1], -1, attn.head_dim)

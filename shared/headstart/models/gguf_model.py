@@ -1,8 +1,8 @@
-"""A GGUF file (Qwen2 architecture) as a Hugging Face model whose weights stay quantized.
+"""A GGUF file (Qwen2 architecture) as a served model whose weights stay quantized.
 
-`load_gguf_model(path)` reads the file's metadata into a `Qwen2Config`,
-builds `Qwen2ForCausalLM` without allocating its float weights (on the meta
-device), and puts in the file's tensors: each projection and the LM head a
+`load_gguf_model(path)` reads the file's metadata into a `Qwen2Config` and
+builds the served module tree (`models.gguf_decoder`: Qwen2's layout without
+transformers' modeling code) from the file's tensors: each projection and the LM head a
 `QuantLinear` (the GGUF's own integers, packed once for the kernels), the
 embedding a `QuantEmbedding` (rows read from the memory-mapped file), norms
 and biases as float32. Loading the 0.5B takes a few seconds (packing is
@@ -24,6 +24,7 @@ import torch
 
 from headstart.kernels.quant import QuantKernel
 from headstart.kernels.packing import PackedMatrix, pack
+from headstart.models.gguf_decoder import Attention, Decoder, DecoderLayer, GgufCausalLM, Mlp, RMSNorm, RotaryEmbedding
 from headstart.models.gguf_file import GgufFormatError, GgufHeader, TensorInfo
 from headstart.models.gguf_formats import F32, NAMES, QUANTIZED, UnsupportedFormat, decode
 from headstart.models.quantized import QuantEmbedding, QuantLinear
@@ -107,55 +108,42 @@ def qwen2_config(file: GgufFile) -> dict:
     }
 
 
-def load_gguf_model(path: Path, kernel: QuantKernel):
+def load_gguf_model(path: Path, kernel: QuantKernel) -> GgufCausalLM:
     """The model in `path` with quantized weights (module doc). Raises `GgufError`."""
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm, Qwen2RotaryEmbedding
+    from transformers import GenerationConfig, Qwen2Config
 
     started = time.perf_counter()
     file = GgufFile(path)
-    config = Qwen2Config(**qwen2_config(file))
-    config._attn_implementation = "sdpa"
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(config)
-    decoder = model.model
+    fields = qwen2_config(file)
+    config = Qwen2Config(**fields)
+    config._attn_implementation = "sdpa"  # for `hf_view`'s forward
+    head_dim = fields["head_dim"]
 
-    def norm(name: str):
-        module = Qwen2RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        module.weight = torch.nn.Parameter(file.floats(name), requires_grad=False)
-        return module
+    def norm(name: str) -> RMSNorm:
+        return RMSNorm(file.floats(name), config.rms_norm_eps)
 
-    def linear(name: str, bias: str | None = None):
+    def linear(name: str, bias: str | None = None) -> QuantLinear:
         return QuantLinear(kernel, file.matrix(name, file.floats(bias) if bias else None))
 
-    for i, layer in enumerate(decoder.layers):
+    layers = []
+    for i in range(config.num_hidden_layers):
         b = f"blk.{i}."
-        layer.input_layernorm = norm(b + "attn_norm.weight")
-        layer.post_attention_layernorm = norm(b + "ffn_norm.weight")
-        attn, mlp = layer.self_attn, layer.mlp
-        attn.q_proj = linear(b + "attn_q.weight", b + "attn_q.bias")
-        attn.k_proj = linear(b + "attn_k.weight", b + "attn_k.bias")
-        attn.v_proj = linear(b + "attn_v.weight", b + "attn_v.bias")
-        attn.o_proj = linear(b + "attn_output.weight")
-        mlp.gate_proj = linear(b + "ffn_gate.weight")
-        mlp.up_proj = linear(b + "ffn_up.weight")
-        mlp.down_proj = linear(b + "ffn_down.weight")
-    decoder.norm = norm("output_norm.weight")
+        attn = Attention(linear(b + "attn_q.weight", b + "attn_q.bias"), linear(b + "attn_k.weight", b + "attn_k.bias"),
+                         linear(b + "attn_v.weight", b + "attn_v.bias"), linear(b + "attn_output.weight"),
+                         head_dim)
+        mlp = Mlp(linear(b + "ffn_gate.weight"), linear(b + "ffn_up.weight"), linear(b + "ffn_down.weight"))
+        layers.append(DecoderLayer(attn, mlp, norm(b + "attn_norm.weight"), norm(b + "ffn_norm.weight")))
     embed = file.tensor("token_embd.weight")
     # rows read from a map of the embedding alone: the whole file's map goes with `file`, and with it
     # the ~0.5 GB of file pages packing read (they would count in this process's RSS)
-    decoder.embed_tokens = QuantEmbedding(file.own_map("token_embd.weight"), embed.ggml_type, config.vocab_size,
-                                          config.hidden_size)
+    embed_tokens = QuantEmbedding(file.own_map("token_embd.weight"), embed.ggml_type, config.vocab_size,
+                                  config.hidden_size)
+    decoder = Decoder(embed_tokens, layers, norm("output_norm.weight"),
+                      RotaryEmbedding(head_dim, fields["rope_theta"]))
     # a tied head (Qwen2.5 1.5B/3B) is the embedding's matrix, packed for the kernels
-    model.lm_head = linear("token_embd.weight" if config.tie_word_embeddings else "output.weight")
-    with torch.device("cpu"):
-        decoder.rotary_emb = Qwen2RotaryEmbedding(config=config)
-    model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id)
-    left = [name for name, p in model.named_parameters() if p.is_meta] + [
-        name for name, b in model.named_buffers() if b.is_meta]
-    if left:
-        raise GgufError(f"{path}: no weights for {', '.join(left[:5])}")
-    model.eval()
+    lm_head = linear("token_embd.weight" if config.tie_word_embeddings else "output.weight")
+    generation = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id)
+    model = GgufCausalLM(config, decoder, lm_head, generation).eval()
     log.info("loaded %s (%s kernels) in %.1f s: %.0f MB of packed weights", path, kernel.name,
              time.perf_counter() - started, packed_bytes(model) / 1e6)
     return model

@@ -1,6 +1,7 @@
 """Modules that hold a GGUF model's weights in their quantized form and compute with the kernels.
 
-`QuantLinear` replaces an `nn.Linear` of the Hugging Face model: its weight
+`QuantLinear` stands where a Hugging Face model has an `nn.Linear`
+(`models.gguf_decoder`'s tree, and its `hf_view`): its weight
 stays in the GGUF's integers (`engine.quant_weights.PackedMatrix`) and every
 call runs the quantized kernels (`engine.quant_kernel`), so the model's own
 forward, the engine's runner and every mode of the engine compute the same
