@@ -196,6 +196,25 @@ def test_second_runtime_opens_without_prefill(tmp_path):
     second.shutdown()
 
 
+def test_a_p0_prefill_is_a_planned_row_with_the_lone_prefills_bits(tmp_path):
+    """P0 is prefilled as a row the scheduler plans (its tokens counted in `forward_tokens`),
+    not as an opaque `run_sync` step, and holds the bits of a lone `runner.prefill`."""
+    from headstart.engine.runtime import EngineRuntime
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
+    try:
+        prompt = runtime.prompt_for("world_1")
+        tokens_before = runtime.worker.forward_tokens
+        state = runtime.p0_source.base_state("world_1", prompt)
+        assert runtime.worker.forward_tokens - tokens_before == len(prompt.base_ids)
+        lone = runtime.worker.run_sync(lambda: runtime.runner.prefill(prompt.base_ids))
+        assert state.ids == lone.ids and torch.equal(state.last_logits, lone.last_logits)
+        for ours, theirs in zip(state.cache.layers, lone.cache.layers):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+    finally:
+        runtime.shutdown()
+
+
 def test_worker_runs_by_priority():
     worker = ForwardWorker()
     gate, order = threading.Event(), []

@@ -96,7 +96,8 @@ class P0Source:
         key = p0_key(self.loaded.model_id, dtype_key, prompt.base_ids)
         state = self.store.get(key, self.loaded.device)
         if state is None:
-            state = self.worker.run_sync(lambda: self.runner.prefill(prompt.base_ids), Priority.STREAM, "p0")
+            # a planned row (the scheduler counts its tokens), not an opaque step: issue 28
+            state = self.worker.extend_sync(self.runner, KVState(), prompt.base_ids, Priority.STREAM, "p0")
             self.store.put(key, state)
         return state
 

@@ -38,9 +38,10 @@ from typing import Callable
 from headstart.config import default
 from headstart.engine.errors import Cancelled, ResourceExhausted
 from headstart.engine.forward_trace import ForwardTrace
+from headstart.engine.kv import KVState
 from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import BatchScope, Job, Plan, Priority, StepOutcome
-from headstart.engine.steps import Row, commit_rows, run_rows
+from headstart.engine.steps import Row, RowResult, commit_rows, run_rows
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,23 @@ class ForwardWorker:
 
         self.enqueue(once, priority, name).wait()
         return box[0]
+
+    def extend_sync(self, runner, state: KVState, ids: list[int], priority: Priority = Priority.STREAM,
+                    name: str = "") -> KVState:
+        """Extend `state` by `ids` (keeping the last logits) as one planned row, and return it
+        once done: a forward the scheduler plans and counts (its token cost, the forward trace,
+        `forward_tokens`), where `run_sync` would hand it an opaque step. The row has no owner,
+        so it is never batched: its bits are `runner.extend`'s (a P0 prefill's)."""
+        ids = list(ids)
+
+        def commit(result: RowResult) -> bool:
+            if result.error is not None:
+                raise result.error
+            return False  # one row: done (it has no should_abort, so it cannot leave the forward)
+
+        self.enqueue(lambda: Row(runner, state, ids, True, None, commit), priority, name,
+                     cost=lambda: len(ids)).wait()
+        return state
 
     @property
     def num_queued(self) -> int:
