@@ -197,16 +197,17 @@ def test_second_runtime_opens_without_prefill(tmp_path):
 
 
 def test_a_p0_prefill_is_a_planned_row_with_the_lone_prefills_bits(tmp_path):
-    """P0 is prefilled as a row the scheduler plans (its tokens counted in `forward_tokens`),
+    """P0 is prefilled as a row the scheduler plans (its tokens counted, as a shared cache's),
     not as an opaque `run_sync` step, and holds the bits of a lone `runner.prefill`."""
     from headstart.engine.runtime import EngineRuntime
 
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
     try:
         prompt = runtime.prompt_for("world_1")
-        tokens_before = runtime.worker.forward_tokens
+        tokens_before, shared_before = runtime.worker.forward_tokens, runtime.worker.shared_tokens
         state = runtime.p0_source.base_state("world_1", prompt)
-        assert runtime.worker.forward_tokens - tokens_before == len(prompt.base_ids)
+        assert runtime.worker.shared_tokens - shared_before == len(prompt.base_ids)
+        assert runtime.worker.forward_tokens == tokens_before  # not a client's work (issue 29's measure)
         lone = runtime.worker.run_sync(lambda: runtime.runner.prefill(prompt.base_ids))
         assert state.ids == lone.ids and torch.equal(state.last_logits, lone.last_logits)
         for ours, theirs in zip(state.cache.layers, lone.cache.layers):

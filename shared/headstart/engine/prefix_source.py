@@ -97,7 +97,8 @@ class P0Source:
         state = self.store.get(key, self.loaded.device)
         if state is None:
             # a planned row (the scheduler counts its tokens), not an opaque step: issue 28
-            state = self.worker.extend_sync(self.runner, KVState(), prompt.base_ids, Priority.STREAM, "p0")
+            state = self.worker.extend_sync(self.runner, KVState(), prompt.base_ids, Priority.STREAM, "p0",
+                                            shared=True)
             self.store.put(key, state)
         return state
 

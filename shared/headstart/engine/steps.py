@@ -64,6 +64,9 @@ class Row:
     # where the runner puts them [logits_positions, vocab] when more than one
     logits_positions: int = 1
     position_logits: object = None
+    # a cache every request shares (a P0): its tokens count in the worker's `shared_tokens`,
+    # not in `forward_tokens`, the work clients' own requests cost (issue 29)
+    shared: bool = False
 
     @property
     def num_tokens(self) -> int:

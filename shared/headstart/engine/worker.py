@@ -65,6 +65,7 @@ class ForwardWorker:
         # tokens the forwards were given, all rows together (prefill chunks and decode steps):
         # the replica's work, which a cancelled request must stop adding to (issue 29)
         self.forward_tokens = 0
+        self.shared_tokens = 0  # P0 prefills' (`extend_sync(shared=True)`): the databases', not a client's
         self._cv = threading.Condition()
         self._stopping = False
         self._running: list[Job] = []
@@ -148,11 +149,12 @@ class ForwardWorker:
         return box[0]
 
     def extend_sync(self, runner, state: KVState, ids: list[int], priority: Priority = Priority.STREAM,
-                    name: str = "") -> KVState:
+                    name: str = "", shared: bool = False) -> KVState:
         """Extend `state` by `ids` (keeping the last logits) as one planned row, and return it
         once done: a forward the scheduler plans and counts (its token cost, the forward trace,
-        `forward_tokens`), where `run_sync` would hand it an opaque step. The row has no owner,
-        so it is never batched: its bits are `runner.extend`'s (a P0 prefill's)."""
+        `forward_tokens`, or `shared_tokens` when `shared`: a cache every request shares, a
+        P0), where `run_sync` would hand it an opaque step. The row has no owner, so it is
+        never batched: its bits are `runner.extend`'s (a P0 prefill's)."""
         ids = list(ids)
 
         def commit(result: RowResult) -> bool:
@@ -160,7 +162,7 @@ class ForwardWorker:
                 raise result.error
             return False  # one row: done (it has no should_abort, so it cannot leave the forward)
 
-        self.enqueue(lambda: Row(runner, state, ids, True, None, commit), priority, name,
+        self.enqueue(lambda: Row(runner, state, ids, True, None, commit, shared=shared), priority, name,
                      cost=lambda: len(ids)).wait()
         return state
 
@@ -228,7 +230,8 @@ class ForwardWorker:
         if rows:
             forward_started = time.perf_counter()
             results, forwards = run_rows([row for _, row in rows], self.max_batch_tokens)
-            self.forward_tokens += sum(len(row.new_ids) for _, row in rows)
+            self.forward_tokens += sum(len(row.new_ids) for _, row in rows if not row.shared)
+            self.shared_tokens += sum(len(row.new_ids) for _, row in rows if row.shared)
             forward_s = time.perf_counter() - forward_started
             committed = commit_rows([row for _, row in rows], results)
             for (index, _), (more, error) in zip(rows, committed):
