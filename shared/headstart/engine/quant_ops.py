@@ -66,7 +66,6 @@ class QuantOps(EagerOps):
             new_kv[b] = (new_k[None, :, start:start + n], new_v[None, :, start:start + n])
         return out[None]
 
-
     def scratch(self) -> LayerScratch:
         """This thread's scratch block for the layers of its forwards."""
         scratch = getattr(self._scratch, "block", None)
