@@ -272,9 +272,8 @@ class QuantKernel:
         n = len(held)
         new_k = torch.empty(layer.kv_heads, t, layer.dim, dtype=torch.float32)
         new_v = torch.empty(layer.kv_heads, t, layer.dim, dtype=torch.float32)
-        nbytes = self._scratch_bytes(t, ctypes.addressof(layer.shape))
-        own = None if scratch is not None else torch.empty(nbytes, dtype=torch.uint8)
-        work = scratch.pointer(nbytes) if scratch is not None else own.data_ptr()
+        scratch = scratch if scratch is not None else LayerScratch()  # held here until the call returns
+        work = scratch.pointer(self._scratch_bytes(t, ctypes.addressof(layer.shape)))
         self._layer(hidden.data_ptr(), t, ctypes.addressof(layer.weights), ctypes.addressof(layer.shape),
                     cos.data_ptr(), sin.data_ptr(), len(rows), (ctypes.c_int * len(rows))(*(r[0] for r in rows)),
                     (ctypes.c_int * len(rows))(*(len(r[1]) for r in rows)),
