@@ -16,8 +16,11 @@ and two typists, so CI keeps the check from rotting (tests/test_gpu_check.py).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import platform
+import sys
 import time
+import traceback
 from pathlib import Path
 
 from bench.common import markdown_table, write_json
@@ -37,31 +40,57 @@ def environment(device: str) -> dict:
             "device": device, "gpu": gpu, "cpu": platform.processor() or platform.machine()}
 
 
-def run_gpu_check(out: Path, dry_run: bool = False, model: str | None = None) -> dict:
+def _phase(name: str, errors: dict, fn):
+    """Run one phase; a failure is recorded (its traceback printed and kept in the report) so the
+    other phase still runs and reports: a device lease is too short to learn one failure a run."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - reported, then the check exits non-zero
+        errors[name] = "".join(traceback.format_exception(exc))
+        print(f"{name} FAILED:\n{errors[name]}", file=sys.stderr, flush=True)
+        return None
+
+
+def run_gpu_check(out: Path, dry_run: bool = False, model: str | None = None,
+                  deadline_s: float | None = None) -> dict:
+    """Both phases into `out`; the report names any phase that failed (and the call then raises).
+    `deadline_s`: past it, every thread's stack is printed and the process exits, so a hang on a
+    leased machine still leaves its cause in the log."""
     from bench.ttft import run_ttft_bench
     from bench.typists import run_typists_bench
 
+    if deadline_s:
+        faulthandler.dump_traceback_later(deadline_s, exit=True)
     cfg = dict(DRY if dry_run else REAL)
     if model:
         cfg["model"] = model
     env = environment(cfg["device"])
+    print(f"GPU check: {cfg['model']} {cfg['dtype']} on {env['gpu'] or env['cpu']}; torch {env['torch']}, "
+          f"transformers {env['transformers']}", flush=True)
     if cfg["device"] == "cuda" and env["gpu"] is None:
         raise RuntimeError("no CUDA device visible to torch (run with --dry-run on a CPU)")
     started = time.perf_counter()
-    ttft = run_ttft_bench(model=cfg["model"], dbs=["world_1", "car_1"], questions=cfg["questions"], wpm=cfg["wpm"],
-                          typo_rate=0.03, pause=0.0, seed=0, dtype=cfg["dtype"], device=cfg["device"],
-                          threads=cfg["threads"], max_new_tokens=cfg["max_new_tokens"], out=out / "ttft",
-                          llamacpp="off")
-    typists = run_typists_bench(out / "typists", cfg["model"], cfg["dtype"], cfg["device"], cfg["typists"], rounds=1,
-                                wpm=cfg["typist_wpm"], pause_s=0.3, max_new_tokens=cfg["max_new_tokens"],
-                                db="world_1", seed=0, threads=cfg["threads"])
+    errors: dict[str, str] = {}
+    ttft = _phase("ttft", errors, lambda: run_ttft_bench(
+        model=cfg["model"], dbs=["world_1", "car_1"], questions=cfg["questions"], wpm=cfg["wpm"], typo_rate=0.03,
+        pause=0.0, seed=0, dtype=cfg["dtype"], device=cfg["device"], threads=cfg["threads"],
+        max_new_tokens=cfg["max_new_tokens"], out=out / "ttft", llamacpp="off"))
+    typists = _phase("typists", errors, lambda: run_typists_bench(
+        out / "typists", cfg["model"], cfg["dtype"], cfg["device"], cfg["typists"], rounds=1,
+        wpm=cfg["typist_wpm"], pause_s=0.3, max_new_tokens=cfg["max_new_tokens"], db="world_1", seed=0,
+        threads=cfg["threads"]))
+    faulthandler.cancel_dump_traceback_later()
     report = {"config": cfg, "environment": env, "seconds": time.perf_counter() - started,
-              "decode_step_ms": ttft["decode_step_ms"], "outputs_identical": ttft["outputs_identical"],
-              "ttft_modes": ttft["modes"], "typists": typists["rows"]}
+              "decode_step_ms": ttft["decode_step_ms"] if ttft else None,
+              "outputs_identical": ttft["outputs_identical"] if ttft else None,
+              "ttft_modes": ttft["modes"] if ttft else {}, "typists": typists["rows"] if typists else [],
+              "errors": errors}
     write_json(out / "gpu_check.json", report)
     text = summary(report)
     (out / "gpu_check.md").write_text(text)
     print(text, flush=True)
+    if errors:
+        raise RuntimeError(f"GPU check phases failed: {', '.join(errors)} (tracebacks above and in gpu_check.json)")
     return report
 
 
@@ -80,8 +109,11 @@ def summary(report: dict) -> str:
                              [[r["typists"], r["mode"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["total_p50_ms"],
                                "-" if r["decode_ms_per_token_p50"] is None else r["decode_ms_per_token_p50"]]
                               for r in report["typists"]])
-    return (head + f"`bench ttft` ({cfg['questions']} questions, {cfg['wpm']:g} wpm, answers capped at "
-            f"{cfg['max_new_tokens']} tokens): one decode step {report['decode_step_ms']:.1f} ms; every mode's "
+    failed = "".join(f"**{name} failed**: {err.strip().splitlines()[-1]}\n\n"
+                     for name, err in report.get("errors", {}).items())
+    decode = "-" if report["decode_step_ms"] is None else f"{report['decode_step_ms']:.1f}"
+    return (head + failed + f"`bench ttft` ({cfg['questions']} questions, {cfg['wpm']:g} wpm, answers capped at "
+            f"{cfg['max_new_tokens']} tokens): one decode step {decode} ms; every mode's "
             f"tokens identical to cold: {report['outputs_identical']}\n\n{ttft}\n"
             f"typists on one engine (`bench.typists`, {cfg['typist_wpm']:g} wpm, 0.3 s pause):\n\n{typists}")
 
@@ -91,8 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dry-run", action="store_true", help="the same code on the CPU with a tiny model (CI)")
     ap.add_argument("--model", default=None, help="instead of the default random preset of the real shapes")
     ap.add_argument("--out", type=Path, default=Path("bench-out/gpu-check"))
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="past this many seconds print every thread's stack and exit (a hang's cause, logged)")
     args = ap.parse_args(argv)
-    run_gpu_check(args.out, args.dry_run, args.model)
+    try:
+        run_gpu_check(args.out, args.dry_run, args.model, args.deadline_s)
+    except RuntimeError as exc:
+        sys.exit(f"gpu_check: {exc}")
 
 
 if __name__ == "__main__":

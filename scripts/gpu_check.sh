@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The prepared GPU check (issue 28): `bench ttft` and N typists on one engine, on a CUDA device in
-# bfloat16, summed up in one table (bench/gpu_check.py). Three steps:
+# bfloat16, summed up in one table (bench/gpu_check.py). Its steps:
 #
 #   scripts/gpu_check.sh prepare       here (with the registry): the wheels the device machine lacks
 #                                      and the data it needs (tokenizer, Spider's dev set and two
 #                                      databases) into .gpu/ (git-ignored, ~25 MiB), to be carried
-#   scripts/gpu_check.sh run [OUT]     on the device machine (its python3: torch 2.11, transformers
+#   scripts/gpu_check.sh run [DIR]     on the device machine (its python3: torch 2.11, transformers
 #                                      5.17, no registry): installs .gpu/whl into /tmp/site, runs the
-#                                      check into OUT (default $OUT or bench-out/gpu-check); ~4 minutes
-#   scripts/gpu_check.sh dry-run [OUT] the same code on this CPU with random:tiny (CI runs it:
-#                                      tests/test_gpu_check.py)
+#                                      check into DIR (default bench-out/gpu-check) and copies the
+#                                      summary, tables and JSON into $OUT when set; ~4 minutes
+#   scripts/gpu_check.sh dry-run [DIR] the same code on this CPU with random:tiny, on the carried
+#                                      data where prepared (CI runs it: tests/test_gpu_check.py)
+#   scripts/gpu_check.sh data          prepare's data alone (no registry needed; the test's step)
 #
-# The device tool's call: command "scripts/gpu_check.sh run", carry [".gpu"], timeout_s 480.
+# The device tool's call: carry [".gpu"], timeout_s 480, command
+#   set -o pipefail; scripts/gpu_check.sh run 2>&1 | tee $OUT/gpu_check.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,21 +22,35 @@ cd "$(dirname "$0")/.."
 # /work/.library/device/KINDS.md); versions are this checkout's venv's
 WHEELS=(pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection
         psycopg psycopg-binary sqlglot sqlparse)
-GPU_DIR=.gpu
+GPU_DIR=${GPU_DIR:-.gpu}  # relative to the checkout, or absolute
 
 python_here() {
   if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; elif [ -x .venv/bin/python ]; then echo .venv/bin/python; else echo python3; fi
 }
 
+shared_root() {
+  "$(python_here)" -c 'import sys; sys.path[:0] = ["shared"]; from headstart.paths import shared_data_root; print(shared_data_root())'
+}
+
+# the data the check reads, from ../shared into $GPU_DIR/shared: the tokenizer, Spider's dev set, its
+# schemas (tables.json) and the two databases the check asks about
+prepare_data() {
+  local shared
+  shared=$(shared_root)
+  rm -rf "$GPU_DIR/shared" && mkdir -p "$GPU_DIR/shared/tokenizer" "$GPU_DIR/shared/spider/database"
+  cp "$shared"/models/qwen2.5-coder-tokenizer/* "$GPU_DIR/shared/tokenizer/"
+  cp "$shared"/data/spider/dev.json "$shared"/data/spider/tables.json "$GPU_DIR/shared/spider/"
+  for db in world_1 car_1; do cp -r "$shared/data/spider/database/$db" "$GPU_DIR/shared/spider/database/"; done
+}
+
 prepare() {
-  local py shared
+  local py
   py=$(python_here)
-  shared=$("$py" -c 'import sys; sys.path[:0] = ["shared"]; from headstart.paths import shared_data_root; print(shared_data_root())')
   local exclude
   exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
   mkdir -p "$(dirname "$exclude")"
   grep -qxF "/$GPU_DIR/" "$exclude" 2>/dev/null || echo "/$GPU_DIR/" >> "$exclude"
-  rm -rf "$GPU_DIR" && mkdir -p "$GPU_DIR/whl" "$GPU_DIR/shared/tokenizer" "$GPU_DIR/shared/spider/database"
+  rm -rf "$GPU_DIR" && mkdir -p "$GPU_DIR/whl"
   local pins=()
   for name in "${WHEELS[@]}"; do
     pins+=("$name==$("$py" -c "import importlib.metadata as m; print(m.version('$name'))")")
@@ -41,35 +58,54 @@ prepare() {
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$GPU_DIR/whl" "${pins[@]}"
-  cp "$shared"/models/qwen2.5-coder-tokenizer/* "$GPU_DIR/shared/tokenizer/"
-  cp "$shared"/data/spider/dev.json "$GPU_DIR/shared/spider/"
-  for db in world_1 car_1; do cp -r "$shared/data/spider/database/$db" "$GPU_DIR/shared/spider/database/"; done
+  prepare_data
   du -sh "$GPU_DIR"
-  echo "carry [\"$GPU_DIR\"], command: scripts/gpu_check.sh run"
+  echo "carry [\"$GPU_DIR\"], command: set -o pipefail; scripts/gpu_check.sh run 2>&1 | tee \$OUT/gpu_check.log"
+}
+
+# the carried data, where prepared, instead of ../shared (which does not travel)
+use_carried_data() {
+  if [ -d "$GPU_DIR/shared" ]; then
+    local data
+    data=$(cd "$GPU_DIR/shared" && pwd)
+    export HEADSTART_TOKENIZER=$data/tokenizer HEADSTART_SPIDER_DIR=$data/spider
+  fi
 }
 
 run_check() {
-  local out=${1:-${OUT:-bench-out/gpu-check}}
+  local out=${1:-bench-out/gpu-check}
   if compgen -G "$GPU_DIR/whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
       "$GPU_DIR"/whl/*.whl
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   fi
-  if [ -d "$GPU_DIR/shared" ]; then
-    export HEADSTART_TOKENIZER=$PWD/$GPU_DIR/shared/tokenizer HEADSTART_SPIDER_DIR=$PWD/$GPU_DIR/shared/spider
-  fi
+  use_carried_data
   export HEADSTART_HOME=${HEADSTART_HOME:-/tmp/headstart-gpu-check} PYTHONUNBUFFERED=1
-  PYTHONPATH=shared:.${PYTHONPATH:+:$PYTHONPATH} python3 -m bench.gpu_check --out "$out"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || true
+  local rc=0
+  # past the deadline every thread's stack is printed and the check exits: a hang leaves its cause
+  PYTHONPATH=shared:.${PYTHONPATH:+:$PYTHONPATH} python3 -m bench.gpu_check --out "$out" \
+    --deadline-s "${GPU_CHECK_DEADLINE_S:-420}" || rc=$?
+  # the device tool brings back at most 8 files from $OUT: the summary, both tables and their JSON
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    for f in "$out"/gpu_check.md "$out"/gpu_check.json "$out"/ttft/ttft.md "$out"/ttft/ttft.json \
+             "$out"/typists/typists.md "$out"/typists/typists.json "$out"/ttft/ttft.png; do
+      [ -f "$f" ] && cp "$f" "$OUT/"
+    done
+  fi
+  return $rc
 }
 
 dry_run() {
   local out=${1:-bench-out/gpu-check-dry}
+  use_carried_data
   PYTHONPATH=shared:.${PYTHONPATH:+:$PYTHONPATH} "$(python_here)" -m bench.gpu_check --dry-run --out "$out"
 }
 
 case "${1:-}" in
   prepare) prepare ;;
+  data) prepare_data ;;
   run) shift; run_check "$@" ;;
   dry-run) shift; dry_run "$@" ;;
-  *) echo "usage: scripts/gpu_check.sh prepare | run [OUT] | dry-run [OUT]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh prepare | data | run [DIR] | dry-run [DIR]" >&2; exit 2 ;;
 esac
