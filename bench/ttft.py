@@ -120,6 +120,7 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
                     _run_mode(runtime, q, i, trace, mode, max_new_tokens, outputs, rows)
             for row in rows[-len(MODES):]:
                 row["identical_to_cold"] = outputs[row["mode"]] == outputs["cold"]
+                row["tokens_as_cold"] = _common_prefix(outputs[row["mode"]], outputs["cold"])
             if peer:
                 row = peer_mode.run(q["db_id"], q["question"], max_new_tokens, outputs["cold"])
                 rows.append({"question": i, "db_id": q["db_id"], "text": q["question"], **row,
@@ -178,6 +179,11 @@ def _run_mode(runtime, q: dict, i: int, trace, mode: str, max_new_tokens: int, o
 GGUF_OF_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two answers share (where a drifting mode leaves cold)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def _mean(values) -> float:
     """Mean of the known values (llama.cpp reports no cached-token counts): NaN when none."""
     known = [v for v in values if v is not None]
@@ -208,6 +214,9 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             "tokens_per_forward": _per_forward(mine),
             "answer_tokens_max": max(r["num_tokens"] for r in mine),
             "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in mine),
+            # answers identical to cold's, and the leading tokens shared with it (our modes only)
+            "identical_to_cold_rate": _mean(r["identical_to_cold"] for r in mine if "tokens_as_cold" in r),
+            "tokens_as_cold_mean": _mean(r["tokens_as_cold"] for r in mine if "tokens_as_cold" in r),
         }
     cold, prefix = modes["cold"]["p50_ms"], modes["prefix"]["p50_ms"]
     for stats in modes.values():

@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh run [DIR]     on the device machine (its python3: torch 2.11, transformers
 #                                      5.17, no registry): installs .gpu/whl into /tmp/site, runs the
 #                                      check into DIR (default bench-out/gpu-check) and copies the
-#                                      summary, tables and JSON into $OUT when set; ~4 minutes
+#                                      summary, tables and JSON into $OUT when set; ~5 minutes
 #   scripts/gpu_check.sh dry-run [DIR] the same code on this CPU with random:tiny, on the carried
 #                                      data where prepared (CI runs it: tests/test_gpu_check.py)
 #   scripts/gpu_check.sh data          prepare's data alone (no registry needed; the test's step)
@@ -84,12 +84,14 @@ run_check() {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>/dev/null || true
   local rc=0
   # past the deadline every thread's stack is printed and the check exits: a hang leaves its cause
+  # GPU_CHECK_ARGS: more of bench.gpu_check's options (--phases, --dtype, --questions)
+  # shellcheck disable=SC2086
   PYTHONPATH=shared:.${PYTHONPATH:+:$PYTHONPATH} python3 -m bench.gpu_check --out "$out" \
-    --deadline-s "${GPU_CHECK_DEADLINE_S:-420}" || rc=$?
-  # the device tool brings back at most 8 files from $OUT: the summary, both tables and their JSON
+    --deadline-s "${GPU_CHECK_DEADLINE_S:-420}" ${GPU_CHECK_ARGS:-} || rc=$?
+  # the device tool brings back at most 8 files from $OUT: the summary, the tables and JSON, and the log
   if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
     for f in "$out"/gpu_check.md "$out"/gpu_check.json "$out"/ttft/ttft.md "$out"/ttft/ttft.json \
-             "$out"/typists/typists.md "$out"/typists/typists.json "$out"/ttft/ttft.png; do
+             "$out"/typists/typists.md "$out"/typists/typists.json "$out"/floor/gpu_floor.md; do
       [ -f "$f" ] && cp "$f" "$OUT/"
     done
   fi
