@@ -93,7 +93,7 @@ def run_tables_bench(*, dataset: str = "spider-dev", questions: int = 40, seed: 
                                     tier=DeviceTier(capacity, policy=policy, device=loaded.device))
             layout = svc.layout(dbs[0], runtime.prompt_for(dbs[0]))
             # the head: offline
-            runtime.worker.run_sync(lambda: svc.warm(layout, runtime.runner), Priority.STREAM, "warm")
+            runtime.worker.run_steps_sync(runtime.runner, svc.warm_steps(layout), Priority.STREAM, "warm", shared=True)
             return svc
 
         precompute = {mode: _precompute(runtime, service(mode), dbs) for mode in ("pfk", "independent")}

@@ -216,6 +216,57 @@ def test_a_p0_prefill_is_a_planned_row_with_the_lone_prefills_bits(tmp_path):
         runtime.shutdown()
 
 
+def _two_spans(state: KVState, first: list[int], second: list[int], log: list[str]):
+    """Steps: two forwards on one state with work between them; returns the state's length."""
+    from headstart.engine.steps import Extension
+
+    log.append("before")
+    yield Extension(state, first)
+    log.append(f"between:{state.num_tokens}")
+    yield Extension(state, second)
+    log.append("after")
+    return state.num_tokens
+
+
+def test_extension_steps_run_inline_and_as_planned_rows_alike():
+    """A generator of extensions gives the same cache run inline (`run_inline`) or as one job's
+    planned rows (`ForwardWorker.run_steps_sync`: each forward counted, its other work between
+    them on the worker), and a step that raises, or a forward that fails, fails the call."""
+    from headstart.engine.runtime import EngineRuntime
+    from headstart.engine.steps import Extension, run_inline
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
+    try:
+        runner, worker = runtime.runner, runtime.worker
+        first, second = [11, 12, 13, 14], [15, 16]
+        inline_log, planned_log = [], []
+        inline = KVState()
+        assert worker.run_sync(lambda: run_inline(_two_spans(inline, first, second, inline_log), runner)) == 6
+        tokens_before = worker.forward_tokens
+        planned = KVState()
+        assert worker.run_steps_sync(runner, _two_spans(planned, first, second, planned_log), name="two") == 6
+        assert worker.forward_tokens - tokens_before == 6  # both forwards planned and counted
+        assert inline_log == planned_log == ["before", "between:4", "after"]
+        assert planned.ids == inline.ids and torch.equal(planned.last_logits, inline.last_logits)
+
+        def broken():
+            yield Extension(KVState(), [11, 12])
+            raise ValueError("a step failed")
+
+        with pytest.raises(ValueError, match="a step failed"):
+            worker.run_steps_sync(runner, broken())
+
+        def bad_forward():
+            yield Extension(KVState(), [10 ** 9])  # no such token: the forward fails
+            return "unreached"
+
+        with pytest.raises(IndexError):
+            worker.run_steps_sync(runner, bad_forward())
+        assert worker.run_steps_sync(runner, _two_spans(KVState(), [11], [12], [])) == 2  # the worker goes on
+    finally:
+        runtime.shutdown()
+
+
 def test_worker_runs_by_priority():
     worker = ForwardWorker()
     gate, order = threading.Event(), []

@@ -45,6 +45,11 @@ ALLOWED = {
         "the reference beside llama.cpp: the model's own forward over the whole sequence, teacher-forced",
     ("bench/peer_divergence.py", "compare"):
         "the same reference's greedy tokens (the engine's own are `engine_cold`, beside them)",
+    # the GPU check's floors: one decode step of the model's own forward apart from the engine
+    ("bench/gpu_floor.py", "hf_dynamic"): "the floor on a DynamicCache: its prefill",
+    ("bench/gpu_floor.py", "step"): "the floors' decode steps (DynamicCache, StaticCache)",
+    ("bench/gpu_floor.py", "_static_prefill"): "the floor on a StaticCache: its prefill",
+    ("bench/gpu_floor.py", "forward"): "the step captured in a CUDA graph",
 }
 
 MODEL_NAMES = {"model"}  # a bare name that holds a model

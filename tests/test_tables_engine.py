@@ -175,3 +175,34 @@ def test_block_tensors_are_not_written_by_sessions(runtime):
     finally:
         runtime.close_session(session.session_id)
     assert torch.equal(block.keys_pre_rope, before)
+
+
+def test_a_table_p0_is_assembled_in_planned_rows():
+    """A table-block P0's forwards (the shared head, the spans between blocks) are rows the
+    worker plans and counts as shared work, not an opaque `run_sync` step; the P0 is the same
+    as `service.assemble` run inline."""
+    rt = build_runtime(model="random:tiny", dtype="float64", table_cache="pfk", p0_cache_on_disk=False)
+    try:
+        source, db = rt.prefix_source, "concert_singer"
+        source.precompute(db)
+        prompt = rt.prompt_for(db)
+        service = source.service
+        before, shared_before, tokens_before = service.stats(), rt.worker.shared_tokens, rt.worker.forward_tokens
+        state = source.base_state(db, prompt)
+        after = service.stats()
+        head = len(source.layout(db).head_ids)
+        computed = after["num_computed_tokens"] - before["num_computed_tokens"]
+        assert computed > 0 and after["num_head_tokens"] - before["num_head_tokens"] == head
+        # the head's forward (first use of the layout) and every computed span, as shared rows
+        assert rt.worker.shared_tokens - shared_before == head + computed
+        assert rt.worker.forward_tokens == tokens_before  # not a client's work
+        blocks = service.load(service.plan(source.layout(db), prompt.base_ids))
+        try:
+            inline, _ = rt.worker.run_sync(lambda: service.assemble(blocks, rt.runner, compute_tail=True))
+        finally:
+            service.release(blocks)
+        assert inline.ids == state.ids and torch.equal(inline.last_logits, state.last_logits)
+        for ours, theirs in zip(state.cache.layers, inline.cache.layers):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+    finally:
+        rt.shutdown()

@@ -29,7 +29,7 @@ from headstart.engine.model_runner import ModelRunner
 from headstart.engine.prompt_lookup import draft
 from headstart.engine.sampling import Sampler, SamplingParams, StopText, pick_token  # noqa: F401 (re-exported)
 from headstart.engine.states import RequestState, advance
-from headstart.engine.steps import Row, RowResult
+from headstart.engine.steps import ExtensionDriver, ExtensionSteps, Row, RowResult
 from headstart.prompt import common_prefix_len, uncached_tokens
 
 
@@ -54,7 +54,9 @@ class GenerationRequest:
     """One submit: catch the cache up to `prompt_ids`, then stream tokens.
 
     `prepare` (optional) runs on the worker at the first step and returns the
-    KVState to use (e.g. a fresh copy of P0), so its cost counts in the TTFT.
+    KVState to use (e.g. a fresh copy of P0), so its cost counts in the TTFT,
+    or steps that build it (a table-block assembly), each forward of which
+    runs as this request's row.
     """
 
     def __init__(
@@ -66,7 +68,7 @@ class GenerationRequest:
         stop_ids: set[int],
         chunk_tokens: int,
         state: KVState | None = None,
-        prepare: Callable[[], KVState] | None = None,
+        prepare: Callable[[], "KVState | ExtensionSteps[KVState]"] | None = None,
         on_finish: Callable[["GenerationRequest"], None] | None = None,
         wasted_before: int = 0,
         started: float | None = None,
@@ -79,6 +81,7 @@ class GenerationRequest:
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
         self.chunk_tokens = chunk_tokens
         self.state, self._prepare, self._on_finish = state, prepare, on_finish
+        self._preparing: ExtensionDriver | None = None  # `prepare`'s steps, while they run
         self.token_ids: list[int] = []
         self._ahead = ahead  # greedy answer tokens decoded before the submit
         self._expected_cached = expected_cached  # what `prepare` will hold (a cost hint)
@@ -195,6 +198,8 @@ class GenerationRequest:
         scheduler's group-forming hint, read on the worker thread)."""
         if self.status not in _BEFORE_FIRST_TOKEN:
             return 1
+        if self._preparing is not None:  # `prepare`'s steps: their pending forward
+            return self._preparing.cost()
         state = self.state
         cached = state.ids if state is not None else self.prompt_ids[: self._expected_cached]
         return uncached_tokens(cached, self.prompt_ids, self.chunk_tokens)
@@ -242,7 +247,9 @@ class GenerationRequest:
 
     def _prefill_step(self) -> "Row | bool":
         if self.state is None:
-            self.state = self._prepare()
+            row = self._prepare_step()
+            if row is not None:
+                return row
         kv, target = self.state, self.prompt_ids
         ahead = self._ahead() if self._ahead is not None and self.params.plain_greedy else []
         if self._known and ahead[: len(self._known)] != self._known:
@@ -258,6 +265,21 @@ class GenerationRequest:
         commit = start_commit(self.runner, kv, target, self.chunk_tokens, True, None, self._prefilled)
         self.dropped_at_submit += commit.dropped
         return commit.row
+
+    def _prepare_step(self) -> Row | None:
+        """`prepare` at the first step: a state at once, or steps building one, each of their
+        forwards this request's row (`steps.ExtensionDriver`). None once `state` is set."""
+        if self._preparing is None:
+            got = self._prepare()
+            if isinstance(got, KVState):
+                self.state = got
+                return None
+            self._preparing = ExtensionDriver(got, self.runner)
+        row = self._preparing.step()
+        if row is False:  # the steps returned: their state is this request's
+            self.state, self._preparing = self._preparing.value, None
+            return None
+        return row
 
     def _prefilled(self, commit: Commit, result: RowResult) -> bool:
         """A prefill chunk ran: more chunks, or the first token."""

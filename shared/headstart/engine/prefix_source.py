@@ -28,6 +28,7 @@ from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
 from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.scheduler_types import Priority
+from headstart.engine.steps import ExtensionSteps
 from headstart.prompt import PromptBuilder
 
 
@@ -36,7 +37,9 @@ class PrefixHit:
     """The head of one prompt, to be built on the worker.
 
     prepare: runs on the worker at the request's first step; returns a
-        KVState the request owns (it extends it with the rest of the prompt).
+        KVState the request owns (it extends it with the rest of the prompt),
+        or steps that build one (`steps.ExtensionSteps`: a table source's
+        assembly), whose forwards the request runs as its own rows.
     cached_tokens: about how many prompt tokens `prepare`'s state will hold
         (the scheduler's cost hint; the commit rule crops to what matches).
     release: called once when the request finishes, whatever its outcome.
@@ -44,7 +47,7 @@ class PrefixHit:
         waiting completions by them); empty when there are none.
     """
 
-    prepare: Callable[[], KVState]
+    prepare: Callable[[], "KVState | ExtensionSteps[KVState]"]
     cached_tokens: int
     release: Callable[[], None] | None = None
     blocks: frozenset[str] = frozenset()

@@ -22,12 +22,21 @@ requeues or finishes each job.
 
 So every `KVState` is touched by the worker thread only, and nothing is
 parked on another thread: a group's steps are plain calls in plan order.
+
+Work that interleaves forwards with other steps (a prompt assembled from
+table blocks: blocks placed, the spans between them computed) is written as
+a generator of `Extension`s: it does its other steps inline and yields each
+forward it needs, and returns its result. `ExtensionDriver` turns such a
+generator into a job's successive rows (`ForwardWorker.run_steps_sync`, a
+request's prepare), so the scheduler plans and counts every one of those
+forwards; `run_inline` runs one directly, for callers outside the worker's
+plan (the table-cache service's own process, tests).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Generator, TypeVar
 
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
@@ -42,6 +51,76 @@ class RowResult:
 
     ran: bool
     error: BaseException | None = None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A forward a generator of steps needs: extend `state` by `ids`, keeping the last logits."""
+
+    state: KVState
+    ids: list[int]
+
+
+ExtensionSteps = Generator[Extension, None, T]
+
+
+def run_inline(steps: "ExtensionSteps[T]", runner: ModelRunner) -> T:
+    """Run a generator of extensions to its end, each by `runner.extend` here and now; its result."""
+    try:
+        extension = next(steps)
+        while True:
+            runner.extend(extension.state, list(extension.ids))
+            extension = next(steps)
+    except StopIteration as stop:
+        return stop.value
+
+
+class ExtensionDriver:
+    """A generator of extensions as one job's rows, on the worker thread.
+
+    `step()` (the job's step, or a part of a request's) advances the
+    generator on first use and returns the row of its pending extension, or
+    False once it has returned (its result in `value`). A row's commit
+    advances the generator to the next extension (its other steps run there,
+    on the worker thread) and always asks for another step, so the owner
+    sees `done` at its next step; a failed forward or a raising generator
+    fails the job. `cost()`: the pending extension's tokens (the
+    scheduler's hint), `first_cost` before the first."""
+
+    def __init__(self, steps: "ExtensionSteps", runner: ModelRunner, *, shared: bool = False, first_cost: int = 1):
+        self._steps, self.runner, self.shared = steps, runner, shared
+        self._pending: Extension | None = None
+        self._started = False
+        self._first_cost = max(1, first_cost)
+        self.done = False
+        self.value = None
+
+    def cost(self) -> int:
+        return len(self._pending.ids) if self._pending is not None else self._first_cost
+
+    def step(self) -> "Row | bool":
+        if not self._started:
+            self._started = True
+            self._advance()
+        if self.done:
+            return False
+        extension = self._pending
+        return Row(self.runner, extension.state, list(extension.ids), True, None, self._commit, shared=self.shared)
+
+    def _advance(self) -> None:
+        try:
+            self._pending = next(self._steps)
+        except StopIteration as stop:
+            self._pending, self.done, self.value = None, True, stop.value
+
+    def _commit(self, result: "RowResult") -> bool:
+        if result.error is not None:
+            raise result.error
+        self._advance()
+        return True  # the owner's next step sees `done` (or the next row)
 
 
 @dataclass(eq=False)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 from headstart.config import default
 from headstart.engine.errors import Cancelled, ResourceExhausted
@@ -41,10 +41,12 @@ from headstart.engine.forward_trace import ForwardTrace
 from headstart.engine.kv import KVState
 from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import BatchScope, Job, Plan, Priority, StepOutcome
-from headstart.engine.steps import Row, RowResult, commit_rows, run_rows
+from headstart.engine.steps import Extension, ExtensionDriver, ExtensionSteps, Row, commit_rows, run_rows
 
 log = logging.getLogger(__name__)
 
+
+T = TypeVar("T")
 
 class ForwardWorker:
     """A single thread running the scheduler's plans."""
@@ -157,14 +159,21 @@ class ForwardWorker:
         never batched: its bits are `runner.extend`'s (a P0 prefill's)."""
         ids = list(ids)
 
-        def commit(result: RowResult) -> bool:
-            if result.error is not None:
-                raise result.error
-            return False  # one row: done (it has no should_abort, so it cannot leave the forward)
+        def one() -> ExtensionSteps[KVState]:
+            yield Extension(state, ids)
+            return state
 
-        self.enqueue(lambda: Row(runner, state, ids, True, None, commit, shared=shared), priority, name,
-                     cost=lambda: len(ids)).wait()
-        return state
+        return self.run_steps_sync(runner, one(), priority, name, shared=shared, first_cost=len(ids))
+
+    def run_steps_sync(self, runner, steps: ExtensionSteps[T], priority: Priority = Priority.STREAM,
+                       name: str = "", shared: bool = False, first_cost: int = 1) -> T:
+        """Run a generator of extensions (`steps.Extension`) on the worker, each forward it
+        yields a planned row of one job (`extend_sync`'s accounting), its other steps inline
+        between them; return what it returns. `first_cost`: the first forward's tokens, a hint
+        (the driver knows the later ones). Its failure is raised here."""
+        driver = ExtensionDriver(steps, runner, shared=shared, first_cost=first_cost)
+        self.enqueue(driver.step, priority, name, cost=driver.cost).wait()
+        return driver.value
 
     @property
     def num_queued(self) -> int:

@@ -26,6 +26,7 @@ from transformers import DynamicCache
 
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
+from headstart.engine.steps import Extension, ExtensionSteps, run_inline
 from headstart.tables.block import TableBlock
 from headstart.tables.rope import apply_rope
 
@@ -58,7 +59,6 @@ class AssemblyStats:
     seconds: float
 
 
-@torch.inference_mode()
 def assemble(
     runner: ModelRunner,
     prompt_ids: Sequence[int],
@@ -68,7 +68,27 @@ def assemble(
     upto: int | None = None,
 ) -> tuple[KVState, AssemblyStats]:
     """The cache of `prompt_ids[:upto]` (all of it by default) with `placed` blocks in it,
-    the spans between them computed by `runner` (its model rotates the blocks' keys).
+    the spans between them computed by `runner` here and now (`assemble_steps`, run inline).
+
+    Raises:
+        AssemblyError: a block's token ids differ from the prompt at its span,
+            or two blocks overlap.
+    """
+    return run_inline(assemble_steps(runner.model, prompt_ids, placed, head=head, upto=upto), runner)
+
+
+@torch.inference_mode()  # torch's decorator enters it at each resume of a generator
+def assemble_steps(
+    model,
+    prompt_ids: Sequence[int],
+    placed: Sequence[PlacedBlock],
+    *,
+    head: KVState | None = None,
+    upto: int | None = None,
+) -> ExtensionSteps[tuple[KVState, AssemblyStats]]:
+    """`assemble` as steps (`engine.steps.Extension`): blocks placed (their keys rotated by
+    `model`'s rotary table) inline, and each span between them yielded as a forward, so a
+    worker plans it as a row; returns the state and its stats.
 
     Blocks that end after `upto` are left out (their tokens are not needed).
     The state's `last_logits` are set when the last span was computed, else None.
@@ -91,15 +111,15 @@ def assemble(
         if tuple(prompt_ids[item.start:item.end]) != item.block.token_ids:
             raise AssemblyError(f"block {item.block.table!r} does not match the prompt at {item.start}")
         if item.start > pos:
-            _place(runner.model, state, pending)
+            _place(model, state, pending)
             pending = []
-            _compute(runner, state, prompt_ids, pos, item.start, head, counts)
+            yield from _compute(state, prompt_ids, pos, item.start, head, counts)
         pending.append(item)
         counts["block"] += item.block.num_tokens
         pos = item.end
-    _place(runner.model, state, pending)
+    _place(model, state, pending)
     if pos < upto:
-        _compute(runner, state, prompt_ids, pos, upto, head, counts)
+        yield from _compute(state, prompt_ids, pos, upto, head, counts)
     stats = AssemblyStats(len(state.ids), counts["block"], counts["head"], counts["computed"], counts["forwards"],
                           time.perf_counter() - started)
     return state, stats
@@ -121,9 +141,9 @@ def _place(model, state: KVState, blocks: Sequence[PlacedBlock]) -> None:
     state.last_logits = None
 
 
-def _compute(runner: ModelRunner, state: KVState, prompt_ids: Sequence[int], start: int, end: int,
-             head: KVState | None, counts: dict[str, int]) -> None:
-    """Run the model over prompt_ids[start:end] on top of the state (the head copied when it applies)."""
+def _compute(state: KVState, prompt_ids: Sequence[int], start: int, end: int, head: KVState | None,
+             counts: dict[str, int]) -> ExtensionSteps[None]:
+    """The forward over prompt_ids[start:end] on top of the state (the head copied when it applies)."""
     if start == 0 and head is not None and head.ids and len(head.ids) <= end \
             and list(prompt_ids[:len(head.ids)]) == head.ids:
         copy = head.copy()
@@ -131,6 +151,6 @@ def _compute(runner: ModelRunner, state: KVState, prompt_ids: Sequence[int], sta
         counts["head"] += len(head.ids)
         start = len(head.ids)
     if start < end:
-        runner.extend(state, list(prompt_ids[start:end]))
+        yield Extension(state, list(prompt_ids[start:end]))
         counts["computed"] += end - start
         counts["forwards"] += 1

@@ -32,6 +32,7 @@ from headstart.engine.kv import KVState
 from headstart.engine.p0_store import p0_key
 from headstart.engine.prefix_source import PrefixHit
 from headstart.engine.scheduler_types import Priority
+from headstart.engine.steps import ExtensionSteps
 from headstart.prompt import PromptBuilder
 from headstart.tables.layout import TableLayout
 from headstart.tables.precompute import GroupProgress, PrecomputeReport
@@ -63,8 +64,10 @@ class TablePrefixSource:
         layout = self.layout(db)
         blocks = service.load(service.plan(layout, prompt.base_ids))
         try:
-            state, _ = runtime.worker.run_sync(lambda: service.assemble(blocks, runtime.runner, compute_tail=True),
-                                               Priority.STREAM, "p0:tables")
+            # every forward of the assembly (the head, the spans between blocks) a planned row
+            state, _ = runtime.worker.run_steps_sync(
+                runtime.runner, service.assemble_steps(blocks, runtime.runner.model, compute_tail=True),
+                Priority.STREAM, "p0:tables", shared=True, first_cost=len(prompt.base_ids))
         finally:
             service.release(blocks)
         if not blocks.missing:
@@ -91,12 +94,13 @@ class TablePrefixSource:
         service, runner = self.service, self.runtime.runner
         holder: dict[str, LoadedBlocks] = {} if loaded is None else {"blocks": loaded}
 
-        def prepare() -> KVState:
+        def prepare() -> ExtensionSteps[KVState]:  # steps: the request plans each forward as its row
             if "blocks" not in holder:
                 holder["blocks"] = service.load(plan, prefetched)
                 if prefetched:
                     prefetched.clear()  # the host copies are on the device now (or not needed)
-            return service.assemble(holder["blocks"], runner, compute_tail=False)[0]
+            state, _ = yield from service.assemble_steps(holder["blocks"], runner.model, compute_tail=False)
+            return state
 
         def release() -> None:
             if "blocks" in holder:
@@ -114,7 +118,8 @@ class TablePrefixSource:
         if first and runtime.settings.table_precompute_on_open and service.missing_tables(layout):
             self.precompute(db)
         if first:
-            runtime.worker.run_sync(lambda: service.warm(layout, runtime.runner), Priority.STREAM, "tables:head")
+            runtime.worker.run_steps_sync(runtime.runner, service.warm_steps(layout), Priority.STREAM, "tables:head",
+                                          shared=True, first_cost=len(layout.head_ids))
         return layout
 
     def precompute(self, db: str, *, skip_existing: bool = True,

@@ -5,10 +5,13 @@ It ties the model-independent parts (store, device tier, trie) to the model:
     layout(db, prompt)      lay out a database's blocks (token ids, groups, scope, trie); cached
     iter_precompute(layout, runner)  encode and store missing blocks, one group per step  [worker thread]
     warm(layout, runner)    compute the shared head state (else the first request does)  [worker thread]
+    warm_steps(layout)      the same as steps: its forward yielded, for the worker to plan
     plan(layout, ids)       find the tables in a prompt (trie), no I/O             [any thread]
     prefetch(plan)          read the blocks the device tier lacks from the store  [any thread]
     load(plan)              get the blocks onto the device tier, pinned            [any thread]
     assemble(loaded, runner, ...)  the prompt's KV cache from blocks + forwards    [worker thread]
+    assemble_steps(loaded, model, ...)  the same as steps (`engine.steps.Extension`): every
+                            forward yielded, so the engine's worker plans each as a row
     release(loaded)         unpin                                                  [any thread]
 
 `load` never fails a request: a block the store lacks, or cannot serve (Redis
@@ -19,7 +22,8 @@ room, or a capacity of 0), the block is copied to the device for this request
 only. Counters for benchmarks and metrics: `stats()`.
 
 Every forward is a `ModelRunner`'s, passed in (the service holds none):
-`warm` and `assemble` run its kernels, so a table-cache prompt matches a
+`warm` and `assemble` run its kernels (the engine runs their `_steps` forms,
+each forward a row of its worker's plan), so a table-cache prompt matches a
 cold prefill run through them; precomputing blocks runs its `encode_rows`
 (`tables.precompute`).
 """
@@ -32,9 +36,10 @@ from dataclasses import dataclass, field
 
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
+from headstart.engine.steps import Extension, ExtensionSteps, run_inline
 from headstart.models import LoadedModel
 from headstart.prompt import PromptBuilder
-from headstart.tables.assemble import AssemblyStats, PlacedBlock, assemble
+from headstart.tables.assemble import AssemblyStats, PlacedBlock, assemble_steps
 from headstart.tables.device_tier import DeviceTier, TierFullError
 from headstart.tables.layout import TableLayout
 from headstart.tables.precompute import GroupProgress, PrecomputeReport, iter_precompute
@@ -193,7 +198,8 @@ class TableCacheService:
 
     def assemble(self, loaded: LoadedBlocks, runner: ModelRunner, *,
                  compute_tail: bool) -> tuple[KVState, AssemblyStats]:
-        """The prompt's cache: blocks placed, the rest computed by `runner` (run on the worker).
+        """The prompt's cache: blocks placed, the rest computed by `runner` here and now
+        (`assemble_steps` run inline; on the worker thread, or in a process of its own).
 
         Args:
             runner: the model's runner (the engine's: its kernels).
@@ -201,9 +207,16 @@ class TableCacheService:
                 a P0); False leaves them to the caller (a generation request
                 that prefills the question in chunks).
         """
+        return run_inline(self.assemble_steps(loaded, runner.model, compute_tail=compute_tail), runner)
+
+    def assemble_steps(self, loaded: LoadedBlocks, model, *,
+                       compute_tail: bool) -> ExtensionSteps[tuple[KVState, AssemblyStats]]:
+        """`assemble` as steps (`engine.steps.Extension`): each forward (the head's, the spans
+        between blocks) yielded for the worker to plan as a row (`ForwardWorker.run_steps_sync`,
+        a request's prepare), the rest inline; runs on the worker thread."""
         self.transfer.wait()
         plan = loaded.plan
-        head = self._head_state(plan.layout, runner)
+        head = yield from self._head_steps(plan.layout)
         ids = plan.prompt_ids
         if compute_tail:
             upto = len(ids)
@@ -211,15 +224,19 @@ class TableCacheService:
             upto = max(p.end for p in loaded.placed)
         else:
             upto = len(head.ids) if head is not None and list(ids[:len(head.ids)]) == head.ids else 0
-        state, stats = assemble(runner, ids, loaded.placed, head=head, upto=upto)
+        state, stats = yield from assemble_steps(model, ids, loaded.placed, head=head, upto=upto)
         self._add(num_block_tokens=stats.num_block_tokens, num_head_tokens=stats.num_head_tokens,
                   num_computed_tokens=stats.num_computed_tokens, num_forwards=stats.num_forwards)
         return state, stats
 
     def warm(self, layout: TableLayout, runner: ModelRunner) -> None:
         """Compute the layout's head state with `runner` now rather than at the
-        first request (run on the worker)."""
-        self._head_state(layout, runner)
+        first request (`warm_steps` run inline)."""
+        run_inline(self.warm_steps(layout), runner)
+
+    def warm_steps(self, layout: TableLayout) -> ExtensionSteps[None]:
+        """`warm` as steps: the head's prefill yielded as a forward (none when it is computed)."""
+        yield from self._head_steps(layout)
 
     def release(self, loaded: LoadedBlocks) -> None:
         """Unpin what `load` pinned (idempotent)."""
@@ -229,12 +246,14 @@ class TableCacheService:
         for key in loaded.pinned:
             self.tier.unpin(key)
 
-    def _head_state(self, layout: TableLayout, runner: ModelRunner) -> KVState | None:
+    def _head_steps(self, layout: TableLayout) -> ExtensionSteps[KVState | None]:
+        """The layout's shared head state: computed once (one forward, yielded), then kept."""
         if not layout.head_ids:
             return None
         head = self._heads.get(layout.head_ids)
         if head is None:
-            head = runner.prefill(list(layout.head_ids))
+            head = KVState()
+            yield Extension(head, list(layout.head_ids))
             self._heads[layout.head_ids] = head
             self._add(num_forwards=1)
         return head
