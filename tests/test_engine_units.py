@@ -267,6 +267,42 @@ def test_extension_steps_run_inline_and_as_planned_rows_alike():
         runtime.shutdown()
 
 
+def test_a_requests_prepare_steps_run_as_its_own_rows():
+    """A prefix hit built by steps (a table assembly's form): the request runs each forward as
+    one of its rows (counted in `forward_tokens`), then prefills the rest, and answers as with
+    the same state handed over at once."""
+    from headstart.engine.generation import GenerationRequest
+    from headstart.engine.runtime import EngineRuntime
+    from headstart.engine.steps import Extension
+
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
+    try:
+        prompt = runtime.prompt_for("world_1")
+        ids = prompt.prompt_ids("How many cities are there?")
+        head = ids[:40]
+
+        def steps():
+            state = KVState()
+            yield Extension(state, head[:25])
+            yield Extension(state, head[25:])
+            return state
+
+        def run(prepare):
+            request = GenerationRequest(runtime.runner, prompt.decode, ids, SamplingParams(max_new_tokens=6),
+                                        runtime.stop_ids, chunk_tokens=len(ids), prepare=prepare)
+            before = runtime.worker.forward_tokens
+            runtime.worker.enqueue(request.step, Priority.POOL, "request")
+            return request.result(), runtime.worker.forward_tokens - before
+
+        stepped, stepped_tokens = run(steps)
+        at_once, at_once_tokens = run(lambda: runtime.runner.prefill(head))  # inline, uncounted
+        assert stepped.token_ids == at_once.token_ids and len(stepped.token_ids) == 6
+        assert stepped.cached_tokens_at_submit == at_once.cached_tokens_at_submit == len(head)
+        assert stepped_tokens - at_once_tokens == len(head)
+    finally:
+        runtime.shutdown()
+
+
 def test_worker_runs_by_priority():
     worker = ForwardWorker()
     gate, order = threading.Event(), []

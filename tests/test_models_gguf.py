@@ -322,6 +322,36 @@ def test_the_served_tree_computes_transformers_norm_and_rotary_bit_for_bit():
         assert torch.equal(ours, hf)
 
 
+def test_the_served_trees_rotary_function_is_transformers_bit_for_bit():
+    """Table blocks and shift retention rotate keys with the model's own `apply_rotary_pos_emb`,
+    found in its attention class's module: the served tree has one, transformers' op for op."""
+    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb as theirs
+
+    from headstart.models.gguf_decoder import RotaryEmbedding, apply_rotary_pos_emb
+
+    gen = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 14, 6, 64, generator=gen), torch.randn(1, 2, 6, 64, generator=gen)
+    cos, sin = RotaryEmbedding(64, 1000000.0)(q, torch.tensor([[0, 1, 7, 255, 4095, 32767]]))
+    for ours, hf in zip(apply_rotary_pos_emb(q, k, cos, sin), theirs(q, k, cos, sin)):
+        assert torch.equal(ours, hf)
+
+
+@needs_kernels
+def test_table_block_keys_rotate_on_a_gguf_model_as_its_forward_does(tiny_gguf):
+    """A table block's keys before RoPE, rotated at their positions (`tables.rope.apply_rope`,
+    as assembly and shift retention do), are the keys the model's forward cached, bit for bit."""
+    from headstart.engine.model_runner import ModelRunner
+    from headstart.tables.rope import apply_rope
+
+    model = load_model(str(tiny_gguf)).model
+    encoded = ModelRunner(model, fast_path="auto").encode_rows([[151644, 8948, 198, 2610, 525, 264]])
+    layers = range(len(model.model.layers))
+    pre = torch.stack([encoded.keys_pre_rope[i][0] for i in layers])  # [layers, kv_heads, T, D]
+    post = torch.stack([encoded.keys[i][0] for i in layers])
+    assert torch.equal(apply_rope(model, pre, 0), post)
+    assert torch.equal(apply_rope(model, pre[:, :, 2:], 2), post[:, :, 2:])  # placed at a later position
+
+
 @needs_kernels
 def test_a_gguf_models_hugging_face_view_shares_its_modules(tiny_gguf):
     """Table-block precompute runs transformers' forward on a GGUF model: through a view

@@ -11,9 +11,10 @@ attribute names (`model.model.layers[i].self_attn.q_proj`, `.mlp.down_proj`,
 `.input_layernorm`, `model.model.rotary_emb`, `model.lm_head`), so code that
 reads a model's weights reads either kind.
 
-The norm and the rotary table compute what transformers' `Qwen2RMSNorm` and
-`Qwen2RotaryEmbedding` (default RoPE) compute, op for op, so their bits are
-the same (tested against them).
+The norm, the rotary table and the rotary function compute what
+transformers' `Qwen2RMSNorm`, `Qwen2RotaryEmbedding` (default RoPE) and
+`apply_rotary_pos_emb` compute, op for op, so their bits are the same
+(tested against them).
 
 The few callers of a Hugging Face forward on such a model (table-block
 precompute, `model(input_ids=...)` in tests) get one: `hf_view()` builds, on
@@ -59,6 +60,26 @@ class RotaryEmbedding(nn.Module):
         cos = emb.cos() * self.attention_scaling
         sin = emb.sin() * self.attention_scaling
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """transformers' `rotate_half`: the last dim's halves swapped, the first negated."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' `apply_rotary_pos_emb`, op for op: RoPE on q and k. The model's own rotary
+    function, where code that rotates keys outside a forward looks it up (`tables.rope`: table
+    blocks placed at new positions, a data session's shift retention) by the attention class's
+    module, as it does in transformers' modeling modules."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
 
 
 class Attention(nn.Module):
