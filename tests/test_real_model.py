@@ -106,3 +106,25 @@ def test_prompt_lookup_drafts_keep_the_greedy_tokens_in_fewer_forwards(real):
     assert drafted.token_ids == plain.token_ids
     assert plain.extra["decode_forwards"] == len(plain.token_ids) - 1 + (plain.finish_reason == "stop")
     assert drafted.extra["decode_forwards"] < plain.extra["decode_forwards"]  # SQL copies the schema's names
+
+
+def test_table_blocks_serve_the_trained_model(tmp_path):
+    """The table cache on the model as served (its own module tree, quantized kernels): blocks
+    precompute, place at any position (their keys rotated by the tree's rotary function) and
+    answer, the SQL right; in the schema's own order pfk keeps the cold answer's first tokens."""
+    from headstart.build import build_runtime
+
+    runtime = build_runtime(model=DEFAULT_MODEL, table_cache="pfk", p0_cache_on_disk=False, threads=2,
+                            chunk_tokens=64)
+    try:
+        db, question = "concert_singer", "How many singers do we have?"
+        runtime.prefix_source.precompute(db)
+        cold = runtime.complete(db, question, "cold", 48)
+        tables = runtime.complete(db, question, max_new_tokens=48, tables=("singer",))
+        layout = runtime.prefix_source.layout(db)
+        assert tables.cached_tokens_at_submit >= len(layout.head_ids) + len(layout.texts["singer"].ids)
+        assert tables.computed_tokens_at_submit == tables.prompt_tokens - tables.cached_tokens_at_submit
+        assert tables.finish_reason == "stop" and "count" in extract_sql(tables.text).lower()
+        assert tables.token_ids[:3] == cold.token_ids[:3]
+    finally:
+        runtime.shutdown()
