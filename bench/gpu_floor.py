@@ -13,7 +13,11 @@ matrix work, so the engine's decode step there is read against these floors:
   needs it);
 - **hf static graph** (CUDA only): that step captured once in a CUDA graph and
   replayed, its input token and position written in place: the ceiling graph
-  capture gives this forward.
+  capture gives this forward;
+- **runner eager, 1 row / 8 rows**: the engine's own decoder loop
+  (`ModelRunner.extend_rows`, the model's modules, attention per row on its
+  cache) stepping one cache, and eight at once: whether the runner's path beats
+  the HF one here, and what batching the rows of a decode step gives.
 
 Each row: the median ms of a step, and whether its greedy tokens equal hf
 dynamic's (a graph that baked a position in would drift). A row that could not
@@ -145,7 +149,33 @@ def hf_static_graph(model, prompt: list[int], steps: int) -> tuple[list[float], 
     return times, [first] + tokens
 
 
-CASES = (("hf dynamic", hf_dynamic), ("hf static", hf_static), ("hf static graph", hf_static_graph))
+def runner_rows(model, prompt: list[int], steps: int, rows: int = 1) -> tuple[list[float], list[int]]:
+    """The engine's own decoder loop (`ModelRunner.extend_rows` with `eager` ops: the model's
+    modules, attention per row on its cache) stepping `rows` caches of the prompt at once: what
+    one packed decode forward costs here, and (rows=1) whether its tokens are the HF step's."""
+    from headstart.engine.kv import RowExtension
+    from headstart.engine.model_runner import ModelRunner
+
+    runner = ModelRunner(model, fast_path="eager")
+    states = [runner.prefill(prompt) for _ in range(rows)]
+    tokens = [int(state.last_logits.argmax()) for state in states]
+    first = tokens[0]
+
+    def step(_token: int) -> int:
+        runner.extend_rows([RowExtension(state, [token]) for state, token in zip(states, tokens)])
+        tokens[:] = [int(state.last_logits.argmax()) for state in states]
+        return tokens[0]
+
+    times, got = _timed_steps(step, first, steps)
+    return times, [first] + got
+
+
+def runner_rows_8(model, prompt: list[int], steps: int) -> tuple[list[float], list[int]]:
+    return runner_rows(model, prompt, steps, rows=8)
+
+
+CASES = (("hf dynamic", hf_dynamic), ("hf static", hf_static), ("hf static graph", hf_static_graph),
+         ("runner eager, 1 row", runner_rows), ("runner eager, 8 rows", runner_rows_8))
 
 
 def run_floor_bench(out: Path, model: str, dtype: str, device: str, prompt_tokens: int = 340,

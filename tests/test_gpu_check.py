@@ -57,6 +57,8 @@ def test_gpu_check_dry_run_on_the_carried_data_alone(tmp_path):
     assert floor["launch"]["us_per_launch"] > 0
     assert floor["hf dynamic"]["tokens_equal"] is True and floor["hf static"]["tokens_equal"] is True
     assert "CUDA graphs need a CUDA device" in floor["hf static graph"]["error"]  # a row that cannot run says why
+    assert floor["runner eager, 1 row"]["tokens_equal"] is True  # the runner's loop: the HF step's tokens
+    assert floor["runner eager, 8 rows"]["ms_p50"] > 0
     text = (out / "gpu_check.md").read_text()
     assert text.startswith("GPU check (dry run): random:tiny") and "| headstart |" in text and "| hf static |" in text
     assert (out / "typists" / "typists.png").stat().st_size > 0 and (out / "ttft" / "ttft.json").is_file()
