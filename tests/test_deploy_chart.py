@@ -152,7 +152,7 @@ def test_gpu_example_renders_two_gpu_replicas_with_external_redis():
 
     app = yaml.safe_load(service.obj["spec"]["serveConfigV2"])["applications"][0]
     assert app["args"]["settings"]["model"] == "Qwen/Qwen2.5-Coder-7B-Instruct"
-    assert app["args"]["settings"]["dtype"] == "bfloat16"
+    assert app["args"]["settings"]["dtype"] == "float32"
     assert app["deployments"][0]["num_replicas"] == 2
     assert app["deployments"][0]["ray_actor_options"]["num_gpus"] == 1
 

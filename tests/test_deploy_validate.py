@@ -152,7 +152,7 @@ def test_configmaps_hold_valid_settings(monkeypatch):
     for name, value in _configmap("tablecache").items():
         monkeypatch.setenv(name, value)
     engine, cache = EngineSettings(), TableCacheSettings()
-    assert (engine.model, engine.dtype, engine.table_cache) == ("Qwen/Qwen2.5-Coder-0.5B-Instruct", "bfloat16", "pfk")
+    assert (engine.model, engine.dtype, engine.table_cache) == ("Qwen/Qwen2.5-Coder-0.5B-Instruct", "float32", "pfk")
     assert (cache.host, cache.port, cache.check_interval_s) == ("0.0.0.0", 50061, 300.0)
     for key in _configmap("gateway"):
         assert key.removeprefix("HEADSTART_GATEWAY_").lower() in GatewaySettings.model_fields, key
