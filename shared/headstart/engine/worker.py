@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
 class ForwardWorker:
     """A single thread running the scheduler's plans."""
 
