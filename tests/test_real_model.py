@@ -128,3 +128,18 @@ def test_table_blocks_serve_the_trained_model(tmp_path):
         assert tables.token_ids[:3] == cold.token_ids[:3]
     finally:
         runtime.shutdown()
+
+
+def test_shift_retention_rotates_keys_on_the_trained_model(real):
+    """A data session's `shift` drops a span and re-rotates the keys after it, with the served
+    tree's rotary function: layer 0's kept keys land where a fresh prefill puts them."""
+    from headstart.data.retention import shift_out
+
+    prompt = real.prompt_for("concert_singer")
+    a, b, c = prompt.base_ids[:40], prompt.base_ids[40:60], prompt.base_ids[60:100]
+    shifted = shift_out(real.model, real.runner.prefill(a + b + c), len(a), len(b))
+    fresh = real.runner.prefill(a + c)
+    assert shifted.ids == fresh.ids
+    got, want = shifted.cache.layers[0], fresh.cache.layers[0]
+    assert torch.allclose(got.keys, want.keys, atol=1e-4, rtol=0)  # float32: the rotation's rounding (keys reach ~150)
+    assert torch.equal(got.values, want.values)
