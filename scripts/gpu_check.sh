@@ -12,6 +12,9 @@
 #   scripts/gpu_check.sh dry-run [DIR] the same code on this CPU with random:tiny, on the carried
 #                                      data where prepared (CI runs it: tests/test_gpu_check.py)
 #   scripts/gpu_check.sh data          prepare's data alone (no registry needed; the test's step)
+#   scripts/gpu_check.sh mimic [DIR]   the dry run on the device's Python stack (torch 2.11,
+#                                      transformers 5.17, Python 3.12: a venv in .gpu-mimic/, made
+#                                      once) and only what is carried: run it here before a lease
 #
 # The device tool's call: carry [".gpu"], timeout_s 480, command
 #   set -o pipefail; scripts/gpu_check.sh run 2>&1 | tee $OUT/gpu_check.log
@@ -98,6 +101,38 @@ run_check() {
   return $rc
 }
 
+# the device image's Python stack (KINDS.md's versions) for `mimic`; git-ignored, a few GiB, made once
+DEVICE_PINS=(torch==2.11.0 transformers==5.17.0 numpy==2.5.2 tokenizers==0.23.2 safetensors==0.8.0
+             accelerate==1.15.0 huggingface_hub==1.33.0 matplotlib)
+MIMIC_VENV=${MIMIC_VENV:-.gpu-mimic}
+
+# the dry run as the device machine would run it, on this CPU: its Python and library versions
+# (a venv made once with MIMIC_PYTHON, default python3.12), only the carried wheels and data,
+# ../shared unreachable, the server packages unimportable. What a device run would hit before
+# any model work (a file `prepare` does not carry, an API the device's older versions lack)
+# shows here, without spending a lease.
+mimic() {
+  local out=${1:-bench-out/gpu-check-mimic} py=${MIMIC_PYTHON:-python3.12}
+  if ! compgen -G "$GPU_DIR/whl/*.whl" >/dev/null || [ ! -d "$GPU_DIR/shared" ]; then
+    echo "nothing carried in $GPU_DIR: run 'scripts/gpu_check.sh prepare' first" >&2
+    exit 2
+  fi
+  if [ ! -x "$MIMIC_VENV/bin/python" ]; then
+    command -v "$py" >/dev/null || { echo "no $py here: set MIMIC_PYTHON to a Python 3.12" >&2; exit 2; }
+    local exclude
+    exclude=$(git rev-parse --git-path info/exclude)
+    grep -qxF "/$MIMIC_VENV/" "$exclude" 2>/dev/null || echo "/$MIMIC_VENV/" >> "$exclude"
+    "$py" -m venv "$MIMIC_VENV"
+    "$MIMIC_VENV/bin/pip" install -q "${DEVICE_PINS[@]}"
+  fi
+  local site="$MIMIC_VENV/carried"
+  rm -rf "$site"
+  "$MIMIC_VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$GPU_DIR"/whl/*.whl
+  use_carried_data
+  HEADSTART_SHARED=/nonexistent HEADSTART_HOME=${HEADSTART_HOME:-/tmp/headstart-gpu-mimic} PYTHONUNBUFFERED=1 \
+    PYTHONPATH=scripts/gpu_bare:$site:shared:. "$MIMIC_VENV/bin/python" -m bench.gpu_check --dry-run --out "$out"
+}
+
 dry_run() {
   local out=${1:-bench-out/gpu-check-dry}
   use_carried_data
@@ -107,7 +142,8 @@ dry_run() {
 case "${1:-}" in
   prepare) prepare ;;
   data) prepare_data ;;
+  mimic) shift; mimic "$@" ;;
   run) shift; run_check "$@" ;;
   dry-run) shift; dry_run "$@" ;;
-  *) echo "usage: scripts/gpu_check.sh prepare | data | run [DIR] | dry-run [DIR]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh prepare | data | run [DIR] | dry-run [DIR] | mimic [DIR]" >&2; exit 2 ;;
 esac

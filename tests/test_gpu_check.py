@@ -13,32 +13,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# a sitecustomize that makes the device's missing packages unimportable in the check's process
-BLOCKER = '''
-import sys
-MISSING = {"ray", "redis", "fastapi", "starlette", "uvicorn", "websockets", "locust"}
-class _Missing:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in MISSING:
-            raise ModuleNotFoundError(f"No module named {name!r} (the GPU machine has none)", name=name)
-        return None
-sys.meta_path.insert(0, _Missing())
-'''
+# on PYTHONPATH: a sitecustomize that makes the device's missing packages unimportable
+BARE = ROOT / "scripts" / "gpu_bare"
 
 
 def test_gpu_check_dry_run_on_the_carried_data_alone(tmp_path):
     """The dry run reads only what `prepare` carries to the device machine (`data`: the tokenizer,
     Spider's questions, schemas and two databases): ../shared is made unreachable, as it is there."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(BLOCKER)
     gpu_dir = tmp_path / "gpu"
     prepared = subprocess.run(["bash", "scripts/gpu_check.sh", "data"], cwd=ROOT, capture_output=True, text=True,
                               env=dict(os.environ, PYTHON=sys.executable, GPU_DIR=str(gpu_dir)), timeout=120)
     assert prepared.returncode == 0, prepared.stderr[-2000:]
     assert (gpu_dir / "shared" / "spider" / "tables.json").is_file()
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(site), HEADSTART_HOME=str(tmp_path / "home"),
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(BARE), HEADSTART_HOME=str(tmp_path / "home"),
                GPU_DIR=str(gpu_dir), HEADSTART_SHARED=str(tmp_path / "no-shared-here"))
     for name in ("HEADSTART_TOKENIZER", "HEADSTART_SPIDER_DIR"):
         env.pop(name, None)
@@ -67,7 +55,7 @@ def test_gpu_check_dry_run_on_the_carried_data_alone(tmp_path):
 def test_gpu_check_names_its_steps_on_a_wrong_one():
     done = subprocess.run(["bash", "scripts/gpu_check.sh", "bogus"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 2 and "prepare | data | run [DIR] | dry-run [DIR]" in done.stderr
+    assert done.returncode == 2 and "prepare | data | run [DIR] | dry-run [DIR] | mimic [DIR]" in done.stderr
 
 
 def test_gpu_check_refuses_an_unknown_phase():
@@ -84,3 +72,13 @@ def test_common_prefix_counts_where_a_mode_leaves_cold():
     assert _common_prefix([1, 2, 3], [1, 9, 3]) == 1
     assert _common_prefix([5], [6]) == 0
     assert _common_prefix([1, 2], [1, 2, 3]) == 2  # one answer stopped early: the shared part
+
+
+def test_gpu_check_mimic_wants_the_carried_files_first(tmp_path):
+    """`mimic` runs only on what `prepare` carries: with nothing carried it says so, and builds
+    no venv."""
+    env = dict(os.environ, GPU_DIR=str(tmp_path / "empty"), MIMIC_VENV=str(tmp_path / "venv"))
+    done = subprocess.run(["bash", "scripts/gpu_check.sh", "mimic"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "run 'scripts/gpu_check.sh prepare' first" in done.stderr
+    assert not (tmp_path / "venv").exists()
