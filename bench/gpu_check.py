@@ -64,7 +64,6 @@ def run_gpu_check(out: Path, dry_run: bool = False, model: str | None = None,
 
     if unknown := set(phases) - set(PHASES):
         raise ValueError(f"unknown phases {sorted(unknown)}; valid: {', '.join(PHASES)}")
-
     if deadline_s:
         faulthandler.dump_traceback_later(deadline_s, exit=True)
     cfg = dict(DRY if dry_run else REAL, **{k: v for k, v in overrides.items() if v is not None})
@@ -80,9 +79,9 @@ def run_gpu_check(out: Path, dry_run: bool = False, model: str | None = None,
     ttft = typists = floor = None
     if "ttft" in phases:
         ttft = _phase("ttft", errors, lambda: run_ttft_bench(
-        model=cfg["model"], dbs=["world_1", "car_1"], questions=cfg["questions"], wpm=cfg["wpm"], typo_rate=0.03,
-        pause=0.0, seed=0, dtype=cfg["dtype"], device=cfg["device"], threads=cfg["threads"],
-        max_new_tokens=cfg["max_new_tokens"], out=out / "ttft", llamacpp="off"))
+            model=cfg["model"], dbs=["world_1", "car_1"], questions=cfg["questions"], wpm=cfg["wpm"], typo_rate=0.03,
+            pause=0.0, seed=0, dtype=cfg["dtype"], device=cfg["device"], threads=cfg["threads"],
+            max_new_tokens=cfg["max_new_tokens"], out=out / "ttft", llamacpp="off"))
     if "typists" in phases:
         typists = _phase("typists", errors, lambda: run_typists_bench(
             out / "typists", cfg["model"], cfg["dtype"], cfg["device"], cfg["typists"], rounds=1,

@@ -58,14 +58,15 @@ def launch_us(device, launches: int = 2000) -> float:
 
 
 def _timed_steps(step, first_token: int, steps: int) -> tuple[list[float], list[int]]:
-    """`step(token) -> next token` run `steps` times (each reads its token back): ms per step, tokens."""
+    """`step(token) -> next token` run `steps` times (each reads its token back): ms per step, and
+    the tokens, the prefill's first among them."""
     times, tokens, token = [], [], first_token
     for _ in range(steps):
         start = time.perf_counter()
         token = step(token)
         times.append((time.perf_counter() - start) * 1000.0)
         tokens.append(token)
-    return times, tokens
+    return times, [first_token] + tokens
 
 
 def hf_dynamic(model, prompt: list[int], steps: int) -> tuple[list[float], list[int]]:
@@ -83,8 +84,7 @@ def hf_dynamic(model, prompt: list[int], steps: int) -> tuple[list[float], list[
                     logits_to_keep=1)
         return int(got.logits[0, -1].argmax())
 
-    times, tokens = _timed_steps(step, first, steps)
-    return times, [first] + tokens
+    return _timed_steps(step, first, steps)
 
 
 def _static_prefill(model, prompt: list[int], steps: int):
@@ -110,8 +110,7 @@ def hf_static(model, prompt: list[int], steps: int) -> tuple[list[float], list[i
         position[0] += 1
         return int(got.logits[0, -1].argmax())
 
-    times, tokens = _timed_steps(step, first, steps)
-    return times, [first] + tokens
+    return _timed_steps(step, first, steps)
 
 
 def hf_static_graph(model, prompt: list[int], steps: int) -> tuple[list[float], list[int]]:
@@ -145,8 +144,7 @@ def hf_static_graph(model, prompt: list[int], steps: int) -> tuple[list[float], 
         position.add_(1)
         return int(logits[0, -1].argmax())
 
-    times, tokens = _timed_steps(step, first, steps)
-    return times, [first] + tokens
+    return _timed_steps(step, first, steps)
 
 
 def runner_rows(model, prompt: list[int], steps: int, rows: int = 1) -> tuple[list[float], list[int]]:
@@ -166,8 +164,7 @@ def runner_rows(model, prompt: list[int], steps: int, rows: int = 1) -> tuple[li
         tokens[:] = [int(state.last_logits.argmax()) for state in states]
         return tokens[0]
 
-    times, got = _timed_steps(step, first, steps)
-    return times, [first] + got
+    return _timed_steps(step, first, steps)
 
 
 def runner_rows_8(model, prompt: list[int], steps: int) -> tuple[list[float], list[int]]:
