@@ -27,7 +27,7 @@ from pathlib import Path
 
 # Types whose live count must not grow with the number of sessions served.
 WATCHED = (
-    "Session", "KVState", "DynamicCache", "GenerationRequest", "Job", "SessionStream",
+    "Session", "KVState", "PagedCache", "BlockTable", "GenerationRequest", "Job", "SessionStream",
     "Task", "Future", "Queue", "PromptBuilder", "Thread", "TextDeltas",
 )
 
