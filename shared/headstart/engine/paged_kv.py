@@ -26,12 +26,13 @@ cropped.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from headstart.engine.block_pool import BlockPool, pool_for
+from headstart.engine.block_pool import BlockPool, PoolError, pool_for
 
 
 class BlockTable:
@@ -39,15 +40,23 @@ class BlockTable:
 
     Held by the cache and by each of its layers, and holding neither (no
     reference cycle): it is freed, and its blocks go back to the pool, as
-    soon as the last of them is dropped."""
+    soon as the last of them is dropped.
+
+    Every forward reads each layer's pieces and appends to each layer, so
+    the runs of consecutive blocks and their views are kept per layer until
+    the block list changes (`_version`): a decode step then slices the last
+    run and writes one token, as a tensor of its own would."""
 
     def __init__(self, pool: BlockPool | None = None):
         self.pool: BlockPool | None = None
-        self.blocks: list[int] = []  # mutated in place only: the finalizer holds this list
+        self.blocks: list[int] = []  # mutated in place only (the finalizer holds this list), then `_changed`
         self.lengths: list[int] = []  # per layer
         # the first `borrowed` blocks came from another table (`PagedCache.shared`) and are that
         # table's to count; the others this table allocated or copied (its own, see `KVState.nbytes`)
         self.borrowed = 0
+        self._version = 0  # bumped whenever `blocks` changes
+        self._runs: tuple[int, list[tuple[int, int]]] = (-1, [])  # (version, [(first entry, entries)])
+        self._views: dict[int, tuple[int, list]] = {}  # layer -> (version, [(first token, capacity, k, v)])
         if pool is not None:
             self._bind(pool)
 
@@ -56,13 +65,21 @@ class BlockTable:
         finalizer = weakref.finalize(self, _release, pool, self.blocks)
         finalizer.atexit = False
 
+    def _changed(self) -> None:
+        self._version += 1
+
+    def adopt(self, blocks: list[int]) -> None:
+        """List `blocks` (already retained for this table) after the current ones."""
+        self.blocks.extend(blocks)
+        self._changed()
+
     def reserve(self, tokens: int, keys: torch.Tensor) -> None:
         """Enough blocks for `tokens` tokens (the pool found from `keys` on first use)."""
         if self.pool is None:
             self._bind(pool_for(keys))
         need = -(-tokens // self.pool.block_tokens) - len(self.blocks)
         if need > 0:
-            self.blocks.extend(self.pool.allocate(need, after=self.blocks[-1] if self.blocks else None))
+            self.adopt(self.pool.allocate(need, after=self.blocks[-1] if self.blocks else None))
 
     def writable(self, start: int, end: int) -> None:
         """Copy the shared blocks that tokens start..end-1 fall in (copy on write)."""
@@ -76,6 +93,7 @@ class BlockTable:
                 if held > 0:
                     pool.copy_block(block, copy, held)
                 self.blocks[i] = copy
+                self._changed()
                 pool.release([block])
 
     def trim(self) -> None:
@@ -87,29 +105,51 @@ class BlockTable:
         if keep < len(self.blocks):
             dropped = self.blocks[keep:]
             del self.blocks[keep:]
+            self._changed()
             self.pool.release(dropped)
+
+    def _run_list(self) -> list[tuple[int, int]]:
+        """(first entry, entries) of each run of consecutive blocks of one slab, in order."""
+        version, runs = self._runs
+        if version != self._version:
+            blocks, slab, runs, i = self.blocks, self.pool.slab_blocks, [], 0
+            while i < len(blocks):
+                j = i + 1
+                while j < len(blocks) and blocks[j] == blocks[j - 1] + 1 and blocks[j] // slab == blocks[i] // slab:
+                    j += 1
+                runs.append((i, j - i))
+                i = j
+            self._runs = (self._version, runs)
+        return runs
+
+    def _layer_views(self, layer: int) -> list:
+        """(first token, capacity, keys, values) of each run for `layer`: views of whole runs."""
+        cached = self._views.get(layer)
+        if cached is None or cached[0] != self._version:
+            size = self.pool.block_tokens
+            views = []
+            for first, count in self._run_list():
+                k, v = self.pool.view(layer, self.blocks[first], 0, count * size)
+                views.append((first * size, count * size, k, v))
+            cached = self._views[layer] = (self._version, views)
+        return cached[1]
 
     def segments(self, layer: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Layer `layer`'s cached (keys, values) pieces in order, read in place,
         each `[1, kv_heads, tokens, head_dim]`: a run of blocks that follow
         each other in one slab is one piece."""
-        pool, length = self.pool, self.lengths[layer]
-        if not length or pool is None:
+        length = self.lengths[layer]
+        if not length or self.pool is None:
             return []
-        size, pieces, i, count = pool.block_tokens, [], 0, -(-length // pool.block_tokens)
-        while i < count:
-            j = self._run_end(i, count)
-            pieces.append(pool.view(layer, self.blocks[i], 0, min(j * size, length) - i * size))
-            i = j
+        pieces = []
+        for first, capacity, k, v in self._layer_views(layer):
+            if first + capacity <= length:
+                pieces.append((k, v))
+            else:
+                if length > first:
+                    pieces.append((k[:, :, :length - first], v[:, :, :length - first]))
+                break
         return pieces
-
-    def _run_end(self, i: int, count: int) -> int:
-        """The end of the run of consecutive blocks of one slab from table entry i (before `count`)."""
-        blocks, slab = self.blocks, self.pool.slab_blocks
-        j = i + 1
-        while j < count and blocks[j] == blocks[j - 1] + 1 and blocks[j] // slab == blocks[i] // slab:
-            j += 1
-        return j
 
     def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Write `[1, kv_heads, n, head_dim]` new keys/values after layer `layer`'s tokens."""
@@ -118,15 +158,31 @@ class BlockTable:
         start, n = self.lengths[layer], keys.shape[-2]
         if not n:
             return
-        self.reserve(start + n, keys)
-        self.writable(start, start + n)
-        pool, size, at, last = self.pool, self.pool.block_tokens, 0, -(-(start + n) // self.pool.block_tokens)
-        while at < n:  # a run of consecutive blocks takes one copy
-            i, offset = divmod(start + at, size)
-            take = min(self._run_end(i, last) * size - (start + at), n - at)
-            pool.write(layer, self.blocks[i], offset, keys[:, :, at:at + take], values[:, :, at:at + take])
-            at += take
-        self.lengths[layer] = start + n
+        pool = self.pool
+        end = start + n
+        if pool is None or end > len(self.blocks) * pool.block_tokens:
+            self.reserve(end, keys)
+            pool = self.pool
+        size, blocks = pool.block_tokens, self.blocks
+        if start // size < self.borrowed or any(pool.is_shared(blocks[i]) for i in range(start // size, -(-end // size))):
+            self.writable(start, end)
+        if keys.shape[1] != pool.kv_heads or keys.shape[-1] != pool.head_dim or keys.dtype != pool.dtype:
+            raise PoolError(f"keys of shape {tuple(keys.shape)} ({keys.dtype}) do not fit blocks of "
+                            f"{pool.kv_heads} kv heads x {pool.head_dim} ({pool.dtype})")
+        grad = torch.is_grad_enabled()  # the pool's tensors are never part of a graph
+        with torch.no_grad() if grad else _NO_CONTEXT:
+            for first, capacity, k, v in self._layer_views(layer):  # one copy per run the tokens fall in
+                lo, hi = max(start, first), min(end, first + capacity)
+                if lo == start and hi == end:  # the common case: every new token in one run
+                    k[:, :, lo - first:hi - first] = keys
+                    v[:, :, lo - first:hi - first] = values
+                elif lo < hi:
+                    k[:, :, lo - first:hi - first] = keys[:, :, lo - start:hi - start]
+                    v[:, :, lo - first:hi - first] = values[:, :, lo - start:hi - start]
+        self.lengths[layer] = end
+
+
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def _release(pool: BlockPool, blocks: list[int]) -> None:
@@ -185,7 +241,7 @@ class PagedCache(DynamicCache):
         new = PagedCache(self.pool)
         if self.pool is not None:
             self.pool.retain(self.blocks)
-            new.table.blocks.extend(self.blocks)
+            new.table.adopt(list(self.blocks))
             new.table.borrowed = len(self.blocks)
         for layer in self.layers:
             new.layer(layer.index)
