@@ -29,7 +29,7 @@ from pathlib import Path
 
 from bench.common import markdown_table, write_json
 from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import Job, Priority, StepOutcome
+from headstart.engine.scheduler_types import Call, Job, Priority, StepOutcome
 
 
 def _job(name: str, priority: Priority, tenant: str | None, key: float, steps: int = 1,
@@ -40,7 +40,7 @@ def _job(name: str, priority: Priority, tenant: str | None, key: float, steps: i
         left["n"] -= 1
         return left["n"] > 0
 
-    job = Job(step, priority, name, order_key=lambda: key, owner=name, cost=lambda: cost, decoding=lambda: False)
+    job = Job(Call(step, key=key, tokens=cost), priority, name, owner=name)
     job.tenant, job.blocks = tenant, blocks
     return job
 
@@ -57,7 +57,7 @@ def fairness(flood: int, chunks: int, named: bool) -> int:
         steps += 1
         if any(row.job.name == "b" for row in plan.rows):
             return steps - 1
-        scheduler.update(plan, [StepOutcome(row.job.step()) for row in plan.rows], 0.0)
+        scheduler.update(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
 
 
 def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: int, seed: int) -> dict:
@@ -86,7 +86,7 @@ def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: 
                 tier[block] = None
                 while len(tier) > tier_blocks:
                     tier.popitem(last=False)
-        scheduler.update(plan, [StepOutcome(row.job.step()) for row in plan.rows], 0.0)
+        scheduler.update(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
     overtaken = max(sum(1 for j in started[:pos] if j > i) for pos, i in enumerate(started))
     return {"max_delay": max_delay, "block_loads": loads, "max_overtaken": overtaken}
 

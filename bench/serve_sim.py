@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import Job, Priority, StepOutcome
+from headstart.engine.scheduler_types import Job, JobWork, Priority, StepOutcome
 
 A_MS, B_MS, C_MS = 150.0, 8.4, 5.5
 TURN_END_TOKENS = 5
@@ -100,20 +100,10 @@ class Sim:
         return ntok(stable), ntok(ty.text) + TURN_END_TOKENS
 
     def _typing_job(self, ty: Typist) -> Job:
-        def cost() -> int:
-            stable, full = self._typing_target(ty)
-            return max(1, full - min(ty.cached, stable))
-
-        job = Job(lambda: True, Priority.STREAM, f"type:{ty.name}", order_key=lambda: ty.last_change,
-                  owner=ty.name, cost=cost)
-        return job
+        return Job(_SimTyping(self, ty), Priority.STREAM, f"type:{ty.name}", owner=ty.name)
 
     def _answer_job(self, ans: Answer) -> Job:
-        def key() -> float:
-            return 1.0 if ans.prefill == 0 else ans.prefill / 257
-
-        return Job(lambda: True, Priority.SUBMIT, f"submit:{ans.typist.name}", order_key=key,
-                   owner=ans.typist.name, cost=lambda: ans.prefill or 1, decoding=lambda: ans.prefill == 0)
+        return Job(_SimAnswer(ans), Priority.SUBMIT, f"submit:{ans.typist.name}", owner=ans.typist.name)
 
     # -- events ------------------------------------------------------------------
 
@@ -288,3 +278,39 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class _SimTyping(JobWork):
+    """A simulated typist's job: the engine session's hints, on the simulated text."""
+
+    def __init__(self, sim, typist: Typist):
+        self.sim, self.typist = sim, typist
+
+    def step(self) -> bool:
+        return True
+
+    def order_key(self) -> float:
+        return self.typist.last_change
+
+    def cost(self) -> int:
+        stable, full = self.sim._typing_target(self.typist)
+        return max(1, full - min(self.typist.cached, stable))
+
+
+class _SimAnswer(JobWork):
+    """A simulated answer's job: a request's hints (shortest prefill first, then decode steps)."""
+
+    def __init__(self, answer: Answer):
+        self.answer = answer
+
+    def step(self) -> bool:
+        return True
+
+    def order_key(self) -> float:
+        return 1.0 if self.answer.prefill == 0 else self.answer.prefill / 257
+
+    def cost(self) -> int:
+        return self.answer.prefill or 1
+
+    def decoding(self) -> bool:
+        return self.answer.prefill == 0

@@ -7,16 +7,14 @@ import pytest
 from headstart.engine.errors import Cancelled
 from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_types import BatchKind, Job, JobState, Priority, StepOutcome
+from tests.worker_gates import Work
 
 P = Priority
 
 
 def job(name, priority, *, owner=None, key=None, cost=1, decoding=False, background=False, riding=None):
-    made = Job(lambda: False, priority, name, order_key=None if key is None else (lambda k=key: k),
-               owner=owner, cost=lambda c=cost: c, decoding=lambda d=decoding: d)
+    made = Job(Work(key=key, cost=cost, decoding=decoding, riding=riding), priority, name, owner=owner)
     made.background = background
-    if riding is not None:
-        made.riding_cost = riding if callable(riding) else (lambda r=riding: r)
     return made
 
 
@@ -154,7 +152,7 @@ def test_a_hint_that_raises_fails_its_own_job_only():
     def broken():
         raise RuntimeError("bad hint")
 
-    bad = Job(lambda: False, P.STREAM, "bad", order_key=broken, owner="x")
+    bad = Job(Work(key=broken), P.STREAM, "bad", owner="x")
     good = Job(lambda: False, P.STREAM, "good", owner="y")
     scheduler.add(bad, 0.0)
     scheduler.add(good, 0.0)

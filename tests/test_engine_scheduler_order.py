@@ -11,6 +11,7 @@ import pytest
 from headstart.engine.scheduler import Scheduler
 from headstart.engine.scheduler_order import rerank_sequence
 from headstart.engine.scheduler_types import Job, Priority, StepOutcome
+from tests.worker_gates import Work
 from headstart.tables.rerank import rerank as paper_rerank
 from tests.test_engine_scheduler import ORDER_CASES, queued, run_order
 
@@ -25,8 +26,7 @@ def make(name, priority=P.POOL, *, tenant=None, key=None, owner=None, cost=1, st
         left["n"] -= 1
         return left["n"] > 0
 
-    job = Job(step, priority, name, order_key=None if key is None else (lambda k=key: k),
-              owner=owner or name, cost=lambda c=cost: c, decoding=lambda: False)
+    job = Job(Work(step, key=key, cost=cost), priority, name, owner=owner or name)
     job.tenant = tenant
     job.blocks = None if blocks is None else frozenset(blocks)
     return job
@@ -48,7 +48,7 @@ def run(scheduler, jobs, arrivals=None):
             continue
         plan = scheduler.schedule(0.0)
         order.append("+".join(row.job.name for row in plan.rows))
-        scheduler.update(plan, [StepOutcome(row.job.step()) for row in plan.rows], 0.0)
+        scheduler.update(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
     return order
 
 

@@ -19,7 +19,7 @@ from headstart.engine.p0_store import P0Store, p0_key
 from headstart.engine.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
 from headstart.engine.scheduler_types import Priority
 from headstart.engine.worker import ForwardWorker
-from tests.worker_gates import hold_worker, queue_gate
+from tests.worker_gates import Work, hold_worker, queue_gate
 from headstart.prompt import common_prefix_len
 
 
@@ -472,7 +472,7 @@ def test_stream_jobs_run_least_recently_changed_first():
     order = []
     gate = hold_worker(worker, Priority.STREAM, "blocker")
     for name, key in [("typing-now", 3.0), ("paused-longest", 1.0), ("paused", 2.0)]:
-        worker.enqueue(lambda n=name: order.append(n) and False, Priority.STREAM, name, order_key=lambda k=key: k)
+        worker.enqueue(Work(lambda n=name: order.append(n) and False, key=key), Priority.STREAM, name)
     worker.enqueue(lambda: order.append("unkeyed") and False, Priority.STREAM, "unkeyed")
     gate.set()
     worker.run_sync(lambda: None, Priority.IDLE)
@@ -537,7 +537,7 @@ def test_batch_scopes_say_which_jobs_share_a_group(scope, groups):
                                      ("submit-c", Priority.SUBMIT, False), ("ahead-d", Priority.IDLE, False),
                                      ("pool-e", Priority.POOL, False), ("decode-f", Priority.SUBMIT, True),
                                      ("decode-g", Priority.POOL, True)]:
-        worker.enqueue(step(name), priority, name, owner=name, decoding=lambda d=decoding: d)
+        worker.enqueue(Work(step(name), decoding=decoding), priority, name, owner=name)
     gate.set()
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()
@@ -588,12 +588,12 @@ def test_a_new_submit_stops_a_decode_step_but_typing_does_not(defer_ms):
         seen.append(job[0].preempt_requested)
         return False
 
-    job.append(worker.enqueue(decode_step, Priority.SUBMIT, "decode", decoding=lambda: True))
+    job.append(worker.enqueue(Work(decode_step, decoding=True), Priority.SUBMIT, "decode"))
     assert started.wait(5)
     worker.enqueue(lambda: False, Priority.STREAM, "typing")
     time.sleep(0.05)
     assert not job[0].preempt_requested  # typing waits for the decode step
-    worker.enqueue(lambda: False, Priority.SUBMIT, "submit", decoding=lambda: False)
+    worker.enqueue(lambda: False, Priority.SUBMIT, "submit")
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()
     assert seen == [True]
@@ -612,11 +612,11 @@ def test_a_submit_whose_first_tokens_are_known_stops_no_decode_step():
         release.wait(5)
         return False
 
-    job.append(worker.enqueue(decode_step, Priority.SUBMIT, "decode", decoding=lambda: True))
+    job.append(worker.enqueue(Work(decode_step, decoding=True), Priority.SUBMIT, "decode"))
     assert started.wait(5)
-    worker.enqueue(lambda: False, Priority.SUBMIT, "known", decoding=lambda: False, needs_forward=False)
+    worker.enqueue(lambda: False, Priority.SUBMIT, "known", needs_forward=False)
     assert not job[0].preempt_requested
-    worker.enqueue(lambda: False, Priority.SUBMIT, "prefill", decoding=lambda: False)
+    worker.enqueue(lambda: False, Priority.SUBMIT, "prefill")
     assert job[0].preempt_requested
     release.set()
     worker.run_sync(lambda: None, Priority.IDLE)
@@ -690,9 +690,9 @@ def test_decode_steps_wait_behind_typing_until_their_bound():
     def step(name):
         return lambda: order.append(name) and False
 
-    worker.enqueue(step("decode"), Priority.SUBMIT, "decode", decoding=lambda: True)
-    worker.enqueue(step("flash-decode"), Priority.FLASH, "flash-decode", decoding=lambda: True)
-    worker.enqueue(step("prefill"), Priority.SUBMIT, "prefill", decoding=lambda: False)
+    worker.enqueue(Work(step("decode"), decoding=True), Priority.SUBMIT, "decode")
+    worker.enqueue(Work(step("flash-decode"), decoding=True), Priority.FLASH, "flash-decode")
+    worker.enqueue(step("prefill"), Priority.SUBMIT, "prefill")
     worker.enqueue(step("typing"), Priority.STREAM, "typing")
     worker.enqueue(step("ahead"), Priority.IDLE, "ahead")
     gate.set()
@@ -702,7 +702,7 @@ def test_decode_steps_wait_behind_typing_until_their_bound():
     order.clear()
     worker.decode_defer_s = 0.05
     gate = hold_worker(worker)
-    worker.enqueue(step("decode"), Priority.SUBMIT, "decode", decoding=lambda: True)
+    worker.enqueue(Work(step("decode"), decoding=True), Priority.SUBMIT, "decode")
     time.sleep(0.1)  # past its bound: the decode step takes its class back
     worker.enqueue(step("typing"), Priority.STREAM, "typing")
     gate.set()
@@ -749,12 +749,12 @@ def test_the_shortest_waiting_prefill_runs_first(tiny_runtime):
     long = tiny_runtime.start_complete(
         "world_1", "List every country with its capital, population and continent, sorted by name.", "prefix", params)
     short = tiny_runtime.start_complete("world_1", "Countries?", "prefix", params)
-    assert 0 < short.schedule_key() < long.schedule_key() < 1
+    assert 0 < short.order_key() < long.order_key() < 1
     gate.set()
     long.result(30)
     short.result(30)
     assert short.first_token_at < long.first_token_at
-    assert short.schedule_key() == 1.0  # prefilled: behind every waiting prefill
+    assert short.order_key() == 1.0  # prefilled: behind every waiting prefill
 
 
 def test_typing_order_is_read_when_popped():
@@ -763,7 +763,7 @@ def test_typing_order_is_read_when_popped():
     order, keys = [], {"a": 1.0, "b": 2.0}
     gate = hold_worker(worker, Priority.STREAM, "blocker")
     for name in "ab":
-        worker.enqueue(lambda n=name: order.append(n) and False, Priority.STREAM, name, order_key=lambda n=name: keys[n])
+        worker.enqueue(Work(lambda n=name: order.append(n) and False, key=lambda n=name: keys[n]), Priority.STREAM, name)
     keys["a"] = 3.0  # a typed again after being queued
     gate.set()
     worker.run_sync(lambda: None, Priority.IDLE)
@@ -926,7 +926,7 @@ def test_groups_fit_the_token_budget():
         return lambda: seen.setdefault(name, worker.batched_groups) and False
 
     for name, cost in [("big", 40), ("too-big", 30), ("small", 10), ("tiny", 1)]:
-        worker.enqueue(step(name), Priority.STREAM, name, owner=name, cost=lambda c=cost: c)
+        worker.enqueue(Work(step(name), cost=cost), Priority.STREAM, name, owner=name)
     gate.set()
     worker.run_sync(lambda: None, Priority.IDLE)
     worker.shutdown()

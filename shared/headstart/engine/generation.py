@@ -27,6 +27,7 @@ from headstart.engine.errors import Cancelled
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
 from headstart.engine.prompt_lookup import draft
+from headstart.engine.scheduler_types import JobWork
 from headstart.engine.sampling import Sampler, SamplingParams, StopText, pick_token  # noqa: F401 (re-exported)
 from headstart.engine.states import RequestState, advance
 from headstart.engine.steps import ExtensionDriver, ExtensionSteps, Row, RowResult
@@ -50,7 +51,7 @@ class SubmitResult:
 _BEFORE_FIRST_TOKEN = (RequestState.QUEUED, RequestState.PREFILL)
 
 
-class GenerationRequest:
+class GenerationRequest(JobWork):
     """One submit: catch the cache up to `prompt_ids`, then stream tokens.
 
     `prepare` (optional) runs on the worker at the first step and returns the
@@ -158,9 +159,9 @@ class GenerationRequest:
 
     # -- worker side --------------------------------------------------------
 
-    def schedule_key(self) -> float:
-        """The worker's order within this request's class (pass it as the
-        job's `order_key`). TTFT first, as prefill-first schedulers do:
+    def order_key(self) -> float:
+        """The worker's order within this request's class (`JobWork.order_key`).
+        TTFT first, as prefill-first schedulers do:
         a request before its first token runs ahead of other requests'
         decode steps (key 1.0), and among those the shortest prefill first
         (key in [0, 1): tokens still to compute over one chunk; 0 when the
@@ -172,9 +173,9 @@ class GenerationRequest:
         # read on the worker thread between steps (the scheduler's rule): no race
         if self._ahead is not None and self.params.plain_greedy and self._ahead():
             return 0.0
-        return self.pending_tokens() / (self.chunk_tokens + 1)
+        return self.cost() / (self.chunk_tokens + 1)
 
-    def is_decoding(self) -> bool:
+    def decoding(self) -> bool:
         """The next step is a decode step (the worker may defer it, see
         `headstart.engine.scheduler`)."""
         return self.status is RequestState.DECODE
@@ -185,15 +186,14 @@ class GenerationRequest:
         returns the job (whose preemption flag a decode step polls)."""
         # first answer tokens known at submit: the first step streams them, no forward to run first
         hints.setdefault("needs_forward", not self._known)
-        self.job = worker.enqueue(self.step, priority, name, order_key=self.schedule_key, owner=owner,
-                                  cost=self.pending_tokens, decoding=self.is_decoding, **hints)
+        self.job = worker.enqueue(self, priority, name, owner=owner, **hints)
         return self.job
 
     def _yield_requested(self) -> bool:
         job = self.job
         return job is not None and job.preempt_requested
 
-    def pending_tokens(self) -> int:
+    def cost(self) -> int:
         """About how many tokens the next step runs through the model (the
         scheduler's group-forming hint, read on the worker thread)."""
         if self.status not in _BEFORE_FIRST_TOKEN:

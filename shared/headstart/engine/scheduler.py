@@ -31,7 +31,7 @@ changed only here). Its rules, written once:
    decode steps the typing (STREAM) rows share `stream_tokens` new tokens,
    in rank order, the group's head first; each is capped (`Job.token_cap`,
    the typing step extends by at most that many) at what it commits while
-   riding (`Job.riding_cost`: a session's settled words in bulk, or its
+   riding (`JobWork.riding_cost`: a session's settled words in bulk, or its
    finished prompt; `policy.riding_target`), and one left with no token, or
    with nothing to commit while riding, waits for the next forward (the
    hint is read afresh there: a text that rests becomes due). So typing
@@ -49,7 +49,7 @@ changed only here). Its rules, written once:
    to what a running STREAM job yields to.
 3. **Shortest prefill first.** Within a class, the job's `order_key` orders:
    requests before their first token run ahead of other requests' decode
-   steps, shortest remaining prefill first (`GenerationRequest.schedule_key`);
+   steps, shortest remaining prefill first (`GenerationRequest.order_key`);
    typing sessions, the least recently changed first (`Session`).
 4. **Batch scopes and the token budget.** The most urgent job runs; when it
    may be batched (`BatchScope`, `batch_kind`) the next ready jobs of the same
@@ -134,7 +134,7 @@ class Scheduler:
         job.state = JobState.WAITING
         job.arrival = next(self._arrivals)
         job.queued_at = now
-        job.decode_step = job.decoding is not None and bool(job.decoding())
+        job.decode_step = bool(job.work.decoding())
         self._waiting.append(job)
 
     def drain(self) -> list[Job]:
@@ -176,7 +176,7 @@ class Scheduler:
     def _idle_typing_waits(self, ranked: list[tuple[Rank, Job]], failed: list,
                            riding: dict[int, int]) -> list[tuple[Rank, Job]]:
         """Rule 2c: while answers stream and typing rows would ride with them,
-        a typing job with nothing to commit riding (`Job.riding_cost` 0)
+        a typing job with nothing to commit riding (`JobWork.riding_cost` 0)
         waits, even where it would head the group: its step would be a row
         of no tokens (and a progress event) in every forward. Notes each
         hint it reads in `riding`, for `_group` (whenever `_group` caps a
@@ -189,14 +189,16 @@ class Scheduler:
             return ranked
         kept = []
         for rank, job in ranked:
-            if job.priority == Priority.STREAM and not job.background and job.riding_cost is not None:
+            if job.priority == Priority.STREAM and not job.background:
                 try:
-                    riding[id(job)] = self._riding(job)
+                    commits = self._riding(job)
                 except Exception as exc:  # the hint's own job fails, visibly
                     failed.append((job, exc))
                     continue
-                if riding[id(job)] < 1:
-                    continue
+                if commits is not None:  # typing work: it says what it commits riding
+                    riding[id(job)] = commits
+                    if commits < 1:
+                        continue
             kept.append((rank, job))
         return kept
 
@@ -280,9 +282,11 @@ class Scheduler:
         return PlannedRow(row.job, row.rank, max(1, cost)), left - cost
 
     @staticmethod
-    def _riding(job: Job) -> int:
-        """Tokens a typing step commits when its row rides with streaming answers (rule 2c)."""
-        return max(0, int(job.riding_cost()))
+    def _riding(job: Job) -> int | None:
+        """Tokens a typing step commits when its row rides with streaming answers (rule 2c);
+        None: the work is not typing (`JobWork.riding_cost`)."""
+        commits = job.work.riding_cost()
+        return None if commits is None else max(0, int(commits))
 
     def streaming(self, job: Job) -> bool:
         """A decode step of a streaming answer (FLASH, SUBMIT or POOL): someone
@@ -294,7 +298,8 @@ class Scheduler:
         cls = Priority.DEFERRED_DECODE if self.deferred(job, now) else job.priority
         if job.background and cls == Priority.STREAM and now - job.queued_at < self.decode_defer_s:
             cls = Priority.BACKGROUND
-        key = float(job.order_key()) if job.order_key is not None else 0.0
+        key = job.work.order_key()
+        key = 0.0 if key is None else float(key)
         return Rank(cls, job.priority, key, job.arrival)
 
     def deferred(self, job: Job, now: float) -> bool:
@@ -318,7 +323,7 @@ class Scheduler:
 
     @staticmethod
     def _cost(job: Job) -> int:
-        return max(1, int(job.cost())) if job.cost is not None else 1
+        return max(1, int(job.work.cost()))
 
     @staticmethod
     def preempts(priority: Priority, running: Job, needs_forward: bool = True) -> bool:

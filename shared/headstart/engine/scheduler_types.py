@@ -3,8 +3,10 @@ states, ranks and the typed plan of one worker iteration.
 
 A `Job` is the scheduler's unit (nano-vllm's `Sequence`): one bounded step at
 a time (a prefill chunk, a decode token) of a session's typing, a request or
-an answer-ahead. Its `state` changes only in `Scheduler` (see the transition
-table there); the worker and the job's owner only read it.
+an answer-ahead. What it runs, and the hints the scheduler reads of it, are
+its `JobWork` (one typed object its owner implements: the job's record);
+its `state` changes only in `Scheduler` (see the transition table there);
+the worker and the job's owner only read it.
 """
 
 from __future__ import annotations
@@ -104,26 +106,76 @@ class Rank(NamedTuple):
     arrival: int
 
 
-class Job:
-    """A unit of work on the worker. `step()` (on the worker thread, never
-    running the model itself) either finishes the step and returns True
-    while more remains, or returns a `headstart.engine.steps.Row` to run,
-    whose `commit` says whether more remains once the row has run.
+class JobWork:
+    """What a job runs, and what the scheduler reads of it: the job's record.
 
-    Hints (read by the scheduler on the worker thread, between steps, where
-    no step of the job runs; a hint that raises fails its own job):
+    The owner of the work subclasses it (a request, a session's typing, its
+    answer-ahead, a generator of extensions); `Call` is a one-off call. A
+    `Job` holds one and no callables of its own.
+
+    `step()` (on the worker thread, never running the model itself) either
+    finishes the step and returns True while more remains, or returns a
+    `headstart.engine.steps.Row` to run, whose `commit` says whether more
+    remains once the row has run.
+
+    The other methods are the scheduler's hints, read on the worker thread
+    between steps, where no step of the job runs (a hint that raises fails
+    its own job). The defaults are those of work with nothing to say:
         order_key: within a class, a smaller key runs first (read at each
-            schedule); jobs without one keep arrival order ahead of keyed ones.
+            schedule); None keeps arrival order, ahead of keyed jobs.
         cost: about how many tokens the next step runs through the model
             (read when a group is formed, so a group fits the token budget).
-        riding_cost: the same for a typing step whose row rides with streaming
-            answers (rule 2c), where it commits less; 0: nothing to commit
-            then, so it waits. None: `cost`.
+        riding_cost: the same for a typing step whose row rides with
+            streaming answers (rule 2c), where it commits less; 0: nothing
+            to commit then, so it waits. None: not typing work (no cap).
         decoding: whether the next step is a decode step (read at each
             (re)queue: only the job's own step changes it).
-        owner: whose cache the step touches; None: never batched.
+    """
+
+    def step(self) -> object:
+        raise NotImplementedError
+
+    def order_key(self) -> float | None:
+        return None
+
+    def cost(self) -> int:
+        return 1
+
+    def riding_cost(self) -> int | None:
+        return None
+
+    def decoding(self) -> bool:
+        return False
+
+
+class Call(JobWork):
+    """A one-off job's work: `fn()` is its step (True: run it again), with
+    fixed hints (a set-up call, a data session's step, a test's job)."""
+
+    def __init__(self, fn: Callable[[], object], key: float | None = None, tokens: int = 1,
+                 decode: bool = False):
+        self.fn, self.key, self.tokens, self.decode = fn, key, tokens, decode
+
+    def step(self) -> object:
+        return self.fn()
+
+    def order_key(self) -> float | None:
+        return self.key
+
+    def cost(self) -> int:
+        return self.tokens
+
+    def decoding(self) -> bool:
+        return self.decode
+
+
+class Job:
+    """A unit of work on the worker: its `work` (a `JobWork`: the step and
+    the hints the scheduler reads) and what the queueing side and the
+    scheduler know of it.
 
     Set by the queueing side before `Scheduler.add` (plain attributes):
+        owner: whose cache the step touches; None: never batched.
         tenant: whose work it is (fairness across tenants within a class).
         blocks: the table blocks a table-cache completion will place at its
             first step (reranking); None for every other job.
@@ -135,20 +187,15 @@ class Job:
             running step (rule 5).
     """
 
-    def __init__(self, step: Callable[[], object], priority: Priority, name: str = "",
-                 order_key: Callable[[], float] | None = None, owner: str | None = None,
-                 cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None):
+    def __init__(self, work: "JobWork | Callable[[], object]", priority: Priority, name: str = "",
+                 owner: str | None = None):
         if priority not in QUEUED_CLASSES:
             valid = ", ".join(p.name for p in Priority if p in QUEUED_CLASSES)
             raise ValueError(f"a job is queued at one of {valid}, not {priority!r}")
-        self.step = step
+        self.work = work if isinstance(work, JobWork) else Call(work)
         self.priority = Priority(priority)
         self.name = name
-        self.order_key = order_key
         self.owner = owner
-        self.cost = cost
-        self.decoding = decoding
-        self.riding_cost: Callable[[], int] | None = None
         self.tenant: str | None = None
         self.blocks: frozenset[str] | None = None
         self.background = False
@@ -157,7 +204,7 @@ class Job:
         self.state = JobState.WAITING
         self.arrival = 0  # set by the scheduler at each (re)queue
         self.queued_at = 0.0  # a deferred step's wait counts from here
-        self.decode_step = False  # `decoding()` as read at the last (re)queue
+        self.decode_step = False  # `work.decoding()` as read at the last (re)queue
         self.running_class = self.priority  # its rank class when it last started (preemption)
         # Set by the scheduler for the step it plans now: at most this many new
         # tokens (a typing row riding with answers' decode steps); None: no cap.

@@ -56,7 +56,7 @@ from headstart.engine.generation import GenerationRequest, SamplingParams
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
 from headstart.engine.policy import CommitTarget, ConfirmationPolicy, PaperPolicy, looks_complete, riding_target
-from headstart.engine.scheduler_types import Job, Priority
+from headstart.engine.scheduler_types import Job, JobWork, Priority
 from headstart.engine.states import SessionState, advance
 from headstart.engine.steps import Row, RowResult
 from headstart.engine.worker import ForwardWorker
@@ -289,9 +289,8 @@ class Session:
         """Queue a typing step unless one is queued or running (that one then
         reads the newest snapshot: it sees TYPING_DIRTY and runs again)."""
         if self._job is None or self._job.done.is_set():
-            self._job = self.worker.enqueue(self._typing_step, Priority.STREAM, f"type:{self.session_id}",
-                                            order_key=self._typing_order, owner=self.session_id,
-                                            cost=self._typing_cost, riding_cost=self._riding_cost)
+            self._job = self.worker.enqueue(_TypingWork(self), Priority.STREAM, f"type:{self.session_id}",
+                                            owner=self.session_id)
         self._set(S.TYPING_DIRTY)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
@@ -463,8 +462,8 @@ class Session:
                 self._set(S.READY)
                 return False
             self._ahead_prompt = target.ids
-            self._job = self.worker.enqueue(self._ahead_step, Priority.IDLE, f"ahead:{self.session_id}",
-                                            owner=self.session_id, decoding=self._ahead_rides)
+            self._job = self.worker.enqueue(_AheadWork(self), Priority.IDLE, f"ahead:{self.session_id}",
+                                            owner=self.session_id)
             self._set(S.ANSWERING_AHEAD)
             return False
 
@@ -541,3 +540,36 @@ class Session:
             self._job = None
             self._set(S.READY)
             return False
+
+
+class _TypingWork(JobWork):
+    """A session's typing job: its steps and hints are the session's own."""
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    def step(self):
+        return self.session._typing_step()
+
+    def order_key(self) -> float:
+        return self.session._typing_order()
+
+    def cost(self) -> int:
+        return self.session._typing_cost()
+
+    def riding_cost(self) -> int:
+        return self.session._riding_cost()
+
+
+class _AheadWork(JobWork):
+    """A session's answer-ahead job: a decode step that may ride in others'
+    forwards once the question reads as finished (`Session._ahead_rides`)."""
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    def step(self):
+        return self.session._ahead_step()
+
+    def decoding(self) -> bool:
+        return self.session._ahead_rides()

@@ -40,6 +40,7 @@ from typing import Callable, Generator, TypeVar
 
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
+from headstart.engine.scheduler_types import JobWork
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def run_inline(steps: "ExtensionSteps[T]", runner: ModelRunner) -> T:
         return stop.value
 
 
-class ExtensionDriver:
+class ExtensionDriver(JobWork):
     """A generator of extensions as one job's rows, on the worker thread.
 
     `step()` (the job's step, or a part of a request's) advances the

@@ -9,7 +9,7 @@ the model, or finishes at once.
 The loop, all on this one thread:
 
     plan = scheduler.schedule(now)          # which jobs run (under the lock)
-    rows = [job.step() for job in plan]     # each prepares its row, no model
+    rows = [job.work.step() for job in plan]  # each prepares its row, no model
     results = run_rows(rows)                # one forward (or the lone path)
     outcomes = commit_rows(rows, results)   # each job commits, says if more
     scheduler.update(plan, outcomes, now)   # requeue or finish (under the lock)
@@ -40,7 +40,7 @@ from headstart.engine.errors import Cancelled, ResourceExhausted
 from headstart.engine.forward_trace import ForwardTrace
 from headstart.engine.kv import KVState
 from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import BatchScope, Job, Plan, Priority, StepOutcome
+from headstart.engine.scheduler_types import BatchScope, Job, JobWork, Plan, Priority, StepOutcome
 from headstart.engine.steps import Extension, ExtensionDriver, ExtensionSteps, Row, commit_rows, run_rows
 
 log = logging.getLogger(__name__)
@@ -115,17 +115,17 @@ class ForwardWorker:
     def can_enqueue(self) -> bool:
         return self.scheduler.num_waiting < self.max_queued
 
-    def enqueue(self, step: Callable[[], "Row | bool"], priority: Priority, name: str = "",
-                order_key: Callable[[], float] | None = None, owner: str | None = None,
-                cost: Callable[[], int] | None = None, decoding: Callable[[], bool] | None = None,
-                tenant: str | None = None, blocks: frozenset[str] | None = None, background: bool = False,
-                riding_cost: Callable[[], int] | None = None, needs_forward: bool = True) -> Job:
-        """Queue a job (its step and hints: see `Job`); raises ResourceExhausted
-        when the queue is full. `needs_forward` False: the job's first step
-        runs no forward (a submit whose first answer tokens are known), so
-        it stops no running step (the scheduler's rule 5)."""
-        job = Job(step, priority, name, order_key, owner, cost, decoding)
-        job.tenant, job.blocks, job.background, job.riding_cost = tenant, blocks, background, riding_cost
+    def enqueue(self, work: "JobWork | Callable[[], Row | bool]", priority: Priority, name: str = "",
+                owner: str | None = None, tenant: str | None = None, blocks: frozenset[str] | None = None,
+                background: bool = False, needs_forward: bool = True) -> Job:
+        """Queue a job: its work (a `JobWork`: the step and the scheduler's
+        hints; a plain callable is a `Call`'s step) and what `Job` lists;
+        raises ResourceExhausted when the queue is full. `needs_forward`
+        False: the job's first step runs no forward (a submit whose first
+        answer tokens are known), so it stops no running step (the
+        scheduler's rule 5)."""
+        job = Job(work, priority, name, owner)
+        job.tenant, job.blocks, job.background = tenant, blocks, background
         job.needs_forward = needs_forward
         with self._cv:
             if self._stopping:
@@ -173,7 +173,7 @@ class ForwardWorker:
         between them; return what it returns. `first_cost`: the first forward's tokens, a hint
         (the driver knows the later ones). Its failure is raised here."""
         driver = ExtensionDriver(steps, runner, shared=shared, first_cost=first_cost)
-        self.enqueue(driver.step, priority, name, cost=driver.cost).wait()
+        self.enqueue(driver, priority, name).wait()
         return driver.value
 
     @property
@@ -225,7 +225,7 @@ class ForwardWorker:
         rows: list[tuple[int, Row]] = []  # (index in the plan, its row)
         for index, job in enumerate(plan.jobs):
             try:
-                out = job.step()
+                out = job.work.step()
             except BaseException as exc:  # the job's owner re-raises it in wait()
                 outcomes.append(StepOutcome(False, exc))
                 continue
