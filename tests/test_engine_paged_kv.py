@@ -197,3 +197,35 @@ def test_a_state_counts_the_blocks_it_owns_and_its_sharers_borrow_them():
     usage = KVMemory(0, bpt, session_reserve_tokens=0).usage([snapshot], stored=[live])
     assert (usage.shared_bytes, usage.session_bytes) == (10 * bpt, 5 * bpt)
     assert (usage.block_tokens, usage.blocks_used, usage.blocks_shared) == (4, 5, 2)  # live 3, its copy of one, one more
+
+
+def test_caches_dropped_on_other_threads_while_the_worker_writes_lose_nothing():
+    """Sessions close on gRPC threads while the worker extends other caches:
+    the pool's counts stay exact and no cache reads another's tokens."""
+    import threading
+
+    pool = _pool(block_tokens=4, slab_blocks=8)
+    base = PagedCache(pool)
+    k, v = _kv(10)
+    base.append(0, k, v)
+    errors: list[BaseException] = []
+
+    def churn(seed: int) -> None:
+        try:
+            for i in range(200):
+                mine = base.shared()
+                extra, extra_v = _kv(3 + (i + seed) % 9, start=seed * 1000.0 + i)
+                mine.append(0, extra, extra_v)
+                assert torch.equal(mine.layers[0].keys, torch.cat([k, extra], dim=-2))
+                del mine  # its blocks go back on this thread
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=churn, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    assert torch.equal(base.layers[0].keys, k)
+    assert pool.stats().used_blocks == len(base.blocks) == 3 and pool.stats().shared_blocks == 0

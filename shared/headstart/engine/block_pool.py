@@ -177,17 +177,20 @@ class BlockPool:
         slab = self._slabs[block // self.slab_blocks]
         if slab is None:
             raise PoolError(f"block {block} is free: it holds nothing")
-        while len(slab) <= layer:
-            slab.append(None)
-        if slab[layer] is None:
-            shape = (self.kv_heads, self.slab_blocks * self.block_tokens, self.head_dim)
-            # normal tensors, not inference tensors (a slab made inside `inference_mode` would be one):
-            # blocks are written both inside and outside it
-            with torch.inference_mode(False):
-                slab[layer] = (torch.empty(shape, dtype=self.dtype, device=self.device),
-                               torch.empty(shape, dtype=self.dtype, device=self.device))
-            self._num_layers = max(self._num_layers, layer + 1)
-        return slab[layer]
+        if len(slab) > layer and slab[layer] is not None:
+            return slab[layer]
+        with self._lock:  # made once: two caches writing their first tokens of a slab's layer
+            while len(slab) <= layer:
+                slab.append(None)
+            if slab[layer] is None:
+                shape = (self.kv_heads, self.slab_blocks * self.block_tokens, self.head_dim)
+                # normal tensors, not inference tensors (a slab made inside `inference_mode` would be one):
+                # blocks are written both inside and outside it
+                with torch.inference_mode(False):
+                    slab[layer] = (torch.empty(shape, dtype=self.dtype, device=self.device),
+                                   torch.empty(shape, dtype=self.dtype, device=self.device))
+                self._num_layers = max(self._num_layers, layer + 1)
+            return slab[layer]
 
     def view(self, layer: int, block: int, offset: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values `[1, kv_heads, tokens, head_dim]` from token `offset` of
