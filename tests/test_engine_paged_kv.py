@@ -229,3 +229,24 @@ def test_caches_dropped_on_other_threads_while_the_worker_writes_lose_nothing():
     assert not errors, errors[0]
     assert torch.equal(base.layers[0].keys, k)
     assert pool.stats().used_blocks == len(base.blocks) == 3 and pool.stats().shared_blocks == 0
+
+
+def test_free_blocks_give_their_pages_back_and_blocks_in_use_keep_their_tokens():
+    """`give_back_free_pages` drops the pages of free blocks only (what a
+    replica's idle trim calls): a cache still holding blocks of the slab reads
+    its tokens unchanged, and a block taken again is written as usual."""
+    import sys
+
+    pool = BlockPool(2, 256, torch.float32, "cpu", block_tokens=16, slab_blocks=8)  # 16 KiB per head and block
+    keep, drop = PagedCache(pool), PagedCache(pool)
+    k = torch.randn(1, 2, 40, 256)
+    keep.append(0, k, -k)
+    drop.append(0, torch.ones(1, 2, 80, 256), torch.ones(1, 2, 80, 256))
+    drop.crop_to(0)
+    given = pool.give_back_free_pages()
+    if sys.platform.startswith("linux"):
+        assert given >= 2 * 2 * 4 * 16 * 256 * 4  # the freed blocks' whole pages, keys and values of both heads
+    assert torch.equal(keep.layers[0].keys, k) and torch.equal(keep.layers[0].values, -k)
+    again = PagedCache(pool)
+    again.append(0, k, k)
+    assert torch.equal(again.layers[0].keys, k) and torch.equal(keep.layers[0].keys, k)

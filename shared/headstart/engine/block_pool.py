@@ -16,6 +16,10 @@ the same way, and for the same reasons:
   back. Nothing is joined per extension.
 - **One count of memory.** Used, shared and free blocks are the pool's own
   numbers (`PoolStats`), which Describe and `/metrics` report.
+- **Memory back to the system.** A slab whose blocks are all free is
+  dropped; the pages of free blocks in slabs still in use are given back
+  by `give_back_free_pages` (an idle replica's heap trim calls it), so a
+  burst's KV does not stay resident.
 
 Layout. Blocks live in slabs of `slab_blocks` blocks: per slab, per layer,
 one keys and one values tensor `[kv_heads, slab_blocks * block_tokens,
@@ -34,6 +38,10 @@ dropped on any thread.
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
+import functools
+import mmap
 import threading
 from dataclasses import dataclass
 
@@ -212,6 +220,39 @@ class BlockPool:
             k.copy_(keys)
             v.copy_(values)
 
+    def give_back_free_pages(self) -> int:
+        """Tell the system the pages of free blocks (in slabs still in use)
+        hold nothing (`madvise(MADV_DONTNEED)`; CPU memory on Linux only): a
+        burst's blocks, freed, no longer count in the process's RSS, and a
+        block taken again starts on fresh zero pages. malloc_trim cannot do
+        this: the slab is one live allocation. Returns the bytes given back.
+
+        Holds the pool's lock throughout, so no free block is allocated (and
+        written) while its pages are dropped; blocks in use are never touched."""
+        madvise = _libc_madvise()
+        if madvise is None or self.device.type != "cpu":
+            return 0
+        page, given = mmap.PAGESIZE, 0
+        with self._lock:
+            for index, slab in enumerate(self._slabs):
+                if not slab:
+                    continue
+                first = index * self.slab_blocks
+                for lo, hi in _free_runs(self._refs[first:first + self.slab_blocks]):
+                    for tensors in slab:
+                        for t in tensors or ():
+                            per_head = t.stride(0) * t.element_size()
+                            for head in range(t.shape[0]):
+                                start = t.data_ptr() + head * per_head + lo * self.block_tokens * t.stride(1) \
+                                    * t.element_size()
+                                end = start + (hi - lo) * self.block_tokens * t.stride(1) * t.element_size()
+                                start = -(-start // page) * page  # whole pages inside the range only
+                                end = end // page * page
+                                if end > start and madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                                                           _MADV_DONTNEED) == 0:
+                                    given += end - start
+        return given
+
     def copy_block(self, source: int, target: int, tokens: int) -> None:
         """Copy the first `tokens` tokens of every layer written in `source` into `target`."""
         slab = self._slabs[source // self.slab_blocks]
@@ -219,6 +260,43 @@ class BlockPool:
             if slab[layer] is not None:
                 k, v = self.view(layer, source, 0, tokens)
                 self.write(layer, target, 0, k, v)
+
+
+_MADV_DONTNEED = 4  # Linux
+
+
+@functools.cache
+def _libc_madvise():
+    """The C library's `madvise`, or None (not Linux, or no C library found)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        fn = getattr(ctypes.CDLL(name, use_errno=True), "madvise", None) if name else None
+    except OSError:
+        return None
+    if fn is not None:
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def _free_runs(refs: list[int]) -> list[tuple[int, int]]:
+    """(first, end) of each run of free blocks (count 0) in a slab's counts."""
+    runs, start = [], None
+    for i, count in enumerate([*refs, 1]):
+        if not count and start is None:
+            start = i
+        elif count and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def give_back_free_pages() -> int:
+    """`BlockPool.give_back_free_pages` for every pool of the process; the bytes given back."""
+    return sum(pool.give_back_free_pages() for pool in pools())
 
 
 _POOLS: dict[tuple, BlockPool] = {}
