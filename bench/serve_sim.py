@@ -253,33 +253,6 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--wpm", type=float, default=60.0)
-    ap.add_argument("--pause", type=float, default=0.3)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("bench-out/serve_sim"))
-    args = ap.parse_args()
-    rows = []
-    for n in args.concurrency:
-        rows += simulate(n, args.rounds, args.wpm, args.pause, args.max_new_tokens, args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "serve_sim.json").write_text(json.dumps({"model": {"a_ms": A_MS, "b_ms": B_MS, "c_ms": C_MS},
-                                                          "args": {k: str(v) for k, v in vars(args).items()},
-                                                          "rows": rows}, indent=2))
-    md = table(rows)
-    (args.out / "serve_sim.md").write_text(md)
-    plot(rows, args.out / "serve_sim.png")
-    print(md)
-
-
-if __name__ == "__main__":
-    main()
-
-
 class _SimTyping(JobWork):
     """A simulated typist's job: the engine session's hints, on the simulated text."""
 
@@ -314,3 +287,30 @@ class _SimAnswer(JobWork):
 
     def decoding(self) -> bool:
         return self.answer.prefill == 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--wpm", type=float, default=60.0)
+    ap.add_argument("--pause", type=float, default=0.3)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("bench-out/serve_sim"))
+    args = ap.parse_args()
+    rows = []
+    for n in args.concurrency:
+        rows += simulate(n, args.rounds, args.wpm, args.pause, args.max_new_tokens, args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "serve_sim.json").write_text(json.dumps({"model": {"a_ms": A_MS, "b_ms": B_MS, "c_ms": C_MS},
+                                                          "args": {k: str(v) for k, v in vars(args).items()},
+                                                          "rows": rows}, indent=2))
+    md = table(rows)
+    (args.out / "serve_sim.md").write_text(md)
+    plot(rows, args.out / "serve_sim.png")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

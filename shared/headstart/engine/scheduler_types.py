@@ -149,12 +149,12 @@ class JobWork:
 
 
 class Call(JobWork):
-    """A one-off job's work: `fn()` is its step (True: run it again), with
-    fixed hints (a set-up call, a data session's step, a test's job)."""
+    """A one-off job's work: `fn()` is its step (True: run it again), with a
+    fixed order key and cost (a set-up call, a data session's step, a
+    simulated job); never a decode step, never typing."""
 
-    def __init__(self, fn: Callable[[], object], key: float | None = None, tokens: int = 1,
-                 decode: bool = False):
-        self.fn, self.key, self.tokens, self.decode = fn, key, tokens, decode
+    def __init__(self, fn: Callable[[], object], key: float | None = None, tokens: int = 1):
+        self.fn, self.key, self.tokens = fn, key, tokens
 
     def step(self) -> object:
         return self.fn()
@@ -164,9 +164,6 @@ class Call(JobWork):
 
     def cost(self) -> int:
         return self.tokens
-
-    def decoding(self) -> bool:
-        return self.decode
 
 
 class Job:
