@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
-from headstart.engine.kv import KVState
+from headstart.engine.kv import KVState, state_from_layers
 from headstart.prompt import common_prefix_len
 
 
@@ -85,12 +84,10 @@ class RadixCache:
         num = sum(n for _, n in path)
         if num == 0:
             return RadixMatch(0, None)
-        cache = DynamicCache()
-        for layer in range(len(path[0][0].keys)):
-            k = torch.cat([node.keys[layer][:, :, :n] for node, n in path], dim=2)
-            v = torch.cat([node.values[layer][:, :, :n] for node, n in path], dim=2)
-            cache.update(k, v, layer)
-        return RadixMatch(num, KVState(list(ids[:num]), cache, None))
+        layers = [(torch.cat([node.keys[layer][:, :, :n] for node, n in path], dim=2),
+                   torch.cat([node.values[layer][:, :, :n] for node, n in path], dim=2))
+                  for layer in range(len(path[0][0].keys))]
+        return RadixMatch(num, state_from_layers(list(ids[:num]), layers))
 
     def insert(self, ids: Sequence[int], state: KVState) -> int:
         """Store the KV of `ids` (held by `state`, which may hold more); returns tokens newly stored."""

@@ -203,9 +203,9 @@ def main(argv: list[str] | None = None) -> None:
               "growth_after_warmup": growth(rows, warm)}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "replica_memory.json", result)
-    header = ["cycle", "sessions", "evicted", "Session", "KVState", "DynamicCache", "Job", "Task", "threads",
+    header = ["cycle", "sessions", "evicted", "Session", "KVState", "PagedCache", "BlockTable", "Job", "Task", "threads",
               "tensor MiB", "py heap MiB", "RSS MiB"]
-    table = [[r["cycle"], r["sessions"], r["evicted"], *(r["probe"]["counts"].get(n, 0) for n in header[3:8]),
+    table = [[r["cycle"], r["sessions"], r["evicted"], *(r["probe"]["counts"].get(n, 0) for n in header[3:9]),
               r["probe"]["num_threads"], f"{r['probe']['tensor_bytes'] / 2**20:.2f}",
               f"{r['probe']['traced_bytes'] / 2**20:.2f}", f"{r['probe']['rss_mib']:.1f}"] for r in rows]
     text = markdown_table(header, table)

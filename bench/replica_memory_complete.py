@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> None:
               "growth_after_warmup": growth(rows, warm)}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "replica_memory_complete.json", result)
-    header = ["cycle", "asked", "KVState", "DynamicCache", "GenerationRequest", "Job", "threads", "tensors",
+    header = ["cycle", "asked", "KVState", "PagedCache", "BlockTable", "GenerationRequest", "Job", "threads", "tensors",
               "tensor MiB", "gc objects", "py heap MiB", "RSS MiB", "RSS trimmed"]
-    table = [[r["cycle"], r["asked"], *(r["probe"]["counts"].get(n, 0) for n in header[2:6]),
+    table = [[r["cycle"], r["asked"], *(r["probe"]["counts"].get(n, 0) for n in header[2:7]),
               r["probe"]["num_threads"], r["probe"]["num_tensors"], f"{r['probe']['tensor_bytes'] / 2**20:.2f}",
               r["probe"]["gc_objects"], f"{r['probe']['traced_bytes'] / 2**20:.2f}",
               f"{r['probe']['rss_mib']:.1f}", f"{r['rss_after_trim']:.1f}"] for r in rows]

@@ -1,7 +1,7 @@
 """`python -m bench.runner_steps`: what the runner's forwards cost over the engine's caches.
 
-The engine's own steps, apart from sessions and the scheduler: the unit a
-change of the KV layout (a block pool, the branch `kv-block-pool`) changes. Over a
+The engine's own steps, apart from sessions and the scheduler: the unit the
+KV layout (`engine/block_pool.py`, `engine/paged_kv.py`) changes. Over a
 P0 of `--p0` tokens shared by `--rows` states, each round times:
 
 - **cold prefill**: a fresh cache over `--cold` tokens (`runner.prefill`);
@@ -12,9 +12,10 @@ P0 of `--p0` tokens shared by `--rows` states, each round times:
   (answers riding together).
 
 Each row of the table is the median over `--rounds` rounds of each round's
-mean ms. The script uses only long-standing APIs (`ModelRunner`, `KVState.share`,
-`RowExtension`), so the same file measures another tree (put that tree
-first on PYTHONPATH) against this one, alternating. Writes runner_steps.json, .md and .png
+mean ms. The script uses only APIs older than the block pool (`ModelRunner`,
+`KVState.share`, `RowExtension`), so the same file measures an older tree
+(put that tree first on PYTHONPATH) against this one, alternating, which is
+how docs/benchmarks.md compares them. Writes runner_steps.json, .md and .png
 to --out.
 """
 

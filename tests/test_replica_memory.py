@@ -36,7 +36,7 @@ def test_sessions_past_the_cap_reach_a_plateau(core):
     assert all(r["outcomes"] == {"done": 6, "left": 3} for r in rows[1:]), [r["outcomes"] for r in rows]
     assert [r["sessions"] for r in rows[1:]] == [MAX_SESSIONS] * CYCLES
     assert rows[-1]["evicted"] > 0
-    for name in ("Session", "KVState", "DynamicCache", "GenerationRequest", "Job", "Task", "SessionStream",
+    for name in ("Session", "KVState", "PagedCache", "BlockTable", "GenerationRequest", "Job", "Task", "SessionStream",
                  "TextDeltas", "Thread", "num_threads"):
         assert grown.get(name, 0) <= 0, (name, grown, rows[-1]["probe"])
     # Tracked objects move by about +-100 from cycle to cycle (lazy caches, the

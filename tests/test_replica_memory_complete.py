@@ -35,7 +35,7 @@ def test_completions_on_several_dbs_reach_a_plateau(core):
     grown = growth(rows, WARM, settled=2)  # a leak shows in both last cycles
     assert [r["asked"] for r in rows[1:]] == [PER_DB * len(DBS)] * CYCLES
     assert len(core.runtime.p0_store.states()) == len(DBS)  # one P0 per database, shared by its completions
-    for name in ("KVState", "DynamicCache", "GenerationRequest", "Job", "Task", "TextDeltas", "Thread",
+    for name in ("KVState", "PagedCache", "BlockTable", "GenerationRequest", "Job", "Task", "TextDeltas", "Thread",
                  "PromptBuilder", "num_threads", "num_tensors"):
         assert grown.get(name, 0) <= 0, (name, grown, rows[-1]["probe"])
     # a leak of one object per completion adds `served`; the cycles' noise is a few dozen

@@ -231,6 +231,9 @@ def test_kv_bytes_in_describe_and_metrics(serve_stack, serve_engine):
     assert held.HasField("kv_free_bytes") and held.kv_free_bytes == KV_BUDGET_BYTES - held.kv_used_bytes
     assert closed.replica == held.replica and not closed.holds_session
     assert closed.kv_used_bytes < held.kv_used_bytes  # the closed session's tokens are freed
+    # the block pool: P0's blocks listed by the store and the session; the pool holds at least what is listed
+    assert held.kv_block_tokens > 0 and 0 < held.kv_blocks_shared < held.kv_blocks_used <= held.kv_blocks_total
+    assert held.kv_blocks_used * held.kv_block_tokens * bytes_per_token >= held.kv_used_bytes - held.kv_data_bytes
 
     # The gateway: each replica it reached, by kind (a scrape probes a few replicas at random).
     for _ in range(20):

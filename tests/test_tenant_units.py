@@ -125,14 +125,18 @@ def test_engine_kv_gauges_keep_recent_replicas_only():
     registry = CollectorRegistry()
     gauges = EngineKVGauges(registry)
     gauges.record(engine_pb2.EngineSessionInfo(replica="r1", kv_used_bytes=300, kv_shared_bytes=100,
-                                               kv_budget_bytes=1000, kv_free_bytes=700), now=0.0)
+                                               kv_budget_bytes=1000, kv_free_bytes=700, kv_blocks_used=5,
+                                               kv_blocks_shared=2, kv_blocks_total=64), now=0.0)
     gauges.record(engine_pb2.EngineSessionInfo(replica="r2", kv_used_bytes=50), now=10.0)  # no budget: no free
     gauges.publish(now=20.0)
     value = lambda r, k: registry.get_sample_value("headstart_engine_kv_bytes", {"replica": r, "kind": k})  # noqa: E731
     assert [value("r1", k) for k in ("used", "shared", "budget", "free")] == [300, 100, 1000, 700]
     assert (value("r2", "used"), value("r2", "budget"), value("r2", "free")) == (50, 0, None)
+    blocks = lambda r, k: registry.get_sample_value("headstart_engine_kv_blocks", {"replica": r, "kind": k})  # noqa: E731
+    assert [blocks("r1", k) for k in ("used", "shared", "total")] == [5, 2, 64]
     gauges.publish(now=STALE_S + 5.0)  # r1 answered too long ago: dropped
     assert value("r1", "used") is None and value("r2", "used") == 50
+    assert blocks("r1", "used") is None and blocks("r2", "used") == 0
 
 
 def test_work_budget_counts_characters_per_tenant():

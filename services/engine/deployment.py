@@ -30,7 +30,7 @@ from services.engine.direct import start_direct_ingress
 from services.engine.generate import generation_events, start_cancellable
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
 from services.engine.heap_trim import HeapTrimmer
-from services.engine.kv_metrics import ReplicaKVGauge, kv_values
+from services.engine.kv_metrics import ReplicaKVGauge, block_values, kv_values
 from services.engine.loader import SchemaLoader
 from services.engine.stream import SessionStream, sampling_params
 
@@ -257,7 +257,11 @@ def replica_tables(core: ReplicaCore) -> dict[str, int]:
 
 def kv_fields(usage) -> dict[str, int]:
     """EngineSessionInfo's KV fields of a `KVUsage` (kv_free_bytes left unset when unbounded)."""
-    return {} if usage is None else {f"kv_{kind}_bytes": value for kind, value in kv_values(usage).items()}
+    if usage is None:
+        return {}
+    return {f"kv_{kind}_bytes": value for kind, value in kv_values(usage).items()} | {
+        "kv_block_tokens": usage.block_tokens,
+        **{f"kv_blocks_{kind}": value for kind, value in block_values(usage).items()}}
 
 
 def _metadata(grpc_context) -> list[tuple[str, str]]:

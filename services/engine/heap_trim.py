@@ -11,7 +11,9 @@ only when its forward worker is idle, only after forward work ran since the
 last trim (an idle replica has nothing new to give back), and at most every
 `HEADSTART_MALLOC_TRIM_S` seconds. A thread of the replica polls for that
 moment (`poll_s`), so the pages go back within a fraction of a second of a
-burst's end.
+burst's end. The same moment gives back the pages of free KV blocks
+(`headstart.engine.block_pool.give_back_free_pages`): the pool's slabs are
+live allocations that `malloc_trim` cannot shrink.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import threading
 import time
 from typing import Callable
 
+from headstart.engine.block_pool import give_back_free_pages
 from headstart.heap import libc_malloc_trim
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class HeapTrimmer:
             return False
         self._last, self._work_at_last = now, work
         self._trim(0)
+        give_back_free_pages()  # free KV blocks' pages: the pool's slabs are live allocations
         self.num_trims += 1
         return True
 

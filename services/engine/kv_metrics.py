@@ -6,6 +6,7 @@ Prometheus or KubeRay's PodMonitor scrapes on a Ray pod). The series:
 
     ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"|"data"}
     ray_headstart_engine_data_sessions
+    ray_headstart_engine_kv_blocks{kind="used"|"shared"|"total"}
 
 `data`: the part of `used` the data sessions hold (issue 12: live caches, a
 rebuild in flight, answers' tails), and the second series how many data
@@ -16,6 +17,9 @@ private tokens), `shared`: the P0 part of it, `budget`: HEADSTART_KV_BUDGET_BYTE
 (0: no byte bound), `free`: what is left under the budget (not reported when
 unbounded). The same numbers are in the engine's Describe
 (EngineSessionInfo.kv_*) and, per replica, on the gateway's /metrics.
+The blocks are the pool's (`headstart.engine.block_pool`): `used` listed by
+a cache, `shared` by more than one (a P0 and the sessions on it), `total`
+the blocks the pool holds memory for.
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ from headstart.engine.kv_memory import KVUsage
 
 METRIC_NAME = "headstart_engine_kv_bytes"
 DATA_SESSIONS_METRIC = "headstart_engine_data_sessions"
+BLOCKS_METRIC = "headstart_engine_kv_blocks"
 KINDS = ("used", "shared", "budget", "free", "data")
+
+
+def block_values(usage: KVUsage) -> dict[str, int]:
+    """The block gauge's values of one `KVUsage` by kind."""
+    return {"used": usage.blocks_used, "shared": usage.blocks_shared, "total": usage.blocks_total}
 
 
 def kv_values(usage: KVUsage) -> dict[str, int]:
@@ -45,8 +55,12 @@ class ReplicaKVGauge:
         self._gauge = Gauge(METRIC_NAME, description="KV cache bytes of this engine replica, by kind "
                             "(used, shared P0, budget, free under the budget, data sessions)", tag_keys=("kind",))
         self._data_sessions = Gauge(DATA_SESSIONS_METRIC, description="data sessions open on this engine replica")
+        self._blocks = Gauge(BLOCKS_METRIC, description="KV pool blocks of this engine replica, by kind (used, "
+                             "shared: listed by more than one cache, total: held by the pool)", tag_keys=("kind",))
 
     def record(self, usage: KVUsage) -> None:
         for kind, value in kv_values(usage).items():
             self._gauge.set(value, tags={"kind": kind})
+        for kind, value in block_values(usage).items():
+            self._blocks.set(value, tags={"kind": kind})
         self._data_sessions.set(usage.num_data_sessions)

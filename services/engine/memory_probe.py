@@ -27,7 +27,7 @@ from pathlib import Path
 
 # Types whose live count must not grow with the number of sessions served.
 WATCHED = (
-    "Session", "KVState", "DynamicCache", "GenerationRequest", "Job", "SessionStream",
+    "Session", "KVState", "PagedCache", "BlockTable", "GenerationRequest", "Job", "SessionStream",
     "Task", "Future", "Queue", "PromptBuilder", "Thread", "TextDeltas",
 )
 
@@ -145,17 +145,21 @@ def _count(types: list[type], tensors: list, names: set[str]) -> tuple[dict[str,
 
 
 def malloc_trim() -> float | None:
-    """Ask glibc to give freed heap pages back (`malloc_trim(0)`); this
-    process's RSS in MiB after it (None where there is no glibc).
+    """Give freed pages back as the replica's idle trim does: glibc's free
+    heap (`malloc_trim(0)`) and the KV pool's free blocks
+    (`block_pool.give_back_free_pages`); this process's RSS in MiB after it
+    (None where there is no glibc).
 
     RSS that falls back under trim was free memory the allocator kept
     (fragmentation, arenas); RSS that stays is memory something holds."""
+    from headstart.engine.block_pool import give_back_free_pages
     from headstart.heap import libc_malloc_trim
 
     trim = libc_malloc_trim()
     if trim is None:
         return None
     trim(0)
+    give_back_free_pages()
     return rss_mib()
 
 

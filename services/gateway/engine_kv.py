@@ -2,7 +2,8 @@
 
 Series `headstart_engine_kv_bytes{replica, kind}` with kind `used`, `shared`,
 `budget`, `free` and `data` (the data sessions' part of `used`) (as the engine's Describe reports them; `free` only under
-a budget). The gateway learns them when scraped: it sends a few Describe
+a budget), and `headstart_engine_kv_blocks{replica, kind}` with kind `used`, `shared` and `total`
+(the replica's KV block pool, `headstart.engine.block_pool`). The gateway learns them when scraped: it sends a few Describe
 calls without a session id, which Serve's router spreads over the replicas
 (each goes to the replica its random request id hashes to), and keeps each
 replica's last answer for `STALE_S`, so a replica that no probe reached this
@@ -33,6 +34,11 @@ def info_kv(info: engine_pb2.EngineSessionInfo) -> dict[str, int]:
     return values
 
 
+def info_blocks(info: engine_pb2.EngineSessionInfo) -> dict[str, int]:
+    """The KV pool's blocks by kind of one Describe answer."""
+    return {"used": info.kv_blocks_used, "shared": info.kv_blocks_shared, "total": info.kv_blocks_total}
+
+
 class EngineKVGauges:
     """Args:
         registry: the gateway's Prometheus registry.
@@ -42,12 +48,15 @@ class EngineKVGauges:
         self.gauge = Gauge("headstart_engine_kv_bytes", "KV cache bytes of each engine replica by kind "
                            "(used, shared P0, budget, free under the budget, data sessions), as its Describe reports",
                            ["replica", "kind"], registry=registry)
-        self._seen: dict[str, tuple[float, dict[str, int]]] = {}  # replica -> (when, values)
+        self.blocks = Gauge("headstart_engine_kv_blocks", "KV pool blocks of each engine replica by kind (used, "
+                            "shared: listed by more than one cache, total: held by the pool), as its Describe "
+                            "reports", ["replica", "kind"], registry=registry)
+        self._seen: dict[str, tuple[float, dict[str, int], dict[str, int]]] = {}  # replica -> (when, bytes, blocks)
 
     def record(self, info: engine_pb2.EngineSessionInfo, now: float | None = None) -> None:
         """Remember one replica's answer."""
         if info.replica:
-            self._seen[info.replica] = (time.monotonic() if now is None else now, info_kv(info))
+            self._seen[info.replica] = (time.monotonic() if now is None else now, info_kv(info), info_blocks(info))
 
     async def refresh(self, stub, metadata) -> None:
         """Probe the replicas (Describe without a session id), then set the gauges.
@@ -68,9 +77,12 @@ class EngineKVGauges:
         """Set the gauges from the answers younger than STALE_S, drop the rest."""
         now = time.monotonic() if now is None else now
         self.gauge.clear()
-        for replica, (when, values) in list(self._seen.items()):
+        self.blocks.clear()
+        for replica, (when, values, blocks) in list(self._seen.items()):
             if now - when > STALE_S:
                 del self._seen[replica]
                 continue
             for kind, value in values.items():
                 self.gauge.labels(replica, kind).set(value)
+            for kind, value in blocks.items():
+                self.blocks.labels(replica, kind).set(value)

@@ -23,9 +23,9 @@ drift against a fresh prefill.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
 from headstart.engine.kv import KVState
+from headstart.engine.paged_kv import PagedCache
 from headstart.tables.rope import rotary_cos_sin, rotary_function
 
 
@@ -39,9 +39,9 @@ def shift_out(model, kv: KVState, start: int, count: int) -> KVState:
     if start < 0 or start + count > kv.num_tokens:
         raise ValueError(f"cannot drop tokens {start}..{start + count - 1} of a {kv.num_tokens}-token cache")
     rotate = rotary_function(model)
-    new = DynamicCache()
+    new = PagedCache()
     for index, layer in enumerate(kv.cache.layers):
-        keys, values = layer.keys, layer.values  # [1, heads, tokens, head_dim]
+        keys, values = layer.keys, layer.values  # [1, heads, tokens, head_dim] (joined copies)
         work = torch.float64 if keys.dtype == torch.float64 else torch.float32
         later = keys[:, :, start + count:].to(work)
         n = later.shape[2]
@@ -52,14 +52,11 @@ def shift_out(model, kv: KVState, start: int, count: int) -> KVState:
         norm = cos_old * cos_old + sin_old * sin_old
         _, unrotated = rotate(later[:, :0], later, cos_old / norm, -sin_old / norm)
         _, moved = rotate(later[:, :0], unrotated, cos_new, sin_new)
-        new.update(torch.cat([keys[:, :, :start], moved.to(keys.dtype)], dim=2),
-                   torch.cat([values[:, :, :start], values[:, :, start + count:]], dim=2), index)
+        new.append(index, keys[:, :, :start], values[:, :, :start])
+        new.append(index, moved.to(keys.dtype), values[:, :, start + count:])
     return KVState(kv.ids[:start] + kv.ids[start + count:], new, None)
 
 
 def frozen_part(kv: KVState, length: int) -> KVState:
     """A new private state holding `kv`'s first `length` tokens (slices; no model run)."""
-    new = DynamicCache()
-    for index, layer in enumerate(kv.cache.layers):
-        new.update(layer.keys[:, :, :length].clone(), layer.values[:, :, :length].clone(), index)
-    return KVState(kv.ids[:length], new, None)
+    return KVState(kv.ids[:length], kv.cache.copied(length), None)

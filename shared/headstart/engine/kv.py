@@ -20,13 +20,16 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from headstart.engine.shared_prefix import SharedPrefixLayer
+from headstart.engine.paged_kv import PagedCache, layer_segments
 
 
 def truncate_layers(cache: DynamicCache | None, length: int) -> None:
     """Undo a partial forward: layers that already appended new K/V past
     `length` tokens drop them (a failed or stopped extension)."""
     if cache is None:
+        return
+    if isinstance(cache, PagedCache):
+        cache.crop_to(length)
         return
     for layer in cache.layers:
         if getattr(layer, "is_initialized", False) and layer.get_seq_length() > length:
@@ -35,81 +38,100 @@ def truncate_layers(cache: DynamicCache | None, length: int) -> None:
 
 @dataclass
 class KVState:
+    """Token ids `ids` and their keys/values: `cache`, a block table over the
+    pool (`paged_kv.PagedCache`; None: no tokens yet)."""
+
     ids: list[int] = field(default_factory=list)
-    cache: DynamicCache | None = None
+    cache: PagedCache | None = None
     # logits after ids[-1] (vocab,), kept so a caught-up cache needs no forward
     last_logits: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.cache is not None and not isinstance(self.cache, PagedCache):
+            self.cache = paged(self.cache)
 
     @property
     def num_tokens(self) -> int:
         return len(self.ids)
 
     def crop(self, n: int) -> int:
-        """Keep the first `n` tokens. Returns how many tokens were dropped."""
+        """Keep the first `n` tokens (the blocks past them go back to the pool).
+        Returns how many tokens were dropped."""
         dropped = len(self.ids) - n
         if dropped <= 0:
             return 0
         if n == 0:
             self.cache = None
         else:
-            # transformers 5.x: crop(-k) removes k tokens
-            self.cache.crop(-dropped)
+            self.cache.crop_to(n)
         del self.ids[n:]
         self.last_logits = None
         return dropped
 
-    def nbytes(self) -> int:
-        """Bytes of keys/values this state holds privately (a shared prefix,
-        see `share`, is counted once, where it is stored)."""
-        if self.cache is None:
-            return 0
-        return sum(layer.private_nbytes if isinstance(layer, SharedPrefixLayer)
-                   else layer.keys.nbytes + layer.values.nbytes for layer in self.cache.layers)
+    def block_tokens(self) -> tuple[int, int]:
+        """(own, borrowed): tokens this state holds in blocks it allocated or
+        copied, and in blocks it lists from the state it was shared from (a
+        P0, a data session's live cache: that state counts them)."""
+        own = borrowed = 0
+        for _, tokens, is_borrowed in (self.cache.block_usage() if self.cache is not None else []):
+            if is_borrowed:
+                borrowed += tokens
+            else:
+                own += tokens
+        return own, borrowed
 
-    def compact(self) -> None:
-        """Drop the tails' spare room (`SharedPrefixLayer.compact`): for a cache kept, not extended."""
-        for layer in self.cache.layers if self.cache is not None else []:
-            if isinstance(layer, SharedPrefixLayer):
-                layer.compact()
+    def nbytes(self) -> int:
+        """Bytes of keys/values this state holds as its own: its tokens in the
+        blocks it allocated or copied (a shared prefix, see `share`, is
+        counted once, by the state it was shared from)."""
+        private, _ = self.block_tokens()
+        return private * self.token_bytes()
 
     def shared_nbytes(self) -> int:
-        """Bytes of the shared prefix this state reads (held once for all its sharers)."""
-        if self.cache is None:
-            return 0
-        return sum(layer.shared_nbytes for layer in self.cache.layers if isinstance(layer, SharedPrefixLayer))
+        """Bytes of the tokens this state reads in blocks it borrowed (`share`: held once for all)."""
+        _, shared = self.block_tokens()
+        return shared * self.token_bytes()
 
-    def shared_prefix(self) -> torch.Tensor | None:
-        """The first layer's shared prefix keys (an identity for accounting), or None."""
-        if self.cache is None or not self.cache.layers:
-            return None
-        layer = self.cache.layers[0]
-        return layer.prefix_keys if isinstance(layer, SharedPrefixLayer) else None
+    def token_bytes(self) -> int:
+        """Keys and values of one token, every layer (0 without a cache)."""
+        if self.cache is None or self.cache.pool is None:
+            return 0
+        return 2 * len(self.cache.layers) * self.cache.pool.kv_heads * self.cache.pool.head_dim \
+            * torch.empty((), dtype=self.cache.pool.dtype).element_size()
 
     def share(self) -> "KVState":
         """A new state that starts from this one's tokens *without copying them*:
-        its cache references these keys/values read-only and keeps its own
-        extensions in a private tail (`SharedPrefixLayer`). How sessions and
-        prefix requests start from a P0."""
+        its cache lists the same pool blocks, and its first write into one
+        copies that block (`paged_kv`). How sessions and prefix requests start
+        from a P0 and answers read a data session's live cache."""
         if self.cache is None:
             return KVState(list(self.ids), None, self.last_logits)
-        new = DynamicCache()
-        for layer in self.cache.layers:
-            if isinstance(layer, SharedPrefixLayer):
-                layer.mark_shared()  # its tail is now read in place by `new`
-        new.layers = [SharedPrefixLayer(layer.keys, layer.values) for layer in self.cache.layers]
-        return KVState(list(self.ids), new, self.last_logits)
+        return KVState(list(self.ids), self.cache.shared(), self.last_logits)
 
     def copy(self) -> "KVState":
-        """A deep copy (a private cache for a new session from a shared P0)."""
+        """A deep copy in blocks of its own."""
         if self.cache is None:
             return KVState(list(self.ids), None, self.last_logits)
-        new = DynamicCache()
-        new.layers = []
-        for layer in self.cache.layers:
-            private = SharedPrefixLayer(None, None)  # a tail that grows in place
-            private.append(layer.keys, layer.values)  # copied into its own buffer
-            new.layers.append(private)
-        return KVState(list(self.ids), new, None if self.last_logits is None else self.last_logits.clone())
+        return KVState(list(self.ids), self.cache.copied(),
+                       None if self.last_logits is None else self.last_logits.clone())
+
+
+def paged(cache: DynamicCache) -> PagedCache:
+    """A cache of plain layers (keys/values tensors) copied into pool blocks."""
+    new = PagedCache()
+    for index, layer in enumerate(cache.layers):
+        for keys, values in layer_segments(layer):
+            new.append(index, keys, values)
+        new.layer(index)
+    return new
+
+
+def state_from_layers(ids: list[int], layers, last_logits: torch.Tensor | None = None) -> KVState:
+    """A state over `ids` whose layer i holds `layers[i]` = (keys, values) `[1, kv_heads, tokens, head_dim]`, written into pool blocks."""
+    cache = PagedCache()
+    for index, (keys, values) in enumerate(layers):
+        cache.append(index, keys, values)
+    return KVState(ids, cache, last_logits)
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The KV memory manager: every cache of a replica in bytes, against one budget.
 
 What a replica's KV memory holds: the P0 caches in the P0 store (each held
-once; sessions and prefix requests on that P0 read it in place, see
-`shared_prefix`), and each session's private tokens (what it typed past P0,
+once; sessions and prefix requests on that P0 list its pool blocks, see
+`paged_kv`), and each session's private tokens (what it typed past P0,
 answer-ahead tokens). `usage` counts them, a shared P0 once however many
 sessions read it.
 
@@ -44,6 +44,11 @@ class KVUsage:
     charged_bytes: int  # what admission counts: shared + each session's max(private, reserve) + holders' charges
     data_bytes: int = 0  # bytes held by other holders (data sessions)
     num_data_sessions: int = 0
+    # the pool blocks of the pools these caches draw from (`block_pool.PoolStats`)
+    block_tokens: int = 0
+    blocks_used: int = 0
+    blocks_shared: int = 0
+    blocks_total: int = 0
 
     @property
     def used_bytes(self) -> int:
@@ -88,29 +93,41 @@ class KVMemory:
     def usage(self, session_states: Iterable[KVState], stored: Iterable[KVState] = (),
               holders: Iterable[KVHolder] = ()) -> KVUsage:
         """Bytes held by these sessions' caches, the stored P0 caches and the
-        other holders; a prefix shared by several states (same storage) is
-        counted once."""
-        shared: dict[int, int] = {}
+        other holders. Counted by pool block (`block_pool`): a block several
+        caches list (a P0 and the sessions on it) is counted once, as shared;
+        a session's private bytes are its tokens in the blocks it allocated
+        or copied (`KVState.nbytes`)."""
+        shared: dict[tuple[int, int], int] = {}  # (pool, block) -> tokens held in it, counted once
+        token_bytes = 0
+        stored, session_states = list(stored), list(session_states)
         for state in stored:
-            key = _storage_key(state)
-            if key is not None:
-                shared[key] = state.nbytes()
+            for block, tokens, _ in _blocks(state):
+                shared[block] = max(shared.get(block, 0), tokens)
+            token_bytes = token_bytes or state.token_bytes()
         private, charged, count = 0, 0, 0
         for state in session_states:
             count += 1
-            own = state.nbytes()
-            private += own
-            charged += max(own, self.session_reserve_bytes)
-            prefix = state.shared_prefix()
-            if prefix is not None:
-                shared.setdefault(prefix.untyped_storage().data_ptr(), state.shared_nbytes())
+            own = 0
+            for block, tokens, borrowed in _blocks(state):
+                if borrowed or block in shared:
+                    shared[block] = max(shared.get(block, 0), tokens)
+                else:
+                    own += tokens
+            token_bytes = token_bytes or state.token_bytes()
+            private += own * token_bytes
+            charged += max(own * token_bytes, self.session_reserve_bytes)
         data, num_data = 0, 0
         for holder in holders:
             num_data += 1
             data += holder.kv_bytes()
             charged += holder.charged_bytes()
-        shared_total = sum(shared.values())
-        return KVUsage(self.budget_bytes, private, shared_total, count, shared_total + charged, data, num_data)
+        shared_total = sum(shared.values()) * token_bytes
+        pools = {id(s.cache.pool): s.cache.pool for s in [*stored, *session_states]
+                 if s.cache is not None and s.cache.pool is not None}
+        blocks = [pool.stats() for pool in pools.values()]
+        return KVUsage(self.budget_bytes, private, shared_total, count, shared_total + charged, data, num_data,
+                       max((b.block_tokens for b in blocks), default=0), sum(b.used_blocks for b in blocks),
+                       sum(b.shared_blocks for b in blocks), sum(b.total_blocks for b in blocks))
 
     def can_admit(self, usage: KVUsage) -> bool:
         """Whether one more session fits (module doc)."""
@@ -121,8 +138,9 @@ class KVMemory:
         return not self.budget_bytes or usage.charged_bytes + need_bytes <= self.budget_bytes
 
 
-def _storage_key(state: KVState) -> int | None:
-    """The identity of a stored P0's first-layer keys (what sharers reference)."""
-    if state.cache is None or not state.cache.layers:
-        return None
-    return state.cache.layers[0].keys.untyped_storage().data_ptr()
+def _blocks(state: KVState) -> list[tuple[tuple[int, int], int, bool]]:
+    """((pool, block), tokens, borrowed) of a state's table (none without a cache)."""
+    if state.cache is None or state.cache.pool is None:
+        return []
+    pool = id(state.cache.pool)
+    return [((pool, block), tokens, borrowed) for block, tokens, borrowed in state.cache.block_usage()]

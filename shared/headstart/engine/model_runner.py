@@ -35,13 +35,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from transformers import DynamicCache
 
 from headstart.engine.fast_ops import EagerOps
 from headstart.engine.fast_path_auto import FastPathChoice, Timer
 from headstart.engine.kernel_choice import make_ops, measure_auto, resolve_choice, supports_packed_rows
 from headstart.engine.kv import KVState, RowExtension, kept_logits, truncate_layers
 from headstart.engine.packed_forward import packed_forward
+from headstart.engine.paged_kv import PagedCache
 
 __all__ = ["EncodedRows", "ModelRunner", "RowExtension", "supports_packed_rows"]  # the last two: re-exported
 
@@ -282,7 +282,7 @@ class ModelRunner:
         before each decoder layer through the runner's `LayerHooks`."""
         old_len, fresh = state.num_tokens, state.cache is None
         if fresh:
-            state.cache = DynamicCache()
+            state.cache = PagedCache()
         device = next(self.model.parameters()).device
         input_ids = torch.tensor([new_ids], dtype=torch.long, device=device)
         hooks = self._layer_hooks() if should_abort is not None else None

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import DynamicCache
 
-from headstart.engine.kv import KVState
+from headstart.engine.kv import KVState, state_from_layers
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,6 @@ class P0Store:
             return list(self._memory.values())
 
     def put(self, key: str, state: KVState) -> None:
-        state.compact()  # kept for the sessions to share, never extended: no spare room
         self._remember(key, state)
         if self.directory:
             self._save(key, state)
@@ -116,8 +114,6 @@ class P0Store:
             log.warning("dropping unreadable P0 cache %s: %s", path, exc)
             path.unlink(missing_ok=True)
             return None
-        cache = DynamicCache()
         num_layers = sum(1 for name in tensors if name.startswith("k."))
-        for i in range(num_layers):
-            cache.update(tensors[f"k.{i}"], tensors[f"v.{i}"], i)
-        return KVState(tensors["ids"].tolist(), cache, None)
+        return state_from_layers(tensors["ids"].tolist(), [(tensors[f"k.{i}"], tensors[f"v.{i}"])
+                                                           for i in range(num_layers)])

@@ -16,11 +16,11 @@ linear layers (the cost) run once over [1, T, hidden]; each token keeps its
 row's own positions (L_i + j), so RoPE is the lone extension's. Attention
 is computed per row, on that row's own cache *in place*
 (`headstart.engine.row_attention`): the scores of row i's queries against
-its cached pieces (P0, its tail) and its n_i new keys (causally) are
+its cached pieces (runs of pool blocks, `paged_kv`) and its n_i new keys (causally) are
 softmaxed together and applied to the value pieces (rows of a few tokens:
 one native kernel call per layer for all of them). No row's cached keys/values are copied:
-not into a padded batch (`bench memory`), nor into a joined P0 + tail; the
-new keys/values are appended to each row's tail after the last layer.
+not into a padded batch (`bench memory`), nor into one joined sequence; the
+new keys/values are written into each row's blocks after the last layer.
 
 The decoder loop is run here, layer by layer, with the model's own modules
 (norms, projections, rotary embedding, MLP): a Llama-family layer (Qwen2,
@@ -43,11 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from headstart.engine.kv import KVState, kept_logits
 from headstart.engine.row_attention import layer_attention
-from headstart.engine.shared_prefix import SharedPrefixLayer
+from headstart.engine.paged_kv import PagedCache
 
 
 @dataclass
@@ -178,13 +177,8 @@ def _positions(call, new_tokens: int) -> int:
 
 
 def _append(state: KVState, new_kv: list[dict], b: int) -> None:
-    if state.cache is None:  # a fresh cache: tails that grow in place (`SharedPrefixLayer` with no prefix)
-        state.cache = DynamicCache()
-        state.cache.layers = [SharedPrefixLayer(None, None) for _ in new_kv]
-    layers = state.cache.layers
+    if state.cache is None:  # a fresh cache: its blocks come from the pool at the first append
+        state.cache = PagedCache()
     for layer, per_row in enumerate(new_kv):
         k, v = per_row[b]
-        if layer < len(layers) and isinstance(layers[layer], SharedPrefixLayer):
-            layers[layer].append(k, v)  # not `update`: it returns a joined copy of P0 and the tail
-        else:
-            state.cache.update(k.contiguous(), v.contiguous(), layer)
+        state.cache.append(layer, k, v)  # not `update`: it returns a joined copy of the cache

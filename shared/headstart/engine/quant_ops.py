@@ -22,7 +22,7 @@ import threading
 import torch
 
 from headstart.engine.fast_ops import EagerOps
-from headstart.engine.shared_prefix import layer_segments
+from headstart.engine.paged_kv import layer_segments
 from headstart.kernels.quant import FusedLayer, FusedSegments, LayerScratch
 from headstart.models.quantized import QuantLinear, is_quantized
 

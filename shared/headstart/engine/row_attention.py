@@ -2,8 +2,8 @@
 its own cache, read in place (`packed_forward`, `ModelRunner.extend_rows`'s
 loop, calls it per layer).
 
-Row i's queries see its cached pieces (a shared P0 and its private tail,
-`shared_prefix.layer_segments`) and its own n_i new keys, causally; no row's
+Row i's queries see its cached pieces (runs of pool blocks, shared and its own,
+`paged_kv.layer_segments`) and its own n_i new keys, causally; no row's
 cache is copied or joined. Two ways, chosen per row:
 
 - **The native kernel, all such rows in one call** (ops with `attend_batch`,
@@ -14,8 +14,10 @@ cache is copied or joined. Two ways, chosen per row:
   forward of 8 decode steps made 192 calls, each with its own argument
   marshalling and thread-team start (0.05-0.1 ms each; docs/benchmarks-archive.md).
 - **Matrix products** (longer rows, i.e. prefill chunks, and every row on
-  the other ops): the row's query groups against each piece's keys, one
-  softmax over all pieces, the weighted values summed piece by piece.
+  the other ops): the row's query groups against its keys, one softmax,
+  the weighted values. The pieces are joined first (one copy of the row's
+  cache per layer): a sum split at piece ends would make the result depend
+  on where the pool's blocks fell, not only on the tokens.
 
 Each row's new keys/values are noted in `new_kv[layer][row]`, appended to
 its cache after the last layer (`packed_forward._append`).
@@ -26,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from headstart.engine.kv import KVState
-from headstart.engine.shared_prefix import layer_segments
+from headstart.engine.paged_kv import layer_segments
 
 # the native attention loops over queries: past a few (a prefill chunk) products are faster
 NATIVE_ATTENTION_MAX_TOKENS = 8
@@ -46,7 +48,7 @@ def layer_attention(attn, states: list[KVState], layer: int, q: torch.Tensor, k:
         k_new, v_new = k[:, :, start:start + n], v[:, :, start:start + n]  # [1, kv_heads, n, dim]
         new_kv[b] = (k_new, v_new)
         state = states[b]
-        # the cached pieces, read in place: P0 (shared) and the row's own tail
+        # the cached pieces, read in place: runs of pool blocks (P0's shared, the row's own)
         pieces = layer_segments(state.cache.layers[layer]) if state.cache is not None and state.num_tokens else []
         pieces.append((k_new, v_new))
         if batch is not None and n <= NATIVE_ATTENTION_MAX_TOKENS:
@@ -71,20 +73,19 @@ def _matmul_attention(attn, q: torch.Tensor, start: int, n: int, pieces) -> torc
     """One row's attention [n, heads*dim] through matrix products (module doc)."""
     heads, kv_heads, dim = q.shape[1], pieces[-1][0].shape[1], q.shape[-1]
     group = heads // kv_heads
+    # one product over every key, the pieces joined: how the pool's blocks happen to split a cache
+    # (which blocks were free when it grew) must not change a bit of the result
+    keys = torch.cat([k for k, _ in pieces], dim=-2) if len(pieces) > 1 else pieces[0][0]
+    values = torch.cat([v for _, v in pieces], dim=-2) if len(pieces) > 1 else pieces[0][1]
     # heads are kv-head-major: head h reads kv head h // group, so the group's
     # queries stack along the query axis and no key is repeated
     qg = q[0, :, start:start + n].reshape(kv_heads, group * n, dim)
-    scores = [torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling for keys, _ in pieces]
+    scores = torch.matmul(qg, keys[0].transpose(-1, -2)) * attn.scaling  # [kv_heads, group*n, L + n]
     if n > 1:  # one new token sees every key: no mask (a decode step's common case)
         causal = torch.ones((n, n), dtype=torch.bool, device=q.device).tril().repeat(group, 1)
-        scores[-1] = scores[-1].masked_fill(~causal, float("-inf"))  # [kv_heads, group*n, n]
-    joined = torch.cat(scores, dim=-1) if len(scores) > 1 else scores[0]  # [kv_heads, group*n, L + n]
+        scores[..., -n:] = scores[..., -n:].masked_fill(~causal, float("-inf"))
     # softmax in float32 at least, as the model's eager attention does
-    weights = torch.softmax(joined, dim=-1, dtype=torch.promote_types(joined.dtype, torch.float32)).to(q.dtype)
-    out, at = None, 0
-    for keys, values in pieces:
-        length = keys.shape[-2]
-        part = torch.matmul(weights[..., at:at + length], values[0])
-        out, at = part if out is None else out + part, at + length
+    weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
+    out = torch.matmul(weights, values[0])
     # [kv_heads, group*n, dim] -> [heads, n, dim] -> [n, heads*dim]
     return out.reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)

@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
 from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner
+from headstart.engine.paged_kv import PagedCache
 from headstart.engine.steps import Extension, ExtensionSteps, run_inline
 from headstart.tables.block import TableBlock
 from headstart.tables.rope import apply_rope
@@ -126,16 +126,15 @@ def assemble_steps(
 
 
 def _place(model, state: KVState, blocks: Sequence[PlacedBlock]) -> None:
-    """Append consecutive blocks to the cache: one concatenation per layer."""
+    """Append consecutive blocks to the cache: each block's keys re-rotated to its place, written into pool blocks."""
     if not blocks:
         return
     keys = [apply_rope(model, p.block.keys_pre_rope, p.start) for p in blocks]  # each [layers, kv_heads, T, D]
     if state.cache is None:
-        state.cache = DynamicCache()
+        state.cache = PagedCache()
     for layer in range(keys[0].shape[0]):
-        k = torch.cat([kk[layer] for kk in keys], dim=1).unsqueeze(0)  # [1, kv_heads, sum T, D]
-        v = torch.cat([p.block.values[layer] for p in blocks], dim=1).unsqueeze(0)
-        state.cache.update(k, v, layer)
+        for p, kk in zip(blocks, keys):  # each block's span written into the cache's pool blocks
+            state.cache.append(layer, kk[layer].unsqueeze(0), p.block.values[layer].unsqueeze(0))
     for p in blocks:
         state.ids.extend(p.block.token_ids)
     state.last_logits = None

@@ -130,7 +130,7 @@ class EngineSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EngineSessionInfo(_message.Message):
-    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes", "forward_tokens")
+    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes", "forward_tokens", "kv_block_tokens", "kv_blocks_used", "kv_blocks_shared", "kv_blocks_total")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HOLDS_SESSION_FIELD_NUMBER: _ClassVar[int]
     NUM_SESSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,10 @@ class EngineSessionInfo(_message.Message):
     NUM_DATA_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     KV_DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
     FORWARD_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_SHARED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     replica: str
     holds_session: bool
     num_sessions: int
@@ -159,7 +163,11 @@ class EngineSessionInfo(_message.Message):
     num_data_sessions: int
     kv_data_bytes: int
     forward_tokens: int
-    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ..., forward_tokens: _Optional[int] = ...) -> None: ...
+    kv_block_tokens: int
+    kv_blocks_used: int
+    kv_blocks_shared: int
+    kv_blocks_total: int
+    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ..., forward_tokens: _Optional[int] = ..., kv_block_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_shared: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ...) -> None: ...
 
 class DataRowWire(_message.Message):
     __slots__ = ("seq", "table", "values_json")
