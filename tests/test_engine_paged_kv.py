@@ -250,3 +250,38 @@ def test_free_blocks_give_their_pages_back_and_blocks_in_use_keep_their_tokens()
     again = PagedCache(pool)
     again.append(0, k, k)
     assert torch.equal(again.layers[0].keys, k) and torch.equal(keep.layers[0].keys, k)
+
+
+def test_a_cache_collected_inside_the_pools_locked_code_does_not_hang_it():
+    """The garbage collector can run at any allocation, also inside the pool's
+    locked code, and collect a cache held by garbage in a cycle: its finalizer
+    then gives blocks back on the thread that holds the lock. Waiting for the
+    lock there hung a replica for good (its health checks unanswered)."""
+    import threading
+
+    pool = _pool()
+    cache = PagedCache(pool)
+    cache.append(0, *_kv(6))  # two blocks
+    held = pool.stats().used_blocks
+    cycle = [cache]
+    cycle.append(cycle)  # only the cyclic collector frees it
+    del cache, cycle
+    grow = pool._grow
+
+    def grow_and_collect():  # a collection at an allocation inside `allocate`'s lock
+        gc.collect()
+        grow()
+
+    pool._grow = grow_and_collect
+    done = []
+    worker = threading.Thread(target=lambda: done.append(pool.allocate(pool.stats().free_blocks + 1)), daemon=True)
+    gc.disable()  # no collection before the one inside the lock
+    try:
+        worker.start()
+        worker.join(timeout=60)
+    finally:
+        gc.enable()
+    assert done, "the pool's lock was never released: a finalizer waited for it on the thread holding it"
+    pool._grow = grow
+    stats = pool.stats()  # the queued release is done by the next holder at the latest
+    assert stats.used_blocks == len(done[0]) and held == 2

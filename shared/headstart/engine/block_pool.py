@@ -38,14 +38,19 @@ dropped on any thread.
 from __future__ import annotations
 
 import bisect
+import collections
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+import logging
 import mmap
 import threading
 from dataclasses import dataclass
 
 import torch
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK_TOKENS = 64  # tokens per block: crop and sharing granularity
 DEFAULT_SLAB_BLOCKS = 64  # blocks per slab (4,096 tokens): the unit of allocation from the system
@@ -96,6 +101,8 @@ class BlockPool:
         self.device = torch.device(device)
         self.block_tokens, self.slab_blocks = block_tokens, slab_blocks
         self._lock = threading.Lock()
+        # blocks of tables dropped while the lock was busy (`release_later`), freed by its next holder
+        self._pending: collections.deque[list[int]] = collections.deque()
         # per slab: per layer (keys, values) [kv_heads, slab_blocks * block_tokens, head_dim], or None (no tensors)
         self._slabs: list[list[tuple[torch.Tensor, torch.Tensor] | None] | None] = []
         self._refs: list[int] = []  # per block id
@@ -104,13 +111,28 @@ class BlockPool:
 
     # ---- allocation (the lock) ----
 
+    @contextlib.contextmanager
+    def _held(self):
+        """The lock, with the releases that waited for it done first."""
+        with self._lock:
+            self._drain()
+            yield
+
+    def _drain(self) -> None:
+        while self._pending:
+            blocks = self._pending.popleft()
+            try:
+                self._release_held(blocks)
+            except PoolError:  # a bug of a table long gone: not the error of whoever takes the lock now
+                log.exception("a dropped table's blocks could not be released")
+
     def allocate(self, count: int, after: int | None = None) -> list[int]:
         """`count` free blocks, each held once. Blocks right after `after` (the
         caller's last block) are taken when free and in its slab, so a table's
         blocks stay one run; otherwise the lowest free ids."""
         if count <= 0:
             return []
-        with self._lock:
+        with self._held():
             if after is not None:
                 run = list(range(after + 1, after + 1 + count))
                 if run[-1] < len(self._refs) and run[-1] // self.slab_blocks == after // self.slab_blocks \
@@ -137,7 +159,7 @@ class BlockPool:
 
     def retain(self, blocks: list[int]) -> None:
         """Another table lists these blocks."""
-        with self._lock:
+        with self._held():
             for block in blocks:
                 if self._refs[block] <= 0:
                     raise PoolError(f"block {block} is free: it cannot be shared")
@@ -146,19 +168,37 @@ class BlockPool:
     def release(self, blocks: list[int]) -> None:
         """A table no longer lists these blocks; a block no table lists is free,
         and a slab whose blocks are all free gives its memory back."""
-        with self._lock:
-            emptied = set()
-            for block in blocks:
-                if self._refs[block] <= 0:
-                    raise PoolError(f"block {block} is already free")
-                self._refs[block] -= 1
-                if not self._refs[block]:
-                    bisect.insort(self._free, block)
-                    emptied.add(block // self.slab_blocks)
-            for slab in emptied:
-                start = slab * self.slab_blocks
-                if not any(self._refs[start:start + self.slab_blocks]):
-                    self._slabs[slab] = None
+        with self._held():
+            self._release_held(blocks)
+
+    def release_later(self, blocks: list[int]) -> None:
+        """`release`, for a finalizer: never waits for the lock. A table is
+        dropped wherever its last reference goes, and the garbage collector may
+        drop one inside this pool's own locked code on the same thread (any
+        allocation there can start a collection); waiting for the lock would
+        then hang that thread for good (a replica stopped answering, found by
+        `bench serve`). So the blocks are queued, and freed now if the lock is
+        free, else by its holder or next taker."""
+        self._pending.append(blocks)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+
+    def _release_held(self, blocks: list[int]) -> None:
+        emptied = set()
+        for block in blocks:
+            if self._refs[block] <= 0:
+                raise PoolError(f"block {block} is already free")
+            self._refs[block] -= 1
+            if not self._refs[block]:
+                bisect.insort(self._free, block)
+                emptied.add(block // self.slab_blocks)
+        for slab in emptied:
+            start = slab * self.slab_blocks
+            if not any(self._refs[start:start + self.slab_blocks]):
+                self._slabs[slab] = None
 
     def is_shared(self, block: int) -> bool:
         """Whether more than one table lists the block (it must not be written)."""
@@ -168,7 +208,7 @@ class BlockPool:
         return self._refs[block]
 
     def stats(self) -> PoolStats:
-        with self._lock:
+        with self._held():
             used = sum(1 for r in self._refs if r)
             shared = sum(1 for r in self._refs if r > 1)
             total = sum(self.slab_blocks for slab in self._slabs if slab is not None)
@@ -239,7 +279,7 @@ class BlockPool:
         if madvise is None or self.device.type != "cpu":
             return 0
         page, given = mmap.PAGESIZE, 0
-        with self._lock:
+        with self._held():
             for index, slab in enumerate(self._slabs):
                 if not slab:
                     continue

@@ -20,8 +20,10 @@ layers before the running one already hold the new tokens).
 
 A table's blocks go back to the pool when the cache and its layers are
 dropped (`BlockTable`'s finalizer, on whichever thread drops the last
-reference: the table is in no reference cycle, so that is at once) or
-cropped.
+reference: the table is in no reference cycle, so that is at once; a cache
+held by garbage in a cycle goes with the collector's next pass, which may
+run inside the pool's own locked code, so the finalizer queues the blocks
+when the pool's lock is busy: `BlockPool.release_later`) or cropped.
 """
 
 from __future__ import annotations
@@ -186,8 +188,8 @@ _NO_CONTEXT = contextlib.nullcontext()
 
 
 def _release(pool: BlockPool, blocks: list[int]) -> None:
-    if blocks:
-        pool.release(list(blocks))
+    if blocks:  # a finalizer: it may run inside the pool's own locked code (`BlockPool.release_later`)
+        pool.release_later(list(blocks))
         blocks.clear()
 
 
