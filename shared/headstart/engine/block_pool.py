@@ -32,7 +32,7 @@ write; a slab whose blocks are all free is dropped, so memory goes back.
 One pool per layout (device, dtype, kv heads, head dim): `pool_for` finds or
 makes it, so every cache of one model in a process draws from one pool (the
 `ModelRunner` reports it). Allocation and counts take a lock: a cache may be
-dropped on any thread.
+dropped on any thread (its finalizer never waits for the lock: `release_later`).
 """
 
 from __future__ import annotations
