@@ -23,7 +23,8 @@ the same way, and for the same reasons:
 
 Layout. Blocks live in slabs of `slab_blocks` blocks: per slab, per layer,
 one keys and one values view `[kv_heads, slab_blocks * block_tokens,
-head_dim]` of one allocation (each head's tokens padded: `SLAB_PAD_TOKENS`), so a block is a token range of its slab and blocks with
+head_dim]` of one allocation (each head's tokens padded: `SLAB_PAD_TOKENS`),
+so a block is a token range of its slab and blocks with
 consecutive ids in one slab are one contiguous range per head: a cache's
 run of them reads as one piece, which the attention kernels take in place
 (`paged_kv.PagedLayer.segments`). A slab's layer tensors are made on first
