@@ -3,9 +3,8 @@
 A person waits for the complete SQL, and every answer token after the first
 is one decode step: one forward that reads every weight once. This measures
 that step on a warm cache of a real prompt, for each kernel choice of
-`ModelRunner.set_fast_path` (`off`: the model's own forward, what a lone
-extension ran before the fast path; `eager`: the runner's layers with the
-model's own modules; `onednn`; `inductor`), each dtype, and a batch of `rows`
+`ModelRunner.set_fast_path` (`off`: the runner's layers with the model's
+own modules; `onednn`; `native`; `inductor`), each dtype, and a batch of `rows`
 decode rows sharing one forward (continuous batching). Reported per case:
 setup time (packing or compiling the kernels), min and median ms per step of
 `steps` steps, and the weight bytes read per second at the min. Also per
@@ -35,7 +34,7 @@ from headstart.engine.kv import KVState
 from headstart.engine.model_runner import ModelRunner, RowExtension
 from headstart.models.loader import load_model
 
-CASES = ("off", "eager", "onednn", "native", "inductor", "quant", "auto")
+CASES = ("off", "onednn", "native", "inductor", "quant", "auto")
 
 
 def _weights_bytes(model) -> int:

@@ -57,7 +57,7 @@ def fairness(flood: int, chunks: int, named: bool) -> int:
         steps += 1
         if any(row.job.name == "b" for row in plan.rows):
             return steps - 1
-        scheduler.update(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
+        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
 
 
 def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: int, seed: int) -> dict:
@@ -86,7 +86,7 @@ def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: 
                 tier[block] = None
                 while len(tier) > tier_blocks:
                     tier.popitem(last=False)
-        scheduler.update(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
+        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
     overtaken = max(sum(1 for j in started[:pos] if j > i) for pos, i in enumerate(started))
     return {"max_delay": max_delay, "block_loads": loads, "max_overtaken": overtaken}
 

@@ -156,11 +156,11 @@ class Sim:
                 end = min(end, nxt_submit + ms / 1000.0 / LAYERS)
                 self._apply_events(end)
                 self.now = end
-                self.s.update(plan, [StepOutcome(not r.job.cancelled) for r in plan.rows], self.now)
+                self.s.postprocess(plan, [StepOutcome(not r.job.cancelled) for r in plan.rows], self.now)
                 continue
             self._apply_events(end)
             self.now = end
-            self.s.update(plan, [StepOutcome(self._commit(r.job, r.num_tokens)) for r in plan.rows], self.now)
+            self.s.postprocess(plan, [StepOutcome(self._commit(r.job, r.num_tokens)) for r in plan.rows], self.now)
         return [ty.answer for ty in self.typists]
 
     def _commit(self, job: Job, tokens: int) -> bool:

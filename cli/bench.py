@@ -35,7 +35,7 @@ def bench_ttft(
     llamacpp_server: str = typer.Option("auto", help="which llama.cpp server: cpp (llama-server, `headstart peer "
                                                      "build-server`), python (llama-cpp-python), auto (cpp when built)"),
     fast_path: str = typer.Option("auto", help="kernels of every mode's forwards (HEADSTART_FAST_PATH): "
-                                  "off | auto | eager | onednn | inductor"),
+                                  "off | auto | onednn | native | inductor"),
 ):
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
@@ -55,7 +55,7 @@ def bench_ttft(
 def bench_decode_step(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
-    kernels: list[str] = typer.Option(["off", "eager", "onednn", "inductor"],
+    kernels: list[str] = typer.Option(["off", "onednn", "inductor"],
                                       help=f"fast paths to compare: {', '.join(FAST_PATH_CASES)}"),
     rows: list[int] = typer.Option([1, 8], help="decode rows sharing one forward (repeat)"),
     steps: int = typer.Option(24, help="decode steps timed per case"),
@@ -76,7 +76,7 @@ def bench_decode_step(
 def bench_batch_invariance(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     dtype: list[str] = typer.Option(["float32", "bfloat16"], help="dtypes (repeat the option or list them)"),
-    kernels: list[str] = typer.Option(["eager", "onednn"], help="fast paths (eager, onednn, native, inductor)"),
+    kernels: list[str] = typer.Option(["off", "onednn"], help="fast paths (off, onednn, native, inductor)"),
     rows: int = typer.Option(4, help="rows of the batched forward (caches of different lengths)"),
     new_tokens: int = typer.Option(3, help="most new tokens per row"),
     repeats: int = typer.Option(5, help="batched forwards timed per case (min reported)"),

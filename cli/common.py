@@ -9,7 +9,7 @@ MODEL_HELP = ("a catalogue model (`headstart model list`: qwen2.5-coder-0.5b-ins
               "real shapes, random weights, for tests)")
 TABLE_CACHE_MODES = ("off", "pfk", "independent")
 TABLE_CACHE_HELP = "table blocks for P0 and completions: off | pfk (foreign-key groups) | independent"
-FAST_PATH_CASES = ("off", "eager", "onednn", "native", "inductor", "auto")
+FAST_PATH_CASES = ("off", "onednn", "native", "inductor", "auto")
 TABLE_STORE_HELP = "table block store: memory:// or redis://host:port/db"
 # Options that take several values after one flag (`--db world_1 car_1`): `app.main` folds them.
 LIST_OPTIONS = frozenset({"--db", "--dbs"})

@@ -136,12 +136,12 @@ def test_bench_decode_step_plumbing(tmp_path):
     kernel picking the model's own forward's tokens (timings not asserted)."""
     out = tmp_path / "decode"
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--dtype", "float32", "--kernels",
-                "off,eager,onednn,native,auto", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
+                "off,onednn,native,auto", "--rows", "1", "--rows", "3", "--steps", "3", "--prompt-tokens", "20",
                 "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "decode_step.json").read_text())
     cases = [(r["case"], r["rows"]) for r in report["results"]]
-    assert cases == [(c, n) for c in ("off", "eager", "onednn", "native", "auto") for n in (1, 3)]
+    assert cases == [(c, n) for c in ("off", "onednn", "native", "auto") for n in (1, 3)]
     # native needs AVX-512 (and HEADSTART_CPU_ISA not restricting it): elsewhere its rows say why they were skipped
     native_missing = unavailable_reason() is not None
     ran = [r for r in report["results"] if not (native_missing and r["case"] == "native")]
@@ -152,13 +152,13 @@ def test_bench_decode_step_plumbing(tmp_path):
     assert {(r["installed"], r["auto"]["measured"]) for r in report["results"] if r["case"] == "auto"} == {("off", False)}
     assert (out / "decode_step.md").read_text().count("\n|") >= 7 and (out / "decode_step.png").stat().st_size > 1000
     proc = run(["bench", "decode-step", "--model", "random:tiny", "--kernels", "fastest", "--out", str(out)], tmp_path)
-    assert proc.returncode == 2 and "valid: off, eager, onednn, native, inductor" in proc.stderr
+    assert proc.returncode == 2 and "valid: off, onednn, native, inductor" in proc.stderr
 
 
 def test_bench_batch_invariance_plumbing(tmp_path):
     """Batched rows against their lone forwards: bit-identical with HEADSTART_BATCH_INVARIANT on."""
     out = tmp_path / "inv"
-    proc = run(["bench", "batch-invariance", "--model", "random:tiny", "--dtype", "float32", "--kernels", "eager",
+    proc = run(["bench", "batch-invariance", "--model", "random:tiny", "--dtype", "float32", "--kernels", "off",
                 "--rows", "3", "--repeats", "1", "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "batch_invariance.json").read_text())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.model_runner import ModelRunner, UnsupportedModel
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 from tests.engine_fixture import typed_then_submitted
@@ -21,7 +21,7 @@ def _headstart_attributes(model) -> list[str]:
             for key in vars(module) if key.startswith("_headstart")]
 
 
-@pytest.mark.parametrize(("dtype", "fast_path"), [("float64", "auto"), ("float32", "eager")])
+@pytest.mark.parametrize(("dtype", "fast_path"), [("float64", "auto"), ("float32", "onednn")])
 def test_a_runtime_leaves_no_attribute_on_the_model(tmp_path, dtype, fast_path):
     """A runtime built and used (a typing session, whose extensions can be
     stopped between layers, and cold and prefix completions) sets no
@@ -42,17 +42,17 @@ def test_a_runtime_leaves_no_attribute_on_the_model(tmp_path, dtype, fast_path):
 
 def test_two_runners_of_one_model_run_their_own_kernels():
     """The kernels are the runner's, not the model's: a runner with oneDNN
-    installed leaves another runner of the same model on its own forward."""
+    installed leaves another runner of the same model on its own modules."""
     model = load_model("random:tiny", "float32").model
     skip_unless_runs_here(model, "onednn")
     plain, fast = ModelRunner(model), ModelRunner(model, fast_path="onednn")
-    assert (plain.fast_path, plain.ops, fast.fast_path) == ("off", None, "onednn")
+    assert (plain.fast_path, fast.fast_path) == ("off", "onednn") and plain.ops is not fast.ops
     heads = []
     original = fast.ops.head
     fast.ops.head = lambda rows: heads.append(rows.shape[0]) or original(rows)
     try:
         reference = plain.prefill(PROMPT)
-        assert heads == []  # the Hugging Face forward: not the other runner's ops
+        assert heads == []  # the model's own modules: not the other runner's ops
         state = fast.prefill(PROMPT)
         assert heads == [1]
     finally:
@@ -61,19 +61,39 @@ def test_two_runners_of_one_model_run_their_own_kernels():
     assert not _headstart_attributes(model)
 
 
-def test_a_stopped_lone_extension_leaves_the_state_as_it_was():
-    """The Hugging Face forward (`off`) stops between layers through the
-    runner's layer hooks, registered once: the state is untouched."""
+@pytest.mark.parametrize("stop_before_layer", [0, 1])
+def test_a_stopped_lone_extension_leaves_the_state_as_it_was(stop_before_layer):
+    """A lone extension stops between decoder layers (before the first, or
+    after one has run) when its `should_abort` asks: the state is untouched,
+    no hook is left on the model, and the same extension then runs whole."""
     runner = ModelRunner(load_model("random:tiny", "float64").model)
     state = runner.prefill(PROMPT[:10])
     before = (list(state.ids), state.last_logits.clone(), state.cache.get_seq_length())
-    assert not runner.extend(state, PROMPT[10:15], should_abort=lambda: True)
+    polls = []
+
+    def abort() -> bool:
+        polls.append(1)
+        return len(polls) > stop_before_layer
+
+    assert not runner.extend(state, PROMPT[10:15], should_abort=abort)
+    assert len(polls) == stop_before_layer + 1
     assert (state.ids, state.cache.get_seq_length()) == (before[0], before[2])
     assert torch.equal(state.last_logits, before[1])
-    hooks = runner._hooks
-    assert runner.extend(state, PROMPT[10:15], should_abort=lambda: False) and runner._hooks is hooks
-    assert state.ids == PROMPT[:15] and hooks.before_layer is None
+    assert runner.extend(state, PROMPT[10:15], should_abort=lambda: False)
+    assert state.ids == PROMPT[:15] and state.cache.get_seq_length() == 15
+    torch.testing.assert_close(state.last_logits, runner.prefill(PROMPT[:15]).last_logits, rtol=1e-10, atol=1e-10)
+    assert not any(layer._forward_pre_hooks for layer in runner.model.model.layers)
     assert not _headstart_attributes(runner.model)
+
+
+def test_a_model_the_runner_cannot_run_is_refused_with_the_reason():
+    model = load_model("random:tiny", "float64").model
+    model.config.use_sliding_window = True
+    with pytest.raises(UnsupportedModel, match="sliding-window"):
+        ModelRunner(model)
+    model.config.use_sliding_window, model.config.model_type = False, "gpt2"
+    with pytest.raises(UnsupportedModel, match="'gpt2'"):
+        ModelRunner(model)
 
 
 def test_an_unknown_fast_path_is_a_typed_error():

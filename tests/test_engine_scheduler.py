@@ -31,7 +31,7 @@ def run_order(scheduler, now):
     while scheduler.num_waiting:
         plan = scheduler.schedule(now)
         order.append("+".join(row.job.name for row in plan.rows))
-        scheduler.update(plan, [StepOutcome(False) for _ in plan.rows], now)
+        scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.rows], now)
     return order
 
 
@@ -126,7 +126,7 @@ def test_plan_is_typed_and_states_move_in_one_place():
     assert plan.jobs == [a, b] and plan.batch_kind is BatchKind.TYPING and plan.num_tokens == 5
     assert plan.deferred == (d,) and plan.rows[0].rank.cls == P.STREAM
     assert (a.state, b.state, d.state) == (JobState.RUNNING, JobState.RUNNING, JobState.WAITING)
-    finished = scheduler.update(plan, [StepOutcome(True), StepOutcome(False, ValueError("boom"))], 0.5)
+    finished = scheduler.postprocess(plan, [StepOutcome(True), StepOutcome(False, ValueError("boom"))], 0.5)
     assert finished == [b] and b.state is JobState.FINISHED and isinstance(b.error, ValueError)
     assert a.state is JobState.WAITING and a.steps_run == 1 and b.steps_run == 0
     plan = scheduler.schedule(0.5)
@@ -142,7 +142,7 @@ def test_cancelled_jobs_are_dropped_and_cancelled_running_ones_finish():
     assert plan.dropped == (a,) and plan.jobs == [b]
     assert a.state is JobState.FINISHED and isinstance(a.error, Cancelled)
     b.cancel()
-    assert scheduler.update(plan, [StepOutcome(True)], 0.0) == [b]
+    assert scheduler.postprocess(plan, [StepOutcome(True)], 0.0) == [b]
     assert isinstance(b.error, Cancelled) and scheduler.num_waiting == 0
 
 
@@ -208,7 +208,7 @@ def run_groups(scheduler, now):
     while scheduler.num_waiting:
         plan = scheduler.schedule(now)
         order.append("+".join(f"{row.job.name}:{row.num_tokens}" for row in plan.rows))
-        scheduler.update(plan, [StepOutcome(False) for _ in plan.rows], now)
+        scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.rows], now)
     return order
 
 
@@ -287,7 +287,7 @@ def test_a_riding_typing_row_gets_its_cap_and_loses_it_when_no_answer_streams():
                               ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
     plan = scheduler.schedule(0.0)
     assert plan.jobs == [d, t] and t.token_cap == 3 and d.token_cap is None
-    scheduler.update(plan, [StepOutcome(False), StepOutcome(True)], 0.0)  # the answer finished
+    scheduler.postprocess(plan, [StepOutcome(False), StepOutcome(True)], 0.0)  # the answer finished
     plan = scheduler.schedule(0.0)
     assert plan.jobs == [t] and t.token_cap is None and plan.num_tokens == 10
 
@@ -302,11 +302,11 @@ def test_a_typing_row_waits_while_riding_until_it_has_something_to_commit():
                               ("d", P.SUBMIT, {"owner": "c", "decoding": True})])
     plan = scheduler.schedule(0.0)
     assert plan.jobs == [d] and t.state is JobState.WAITING
-    scheduler.update(plan, [StepOutcome(True)], 0.0)
+    scheduler.postprocess(plan, [StepOutcome(True)], 0.0)
     due.append(True)  # the text rested: the whole prompt is due
     plan = scheduler.schedule(0.0)
     assert plan.jobs == [d, t] and t.token_cap == 9
-    scheduler.update(plan, [StepOutcome(False), StepOutcome(True)], 0.0)
+    scheduler.postprocess(plan, [StepOutcome(False), StepOutcome(True)], 0.0)
     due.clear()
     plan = scheduler.schedule(0.0)  # no answer streams: typing runs uncapped, whatever it would commit riding
     assert plan.jobs == [t] and t.token_cap is None and plan.num_tokens == 7
@@ -349,10 +349,10 @@ def test_background_work_runs_short_while_answers_wait():
                                         ("decode", P.SUBMIT, {"decoding": True, "owner": "a"})])
     plan = scheduler.schedule(5.0)  # both overdue: STREAM ingest ranks behind the SUBMIT decode
     assert plan.jobs == [decode]
-    scheduler.update(plan, [StepOutcome(True)], 5.0)  # the answer has more tokens to go
+    scheduler.postprocess(plan, [StepOutcome(True)], 5.0)  # the answer has more tokens to go
     plan = scheduler.schedule(10.0)
     assert plan.jobs == [decode]  # its class again (overdue), ahead of ingestion
-    scheduler.update(plan, [StepOutcome(False)], 10.0)
+    scheduler.postprocess(plan, [StepOutcome(False)], 10.0)
     plan = scheduler.schedule(10.0)
     assert plan.jobs == [ingest] and ingest.token_cap is None  # no answer waits: a whole chunk
     scheduler = Scheduler(max_batch_rows=4, max_batch_tokens=48, decode_defer_s=1.0)
@@ -360,6 +360,6 @@ def test_background_work_runs_short_while_answers_wait():
                                         ("decode", P.SUBMIT, {"decoding": True, "owner": "a"})])
     plan = scheduler.schedule(0.5)  # the decode step is deferred (rule 2), the ingestion too: decode first
     assert plan.jobs == [decode]
-    scheduler.update(plan, [StepOutcome(True)], 0.5)
+    scheduler.postprocess(plan, [StepOutcome(True)], 0.5)
     plan = scheduler.schedule(1.2)  # ingestion overdue, the decode step fresh: ingestion runs, short
     assert plan.jobs == [ingest] and ingest.token_cap == 48

@@ -48,7 +48,7 @@ def run(scheduler, jobs, arrivals=None):
             continue
         plan = scheduler.schedule(0.0)
         order.append("+".join(row.job.name for row in plan.rows))
-        scheduler.update(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
+        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
     return order
 
 
@@ -188,7 +188,7 @@ def test_a_group_never_lets_a_completion_overtake_a_due_one():
     names = [row.job.name for row in plan.rows]
     assert names[0] == "near0" and "far" not in names  # far is due after near0 overtook it
     assert not {"near1", "near2"} & set(names)  # they would overtake it again
-    scheduler.update(plan, [StepOutcome(False) for _ in plan.rows], 0.0)
+    scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.rows], 0.0)
     assert scheduler.schedule(0.0).rows[0].job.name == "far"
 
 

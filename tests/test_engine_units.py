@@ -382,7 +382,7 @@ def test_urgent_job_preempts_typing_step_between_layers(tiny_runtime):
     worker = tiny_runtime.worker
     session = tiny_runtime.open_session("world_1", "headstart")
     seen = threading.Event()
-    layer0 = tiny_runtime.model.model.layers[0]
+    layer0 = tiny_runtime.model.model.layers[0].input_layernorm  # runs inside the runner's loop, at layer 0
 
     def urgent_arrives(module, args):  # fires inside the typing forward
         if not seen.is_set():
@@ -409,7 +409,7 @@ def _update_during_forward(runtime, session, first: str, second: str) -> None:
     """Send `first`, and `second` while the forward pass for `first` is inside
     its first decoder layer; then wait for the session to settle."""
     sent = threading.Event()
-    layer0 = runtime.model.model.layers[0]
+    layer0 = runtime.model.model.layers[0].input_layernorm  # runs inside the runner's loop, at layer 0
 
     def newer_snapshot(module, args):
         if not sent.is_set():

@@ -56,23 +56,6 @@ def test_cos_sin_do_not_depend_on_the_window(loaded):
     assert torch.equal(cos[0], cos_all[0, 40:48]) and torch.equal(sin[0], sin_all[0, 40:48])
 
 
-def test_key_capture_hooks_live_for_one_forward(loaded):
-    """The runner's key-capture hooks are on the model during its forward only."""
-    model = loaded.model
-    seen = []
-
-    def count_hooks(_module, _args):
-        seen.append(sum(len(layer.self_attn.k_proj._forward_hooks) for layer in model.model.layers))
-
-    handle = model.model.register_forward_pre_hook(count_hooks)
-    try:
-        ModelRunner(model).encode_rows([IDS[:4], IDS[:2]])
-    finally:
-        handle.remove()
-    assert seen == [len(model.model.layers)]
-    assert not any(layer.self_attn.k_proj._forward_hooks for layer in model.model.layers)
-
-
 def test_unknown_model_layout_is_a_typed_error():
     with pytest.raises(RopeError, match="rotary_emb"):
         apply_rope(torch.nn.Linear(2, 2), torch.zeros(1, 1, 1, 2), 0)

@@ -90,9 +90,9 @@ class EngineSettings(BaseSettings):
         "of them are new, then ride in one forward (a few tokens in each forward cost the answers more)"
     )
     # Measured per kernel choice by `headstart bench decode-step`.
-    fast_path: Literal["off", "auto", "eager", "onednn", "native", "inductor", "quant"] = Field(
-        "auto", description="kernels of every forward: off (the model's own forward for a lone extension) | eager "
-        "(the runner's layers, the model's modules) | onednn (packed matmuls, no compile) | native (headstart's own "
+    fast_path: Literal["off", "auto", "onednn", "native", "inductor", "quant"] = Field(
+        "auto", description="kernels of every forward (all run the runner's decoder loop): off (the model's own "
+        "modules) | onednn (packed matmuls, no compile) | native (headstart's own "
         "AVX-512 kernels for forwards of <= 48 tokens in float32, <= 8 in bfloat16, built with g++ at first start; "
         "oneDNN above; weights in huge pages; a float32 LM head screened through an int8 copy where the CPU has "
         "AVX512-VNNI, the greedy token unchanged) | inductor (torch.compile, minutes at start, cached on disk) | auto (off, onednn and native timed at "
@@ -102,7 +102,7 @@ class EngineSettings(BaseSettings):
     )
     batch_invariant: bool = Field(
         False, description="a batched row's logits bit-identical to its lone forward's (linear layers run per row: "
-        "the weights are read once per row, not once per batch); turns fast_path off into eager"
+        "the weights are read once per row, not once per batch)"
     )
     malloc_trim_s: float = Field(
         30.0, ge=0, description="once its forward work pauses, a replica gives the heap pages glibc keeps free "

@@ -14,8 +14,8 @@ calls one of these *ops* objects for the parts around attention:
 
 Variants (`FAST_PATHS`, picked once per model by its `ModelRunner`, `kernel_choice`):
 
-- `eager`: the model's own modules, what every batched forward ran before
-  (`off` keeps the model's own forward for lone extensions too).
+- `off` (`EagerOps`): the model's own modules, the reference every other
+  set must match.
 - `onednn`: the linear layers as oneDNN packed matmuls (weights reordered
   once into oneDNN's blocked layout, q/k/v fused into one matrix and
   gate/up into another, so one call reads each layer's weights). Any M, no
@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import torch
 
-FAST_PATHS = ("off", "auto", "eager", "onednn", "native", "inductor", "quant")
+FAST_PATHS = ("off", "auto", "onednn", "native", "inductor", "quant")
 ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class EagerOps:
-    """The model's own modules (the reference every variant must match)."""
+    """The model's own modules (the reference every variant must match): `off`."""
 
-    name = "eager"
+    name = "off"
 
     def __init__(self, model):
         self.model = model

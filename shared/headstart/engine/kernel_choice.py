@@ -83,8 +83,6 @@ def resolve_choice(model, mode: str,
         if measure_auto is None:
             raise ValueError("auto on this model is measured by its ModelRunner")
         return measure_auto(candidates)
-    if mode != "off" and not supports_packed_rows(model):  # the model's own forward
-        return FastPathChoice("off", mode, reason="the runner cannot run this model's layers")
     if mode == "onednn" and not onednn_supports(model):
         return FastPathChoice("off", mode, reason="oneDNN has no kernels for this dtype or device")
     if mode == "native" and (why := native_supports(model)) is not None:
@@ -95,14 +93,12 @@ def resolve_choice(model, mode: str,
 
 
 def make_ops(model, kernels: str, warm_rows: tuple[int, ...], measured: dict | None = None):
-    """The ops of the kernel set `kernels` (a resolved name) for `model`;
-    None for `off` (the model's own forward). `measured` holds ops auto
-    already packed (reused, not packed again). `warm_rows`: inductor's
-    token counts compiled ahead."""
+    """The ops of the kernel set `kernels` (a resolved name) for `model`
+    (`off`: the model's own modules). `measured` holds ops auto already
+    packed (reused, not packed again). `warm_rows`: inductor's token counts
+    compiled ahead."""
     measured = measured or {}
     if kernels == "off":
-        return None
-    if kernels == "eager":
         return EagerOps(model)
     if kernels == "onednn":
         return measured.get("onednn") or OneDNNOps(model)
@@ -124,11 +120,12 @@ def measure_auto(runner, candidates: tuple[str, ...], timer: Timer | None) -> tu
     model = runner.model
     start = time.perf_counter()
     before = runner.ops
-    packed = before if before is not None and before.name == "onednn" else OneDNNOps(model)
+    packed = before if before.name == "onednn" else OneDNNOps(model)
     timed = {"onednn": packed}
     if "native" in candidates:  # shares the packed weights: one more copy at most, not two
-        timed["native"] = before if before is not None and before.name == "native" else NativeOps(model, packed=packed)
-    installs = {"off": lambda: runner.use_ops(None)}
+        timed["native"] = before if before.name == "native" else NativeOps(model, packed=packed)
+    own = before if before.name == "off" else EagerOps(model)
+    installs = {"off": lambda: runner.use_ops(own)}
     installs.update({name: (lambda ops=ops: runner.use_ops(ops)) for name, ops in timed.items()})
     # too loaded to time: the fastest on the quiet machines measured (docs/benchmarks-archive.md)
     bf16 = next(model.parameters()).dtype == torch.bfloat16

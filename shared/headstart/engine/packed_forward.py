@@ -1,9 +1,10 @@
 """The batched forward of `ModelRunner.extend_rows`: the decoder loop over packed rows.
 
-Only the runner calls it (`ModelRunner.extend_rows`, and `extend` with
-kernels installed), handing it its model, its ops and its batch invariance;
-it is the runner's forward kept in a file of its own, not a second path to
-the model (`tests/test_model_calls.py` checks that nothing else imports it).
+Only the runner calls it (`ModelRunner.extend_rows`, which `extend` and
+`prefill` are a row of, and `encode_rows`), handing it its model, its ops
+and its batch invariance; it is the runner's one forward path, kept in a
+file of its own (`tests/test_model_calls.py` checks that nothing else
+imports it).
 
 `packed_forward` runs several `KVState`s' new tokens through the model at
 once. On a weight-bound device (a CPU, a GPU at small token counts) one
@@ -61,8 +62,14 @@ class _Rows:
 
 
 @torch.inference_mode()
-def packed_forward(model, ops, invariant: bool, calls: list) -> list[bool]:
-    """`ModelRunner.extend_rows` with its model, ops and batch invariance given."""
+def packed_forward(model, ops, invariant: bool, calls: list, capture: list | None = None) -> list[bool]:
+    """`ModelRunner.extend_rows` with its model, ops and batch invariance given.
+
+    `capture` (`ModelRunner.encode_rows`, table-block precompute): a list
+    that gets each layer's (keys before RoPE, keys, values), packed
+    `# [kv_heads, T, head_dim]` each; the rows' states are then left as they
+    were (no cache written, no logits), and the layers run the model's own
+    modules whatever `ops` fuses."""
     decoder = model.model
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
@@ -72,17 +79,19 @@ def packed_forward(model, ops, invariant: bool, calls: list) -> list[bool]:
                            for c, n in zip(calls, counts)])
     hidden = decoder.embed_tokens(ids[None])  # [1, T, hidden]
     cos, sin = decoder.rotary_emb(hidden, positions[None])
-    fused = getattr(ops, "decoder_layer", None)  # quant: a whole layer in one kernel call
+    fused = getattr(ops, "decoder_layer", None) if capture is None else None  # quant: a layer in one kernel call
     try:
         return _layers_and_head(model, ops, invariant, calls, _Rows(list(range(len(calls))), starts, counts),
-                                hidden, cos, sin, fused)
+                                hidden, cos, sin, fused, capture)
     finally:
         if fused is not None:
             ops.end_forward()  # a prefill's scratch goes back to the system
 
 
-def _layers_and_head(model, ops, invariant: bool, calls: list, live: _Rows, hidden, cos, sin, fused) -> list[bool]:
-    """The decoder layers over the packed rows `live`, then the head; updates the rows' states."""
+def _layers_and_head(model, ops, invariant: bool, calls: list, live: _Rows, hidden, cos, sin, fused,
+                     capture: list | None) -> list[bool]:
+    """The decoder layers over the packed rows `live`, then the head; updates the rows' states
+    (or, with `capture`, gives it every layer's keys and values instead)."""
     decoder = model.model
     states = [c.state for c in calls]
     for index, layer in enumerate(decoder.layers):
@@ -105,11 +114,16 @@ def _layers_and_head(model, ops, invariant: bool, calls: list, live: _Rows, hidd
         q = q.view(shape).transpose(1, 2)  # [1, heads, T, head_dim]
         k = k.view(shape).transpose(1, 2)  # [1, kv_heads, T, head_dim]
         v = v.view(shape).transpose(1, 2)
+        pre_rope = k
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if capture is not None:
+            capture.append((pre_rope[0], k[0], v[0]))
         live.new_kv.append({})  # this layer's new keys/values per row, filled by layer_attention
         out = layer_attention(attn, states, index, q, k, v,
                               list(zip(live.rows, live.starts, live.counts)), live.new_kv[-1], ops)  # [T, heads*dim]
         hidden = _by_row(lambda o, h: ops.post(index, o, h), live, invariant, out[None], hidden)
+    if capture is not None:  # an encoding forward: no state is written, no head runs
+        return [True] * len(calls)
     hidden = _by_row(decoder.norm, live, invariant, hidden)[0]  # [T, hidden]
     logits = _row_logits(model, ops, calls, live, hidden, invariant)
     for b in live.rows:

@@ -94,8 +94,8 @@ class P0Source:
     def base_state(self, db: str, prompt: PromptBuilder) -> KVState:
         # NOTE: the kernels are part of the key: a P0 prefilled by another fast
         # path differs in float32 rounding, and reusing it would break exactness
-        kernels = self.runner.fast_path
-        dtype_key = self.loaded.dtype_name if kernels == "off" else f"{self.loaded.dtype_name}+{kernels}"
+        # (the bare dtype named the Hugging Face forward's P0s, before the runner's one loop)
+        dtype_key = f"{self.loaded.dtype_name}+{self.runner.fast_path}"
         key = p0_key(self.loaded.model_id, dtype_key, prompt.base_ids)
         state = self.store.get(key, self.loaded.device)
         if state is None:

@@ -2,7 +2,7 @@
 
 The worker loop is `plan = scheduler.schedule(now)`; each planned job's
 step prepares its row, the rows run as one forward and each job commits its
-row's result (`headstart.engine.steps`); `scheduler.update(plan, outcomes,
+row's result (`headstart.engine.steps`); `scheduler.postprocess(plan, outcomes,
 now)`. The scheduler owns the waiting jobs
 and every job's state (`JobState`: WAITING -> RUNNING -> WAITING | FINISHED,
 changed only here). Its rules, written once:
@@ -342,9 +342,9 @@ class Scheduler:
             return priority <= min(running.priority, Priority.POOL)
         return cls >= Priority.STREAM and priority < cls
 
-    # -- update ------------------------------------------------------------------
+    # -- postprocess ---------------------------------------------------------------
 
-    def update(self, plan: Plan, outcomes: list[StepOutcome], now: float) -> list[Job]:
+    def postprocess(self, plan: Plan, outcomes: list[StepOutcome], now: float) -> list[Job]:
         """Apply one iteration's outcomes (each job's commit of its row's
         result, `steps.commit_rows`: more to do, or an error): a job with
         more to do is queued again (behind the jobs of its class already

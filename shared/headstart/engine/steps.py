@@ -10,14 +10,14 @@ them, the `should_abort` check polled between decoder layers, and the
 has more to do.
 
 The worker then hands the plan's rows to their model runner (`run_rows`):
-one row runs the lone path (`ModelRunner.extend`, unchanged in cost);
-several run as one packed forward (`ModelRunner.extend_rows`), split into forwards
-that fit the token budget in the plan's order (the most urgent first).
+they run as packed forwards (`ModelRunner.extend_rows`, one row or
+several), split into forwards that fit the token budget in the plan's
+order (the most urgent first).
 Rows leave a forward between layers one by one: a row whose `should_abort`
 asks is dropped there with its cache untouched and the others go on. Then
 `commit_rows` gives every row its `RowResult`, still on the worker thread
 and with no lock of the worker held (a commit takes its owner's lock, and
-owners hold theirs when they enqueue), and the scheduler's `update`
+owners hold theirs when they enqueue), and the scheduler's `postprocess`
 requeues or finishes each job.
 
 So every `KVState` is touched by the worker thread only, and nothing is
@@ -174,16 +174,9 @@ def pack_forwards(rows: list[Row], max_tokens: int) -> list[list[Row]]:
 
 
 def run_forward(rows: list[Row]) -> list[RowResult]:
-    """One forward over `rows` (all of one runner): the lone path for one
-    row, the packed path for several (a model the packed path cannot run
-    extends them one by one, each on the lone path)."""
+    """One forward over `rows` (all of one runner): `ModelRunner.extend_rows`."""
     try:
-        packed = len(rows) > 1 or rows[0].logits_positions > 1  # the logits of several positions: the runner's
-        runner = rows[0].runner
-        if packed and runner.supports_packed_rows:
-            done = runner.extend_rows(rows)
-        else:
-            done = [runner.extend(r.state, r.new_ids, r.want_logits, r.should_abort) for r in rows]
+        done = rows[0].runner.extend_rows(rows)
     except BaseException as exc:  # every row of the forward shares its failure
         return [RowResult(False, exc) for _ in rows]
     return [RowResult(bool(ok)) for ok in done]

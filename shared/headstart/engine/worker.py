@@ -10,9 +10,9 @@ The loop, all on this one thread:
 
     plan = scheduler.schedule(now)          # which jobs run (under the lock)
     rows = [job.work.step() for job in plan]  # each prepares its row, no model
-    results = run_rows(rows)                # one forward (or the lone path)
+    results = run_rows(rows)                # the runner's packed forwards
     outcomes = commit_rows(rows, results)   # each job commits, says if more
-    scheduler.update(plan, outcomes, now)   # requeue or finish (under the lock)
+    scheduler.postprocess(plan, outcomes, now)   # requeue or finish (under the lock)
 
 *What* runs next (classes, decode deferral, shortest prefill first, batch
 scopes, the token budget, preemption) is decided only in
@@ -212,7 +212,7 @@ class ForwardWorker:
             self.steps_run += len(outcomes)
             with self._cv:
                 self._running = []
-                finished = self.scheduler.update(plan, outcomes, time.perf_counter())
+                finished = self.scheduler.postprocess(plan, outcomes, time.perf_counter())
             for job in finished:
                 if job.error is not None:
                     log.debug("job %s failed: %r", job.name, job.error)

@@ -16,10 +16,11 @@ transformers' `Qwen2RMSNorm`, `Qwen2RotaryEmbedding` (default RoPE) and
 `apply_rotary_pos_emb` compute, op for op, so their bits are the same
 (tested against them).
 
-The few callers of a Hugging Face forward on such a model (table-block
-precompute, `model(input_ids=...)` in tests) get one: `hf_view()` builds, on
-first use, a `Qwen2ForCausalLM` around these very modules, importing
-transformers' modeling code only then.
+The few callers that need transformers' modules on such a model (table-block
+precompute, which runs the runner's loop with the model's own modules rather
+than the quantized kernels; `model(input_ids=...)` in tests) get them:
+`hf_view()` builds, on first use, a `Qwen2ForCausalLM` around these very
+modules, importing transformers' modeling code only then.
 """
 
 from __future__ import annotations

@@ -48,7 +48,9 @@ from headstart.tables.fk_graph import FkGraph
 from headstart.tables.keys import BlockScope, schema_hash
 from headstart.tables.trie import TableTrie
 
-LAYOUT_VERSION = 2  # 2: pfk groups in schema order (1: topological order)
+# 3: blocks encoded by the runner's decoder loop, each group alone (2: the padded Hugging Face
+# forward, other rounding); 2: pfk groups in schema order (1: topological order)
+LAYOUT_VERSION = 3
 TABLE_CACHE_MODES = ("pfk", "independent")
 _NEXT_TABLE = "CREATE TABLE t"  # what follows a table's separator when another table comes next
 

@@ -6,14 +6,16 @@ or a single table in `independent` mode) one causal forward runs over
     head + table_1 + table_2 + ... + table_k
 
 so each table attends to the head and to its group's tables listed before it. The
-forward is the engine's `ModelRunner.encode_rows` (the only code that calls the
-model): each table's keys come back before rotary encoding, its values from the
-cache, and both are stored with its token ids and its position in that sequence
+forward is the engine's `ModelRunner.encode_rows` (the runner's one decoder
+loop, with the model's own modules): each table's keys come back before rotary
+encoding, and its values, and both are stored with its token ids and its position in that sequence
 (`position_offset`).
 
 Small groups (every table alone in `independent` mode, single tables of a
-`pfk` schema) are encoded several at a time in one right-padded batch: on a
-CPU or a GPU one forward over a few short rows costs about what one row does.
+`pfk` schema) are encoded several at a time in one forward, each its own row
+from position 0; a row's bits do not depend on the rows beside it (the
+runner runs each row's products alone), so a block is its group's lone cold
+prefill.
 
 `iter_precompute` is the job: it yields once per group (one forward per batch
 of groups), so the engine can run it on its forward worker between other
@@ -76,10 +78,10 @@ class PrecomputeReport:
 @torch.inference_mode()  # the blocks' copies are cut from the forward's inference tensors
 def encode_groups(runner: ModelRunner, layout: TableLayout,
                   group_indices: Sequence[int]) -> dict[int, list[TableBlock]]:
-    """Blocks of several groups from one batched forward of `runner`
-    (`ModelRunner.encode_rows`: rows right-padded, padding masked)."""
+    """Blocks of several groups from one forward of `runner`
+    (`ModelRunner.encode_rows`: one row per group)."""
     seqs = [layout.group_sequence(layout.groups[g]) for g in group_indices]
-    encoded = runner.encode_rows([ids for ids, _ in seqs])  # each layer's [rows, kv_heads, width, head_dim]
+    encoded = runner.encode_rows([ids for ids, _ in seqs])  # [layer][row]: [kv_heads, row's tokens, head_dim]
     return {g: _blocks(layout, g, offsets, [k[row] for k in encoded.keys_pre_rope], [v[row] for v in encoded.values])
             for row, (g, (_, offsets)) in enumerate(zip(group_indices, seqs))}
 

@@ -6,12 +6,12 @@ from a Hugging Face model, whose cache holds keys *after* RoPE:
 
 1. invert the rotation of the cached keys (rotate by -theta): exact only up
    to rounding, since cos/sin are rounded and the rotation is recomputed;
-2. capture the key projection's output with a forward hook while the group is
-   encoded, before the attention layer rotates it.
+2. keep the key projection's output while the group is encoded, before the
+   forward rotates it.
 
-We take (2), in the engine's `ModelRunner.encode_rows` (the runner owns
-every forward and hook of the model): the captured tensor *is* the attention
-layer's input to its rotary function, so re-applying that function with the
+We take (2), in the engine's `ModelRunner.encode_rows` (the runner's decoder
+loop hands back each layer's keys before and after its rotary function): the
+kept tensor *is* the loop's input to its rotary function, so re-applying that function with the
 model's own cos/sin at the original positions gives back the forward's keys
 bit for bit, in every dtype (tests/test_tables_rope.py checks float64 and
 float32), and a block placed elsewhere is encoded exactly as the model would
@@ -20,8 +20,7 @@ encode it there.
 At placement we call the model's own `apply_rotary_pos_emb` (looked up in the
 module that defines its attention class) with cos/sin from the model's
 `rotary_emb` in the model's dtype: the same function, inputs and arithmetic as
-the forward pass. Models with a key norm before RoPE (Qwen3's `k_norm`) are
-captured after the norm.
+the forward pass.
 """
 
 from __future__ import annotations
