@@ -9,6 +9,7 @@ tail's and the last logits'. One CPU thread. A block placed where and after
 what it was encoded differs only by rounding (issue 30).
 """
 import argparse
+import time
 
 import torch
 torch.set_num_threads(1)
@@ -36,10 +37,12 @@ for db in dbs:
     for mode in ("pfk", "independent"):
         svc = TableCacheService(loaded, mode=mode, store=MemoryStore(), tier=DeviceTier(1 << 30))
         layout = svc.layout(db, prompt)
-        svc.precompute(layout)
+        t0 = time.perf_counter()
+        svc.precompute(layout, rt.runner)
+        encode_s = time.perf_counter() - t0
         blocks = svc.load(svc.plan(layout, prompt.base_ids))
         state, stats = svc.assemble(blocks, rt.runner, compute_tail=True)
-        print(f"== {db} {mode}: head {len(layout.head_ids)} tok, groups (encode order) {layout.groups}; P0 {len(prompt.base_ids)} tok")
+        print(f"== {db} {mode}: head {len(layout.head_ids)} tok, groups (encode order) {layout.groups}; P0 {len(prompt.base_ids)} tok; precompute {encode_s:.2f} s")
         for p in blocks.placed:
             b = p.block
             dk, dv = spans_diff(state, ref, p.start, p.end)
