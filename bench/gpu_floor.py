@@ -148,9 +148,10 @@ def hf_static_graph(model, prompt: list[int], steps: int) -> tuple[list[float], 
 
 
 def runner_rows(model, prompt: list[int], steps: int, rows: int = 1) -> tuple[list[float], list[int]]:
-    """The engine's own decoder loop (`ModelRunner.extend_rows` with the `off` ops, in
-    eager PyTorch: the model's modules, attention per row on its cache) stepping `rows` caches of the prompt at once: what
-    one packed decode forward costs here, and (rows=1) whether its tokens are the HF step's."""
+    """The engine's own decoder loop (`ModelRunner.extend_rows` with the `off` ops, in eager
+    PyTorch: the model's modules, attention per row on its cache) stepping `rows` caches of the
+    prompt at once: what one packed decode forward costs here, and (rows=1) whether its tokens
+    are the HF step's."""
     from headstart.engine.kv import RowExtension
     from headstart.engine.model_runner import ModelRunner
 

@@ -46,8 +46,10 @@ from headstart.engine.kernel_choice import (SUPPORTED_MODEL_TYPES, make_ops, mea
                                              supports_packed_rows)
 from headstart.engine.kv import KVState, RowExtension
 from headstart.engine.packed_forward import packed_forward
+from headstart.models.loaded import ModelLoadError
 
-__all__ = ["EncodedRows", "ModelRunner", "UnsupportedModel", "RowExtension", "supports_packed_rows"]  # the last two: re-exported
+__all__ = ["EncodedRows", "ModelRunner", "UnsupportedModel", "RowExtension",
+           "supports_packed_rows"]  # the last two: re-exported
 
 
 @dataclass
@@ -61,8 +63,9 @@ class EncodedRows:
     values: list[list[torch.Tensor]]
 
 
-class UnsupportedModel(ValueError):
-    """The runner's decoder loop cannot run this model's layers (`supports_packed_rows`)."""
+class UnsupportedModel(ModelLoadError, ValueError):
+    """The runner's decoder loop cannot run this model's layers (`supports_packed_rows`):
+    a model that loads but cannot be served, so callers that report load errors report it."""
 
 
 class ModelRunner:

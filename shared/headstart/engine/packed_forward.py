@@ -1,4 +1,4 @@
-"""The batched forward of `ModelRunner.extend_rows`: the decoder loop over packed rows.
+"""The runner's one forward path: the decoder loop over packed rows (`ModelRunner.extend_rows`).
 
 Only the runner calls it (`ModelRunner.extend_rows`, which `extend` and
 `prefill` are a row of, and `encode_rows`), handing it its model, its ops
@@ -68,8 +68,8 @@ def packed_forward(model, ops, invariant: bool, calls: list, capture: list | Non
     `capture` (`ModelRunner.encode_rows`, table-block precompute): a list
     that gets each layer's (keys before RoPE, keys, values), packed
     `# [kv_heads, T, head_dim]` each; the rows' states are then left as they
-    were (no cache written, no logits), and the layers run the model's own
-    modules whatever `ops` fuses."""
+    were (no cache written, no logits), and no fused layer runs (`ops`'
+    parts do, so the keys before RoPE exist)."""
     decoder = model.model
     device = next(model.parameters()).device
     counts = [len(c.new_ids) for c in calls]
