@@ -8,8 +8,8 @@ or a single table in `independent` mode) one causal forward runs over
 so each table attends to the head and to its group's tables listed before it. The
 forward is the engine's `ModelRunner.encode_rows` (the runner's one decoder
 loop, with the model's own modules): each table's keys come back before rotary
-encoding, and its values, and both are stored with its token ids and its position in that sequence
-(`position_offset`).
+encoding, with its values, and both are stored with its token ids and its
+position in that sequence (`position_offset`).
 
 Small groups (every table alone in `independent` mode, single tables of a
 `pfk` schema) are encoded several at a time in one forward, each its own row
