@@ -182,14 +182,17 @@ def batched_vs_lone(runner: ModelRunner, new: tuple[int, ...] = (1, 3, 2)) -> tu
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("mode", ["off", "onednn"])
-def test_batch_invariant_rows_are_bit_identical_to_lone(dtype, mode):
+@pytest.mark.parametrize("new", [(1, 3, 2), (1, 12, 3, 1)], ids=["typing", "with-a-prefill-chunk"])
+def test_batch_invariant_rows_are_bit_identical_to_lone(dtype, mode, new):
     """HEADSTART_BATCH_INVARIANT: a batched row's logits equal its lone
-    forward's bit for bit (a near-tie can no longer flip with batching)."""
+    forward's bit for bit (a near-tie can no longer flip with batching),
+    its attention included (PyTorch's fused attention on a slice of the
+    packed queries, whatever its strides)."""
     model = load_model("random:tiny", dtype).model
     skip_unless_runs_here(model, mode)
     runner = ModelRunner(model)
     assert runner.set_fast_path(mode, batch_invariant=True) == mode
-    lone, batched = batched_vs_lone(runner)
+    lone, batched = batched_vs_lone(runner, new)
     for a, b in zip(lone, batched):
         assert torch.equal(a, b)
 

@@ -19,7 +19,7 @@ Variants (`FAST_PATHS`, picked once per model by its `ModelRunner`, `kernel_choi
 - `onednn`: the linear layers as oneDNN packed matmuls (weights reordered
   once into oneDNN's blocked layout, q/k/v fused into one matrix and
   gate/up into another, so one call reads each layer's weights). Any M, no
-  compile. float32 and bfloat16; other dtypes keep the eager ops.
+  compile. float32 and bfloat16; other dtypes keep the `off` ops.
 - `inductor`: `torch.compile` (freezing, max-autotune, inductor's C++
   micro-GEMM) of each layer's two blocks and the head, see `compiled_ops`.
 
