@@ -53,11 +53,12 @@ def auto_candidates(model) -> tuple[str, ...]:
     """The kernel sets `auto` times on this model: `off`, `onednn` and
     `native` (where its kernel builds here) for a real-sized
     (hidden >= AUTO_MIN_HIDDEN) Llama-family model on a CPU in float32 or
-    bfloat16; none (so `off`, untimed) for float64, tiny models,
-    other devices and layers the runner cannot run. `inductor` is never a
-    candidate: it compiles for minutes."""
+    bfloat16; none (so `off`, untimed) for float64, tiny models and
+    other devices (a model whose layers the runner cannot run never gets
+    here: `ModelRunner` refuses it). `inductor` is never a candidate: it
+    compiles for minutes."""
     big = getattr(model.config, "hidden_size", 0) >= AUTO_MIN_HIDDEN
-    if not (big and supports_packed_rows(model) and onednn_supports(model)):
+    if not (big and onednn_supports(model)):
         return ()
     return ("off", "onednn", "native") if native_supports(model) is None else ("off", "onednn")
 
