@@ -51,7 +51,7 @@ COPY deploy/helm deploy/helm
 # -- runtime: the venv and the code, a non-root user, nothing else -------------
 FROM ${PYTHON_IMAGE} AS runtime
 # wget: KubeRay's probes of Ray pods call it. g++: the engine builds its native
-# decode kernels (engine/kernels/native.cpp) for the node's own CPU at start;
+# decode kernels (kernels/native.cpp) for the node's own CPU at start;
 # without it HEADSTART_FAST_PATH=native falls back to oneDNN and says why.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends wget=1.21.* g++=4:12.2.* \

@@ -18,8 +18,9 @@ from pathlib import Path
 import torch
 
 from bench.common import markdown_table, write_json
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner, RowExtension
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row
 from headstart.models.loader import load_model
 
 
@@ -36,7 +37,7 @@ def _measure(runner: ModelRunner, rows: int, new_tokens: int, repeats: int) -> d
     for _ in range(repeats):
         states: list[KVState] = [b.copy() for b in bases]
         start = time.perf_counter()
-        runner.extend_rows([RowExtension(s, e) for s, e in zip(states, extra)])
+        runner.extend_rows([Row(s, e) for s, e in zip(states, extra)])
         times.append((time.perf_counter() - start) * 1000.0)
         batched = [s.last_logits for s in states]
     diff = max(float((a.double() - b.double()).abs().max()) for a, b in zip(lone, batched))

@@ -30,8 +30,9 @@ from headstart.models.gguf_model import packed_bytes
 from headstart.models.quantized import is_quantized
 
 from bench.common import markdown_table, write_json
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner, RowExtension
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row
 from headstart.models.loader import load_model
 
 CASES = ("off", "onednn", "native", "inductor", "quant", "auto")
@@ -57,7 +58,7 @@ def _decode(runner: ModelRunner, states: list[KVState], tokens: list[int],
         if len(states) == 1:
             runner.extend(states[0], [tokens[0]])
         else:
-            runner.extend_rows([RowExtension(s, [t]) for s, t in zip(states, tokens)])
+            runner.extend_rows([Row(s, [t]) for s, t in zip(states, tokens)])
         times.append((time.perf_counter() - start) * 1000.0)
         tokens = [int(s.last_logits.argmax()) for s in states]
         for row, t in zip(out, tokens):

@@ -152,8 +152,8 @@ def runner_rows(model, prompt: list[int], steps: int, rows: int = 1) -> tuple[li
     PyTorch: the model's modules, attention per row on its cache) stepping `rows` caches of the
     prompt at once: what one packed decode forward costs here, and (rows=1) whether its tokens
     are the HF step's."""
-    from headstart.engine.kv import RowExtension
-    from headstart.engine.model_runner import ModelRunner
+    from headstart.engine.runner.rows import Row
+    from headstart.engine.runner.model_runner import ModelRunner
 
     runner = ModelRunner(model, fast_path="off")
     states = [runner.prefill(prompt) for _ in range(rows)]
@@ -161,7 +161,7 @@ def runner_rows(model, prompt: list[int], steps: int, rows: int = 1) -> tuple[li
     first = tokens[0]
 
     def step(_token: int) -> int:
-        runner.extend_rows([RowExtension(state, [token]) for state, token in zip(states, tokens)])
+        runner.extend_rows([Row(state, [token]) for state, token in zip(states, tokens)])
         tokens[:] = [int(state.last_logits.argmax()) for state in states]
         return tokens[0]
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from bench.common import markdown_table, spider_questions, write_json
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import RowExtension
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.rows import Row
 from headstart.engine.runtime import EngineRuntime
 from bench.memory_padded import padded_extend_rows
 
@@ -110,7 +110,7 @@ def batched_forward_extra(runtime: EngineRuntime, db: str, questions: list[str],
         news.append(ids[cut:cut + new_tokens] or ids[-1:])
 
     def calls():  # the runner appends to the rows' caches: give it copies
-        return [RowExtension(s.copy(), n, True, None) for s, n in zip(states, news)]
+        return [Row(s.copy(), n, True, None) for s, n in zip(states, news)]
 
     def run_now(rows):
         return lambda: runner.extend_rows(rows)
@@ -137,7 +137,7 @@ def _batched_vs_lone(runner, states, news) -> dict:
     """Batch invariance: the largest |logit| difference between a row of the
     packed forward and the same row's lone extension, and whether any
     row's greedy token differs."""
-    batched = [RowExtension(s.copy(), n, True, None) for s, n in zip(states, news)]
+    batched = [Row(s.copy(), n, True, None) for s, n in zip(states, news)]
     runner.extend_rows(batched)
     diff, flips = 0.0, 0
     for state, new, row in zip(states, news, batched):

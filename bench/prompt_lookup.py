@@ -1,7 +1,7 @@
 """`headstart bench prompt-lookup`: what prompt-lookup drafts buy on real answers, and at what cost.
 
 A decode step may check drafted tokens in the same forward
-(`engine/prompt_lookup.py`): the answer is unchanged, the forwards fewer, each
+(`engine/requests/prompt_lookup.py`): the answer is unchanged, the forwards fewer, each
 forward dearer (it runs 1 + k tokens). Whether that pays depends on how often
 the drafts are right on real answers and on what a forward of a few tokens
 costs on this CPU's kernels. This benchmark measures both and combines them:
@@ -35,7 +35,7 @@ def forward_costs(model_spec: str, levels: list[str], max_tokens: int, rounds: i
     """ms of one forward of M tokens (M = 1..max_tokens) on a warm cache, per kernel level."""
     import torch
 
-    from headstart.engine.model_runner import ModelRunner
+    from headstart.engine.runner.model_runner import ModelRunner
     from headstart.kernels import quant as qk
     from headstart.models import load_model
     from headstart.prompt import PromptBuilder
@@ -84,7 +84,7 @@ def replay(run: Path, limit: int | None) -> list[tuple[list[int], list[int]]]:
 
 def simulate(cases, k: int, ngram_min: int) -> tuple[int, list[int]]:
     """(answer tokens after the first, the size M of each forward) with drafts of up to k tokens."""
-    from headstart.engine.prompt_lookup import NGRAM_MAX, draft
+    from headstart.engine.requests.prompt_lookup import NGRAM_MAX, draft
 
     sizes, tokens = [], 0
     for prompt, answer in cases:

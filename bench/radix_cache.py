@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headstart.engine.kv import KVState, state_from_layers
+from headstart.engine.kv.state import KVState, state_from_layers
 from headstart.prompt import common_prefix_len
 
 

@@ -81,7 +81,7 @@ async def serve_session(core: ReplicaCore, sid: str, db: str, question: str, end
 
 
 async def serve_complete(core: ReplicaCore, db: str, question: str, max_new: int) -> None:
-    from headstart.engine.generation import SamplingParams
+    from headstart.engine.requests.generation import SamplingParams
 
     runtime = core.runtime
     gen = await asyncio.to_thread(runtime.start_complete, db, question, "prefix", SamplingParams(max_new_tokens=max_new))

@@ -1,7 +1,7 @@
 """`python -m bench.runner_steps`: what the runner's forwards cost over the engine's caches.
 
 The engine's own steps, apart from sessions and the scheduler: the unit the
-KV layout (`engine/block_pool.py`, `engine/paged_kv.py`) changes. Over a
+KV layout (`engine/kv/block_pool.py`, `engine/kv/paged_cache.py`) changes. Over a
 P0 of `--p0` tokens shared by `--rows` states, each round times:
 
 - **cold prefill**: a fresh cache over `--cold` tokens (`runner.prefill`);
@@ -13,7 +13,7 @@ P0 of `--p0` tokens shared by `--rows` states, each round times:
 
 Each row of the table is the median over `--rounds` rounds of each round's
 mean ms. The script uses only APIs older than the block pool (`ModelRunner`,
-`KVState.share`, `RowExtension`), so the same file measures an older tree
+`KVState.share`, `Row`), so the same file measures an older tree
 (put that tree first on PYTHONPATH) against this one, alternating, which is
 how docs/benchmarks.md compares them. Writes runner_steps.json, .md and .png
 to --out.
@@ -32,7 +32,7 @@ STEPS = ("cold prefill", "prefix extension", "decode, 1 row", "decode, N rows")
 
 
 def _round(runner, ids: list[int], p0, args) -> dict[str, float]:
-    from headstart.engine.model_runner import RowExtension
+    from headstart.engine.runner.rows import Row
 
     out = {}
     start = time.perf_counter()
@@ -51,7 +51,7 @@ def _round(runner, ids: list[int], p0, args) -> dict[str, float]:
     out["decode, 1 row"] = (time.perf_counter() - start) * 1000.0 / args.decode
     start = time.perf_counter()
     for step in range(args.decode):
-        runner.extend_rows([RowExtension(s, [ids[at + args.decode + step]]) for s in states])
+        runner.extend_rows([Row(s, [ids[at + args.decode + step]]) for s in states])
     out["decode, N rows"] = (time.perf_counter() - start) * 1000.0 / args.decode
     return out
 
@@ -60,7 +60,7 @@ def run_runner_steps(args) -> dict:
     """Time the steps (module doc); returns the report written to --out."""
     import torch
 
-    from headstart.engine.model_runner import ModelRunner
+    from headstart.engine.runner.model_runner import ModelRunner
     from headstart.models.loader import load_model
 
     torch.set_num_threads(args.threads)

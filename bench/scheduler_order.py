@@ -28,8 +28,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from bench.common import markdown_table, write_json
-from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import Call, Job, Priority, StepOutcome
+from headstart.engine.sched.scheduler import Scheduler
+from headstart.engine.sched.jobs import Call, Job, Priority, StepOutcome
 
 
 def _job(name: str, priority: Priority, tenant: str | None, key: float, steps: int = 1,
@@ -41,7 +41,7 @@ def _job(name: str, priority: Priority, tenant: str | None, key: float, steps: i
         return left["n"] > 0
 
     job = Job(Call(step, key=key, tokens=cost), priority, name, owner=name)
-    job.tenant, job.blocks = tenant, blocks
+    job.tenant, job.table_blocks = tenant, blocks
     return job
 
 
@@ -55,9 +55,9 @@ def fairness(flood: int, chunks: int, named: bool) -> int:
     while True:
         plan = scheduler.schedule(0.0)
         steps += 1
-        if any(row.job.name == "b" for row in plan.rows):
+        if any(row.job.name == "b" for row in plan.planned):
             return steps - 1
-        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
+        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.planned], 0.0)
 
 
 def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: int, seed: int) -> dict:
@@ -66,7 +66,7 @@ def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: 
     names = [f"db:t{k}" for k in range(tables)]
     tier: OrderedDict[str, None] = OrderedDict()
     scheduler = Scheduler(max_batch_rows=1, rerank_max_delay=max_delay)  # one completion a step
-    scheduler.resident_blocks = lambda: frozenset(tier)
+    scheduler.resident_table_blocks = lambda: frozenset(tier)
     jobs = [_job(f"q{i}", Priority.POOL, "A", 0.5, blocks=frozenset(rng.sample(names, per_query)))
             for i in range(n)]
     for job in jobs:
@@ -76,9 +76,9 @@ def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: 
     loads = 0
     while scheduler.num_waiting:
         plan = scheduler.schedule(0.0)
-        for row in plan.rows:
+        for row in plan.planned:
             started.append(arrival[row.job.name])
-            for block in sorted(row.job.blocks):
+            for block in sorted(row.job.table_blocks):
                 if block in tier:
                     tier.move_to_end(block)
                     continue
@@ -86,7 +86,7 @@ def reranking(n: int, tables: int, per_query: int, tier_blocks: int, max_delay: 
                 tier[block] = None
                 while len(tier) > tier_blocks:
                     tier.popitem(last=False)
-        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
+        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.planned], 0.0)
     overtaken = max(sum(1 for j in started[:pos] if j > i) for pos, i in enumerate(started))
     return {"max_delay": max_delay, "block_loads": loads, "max_overtaken": overtaken}
 

@@ -4,7 +4,7 @@ scheduler with a modelled forward cost, in virtual time.
 Not a measurement of the engine: a model of the one forward worker, for
 comparing scheduler rules where the shared machine is too loaded for `bench
 serve` to mean anything (its 2 torch threads then run 10-40x slower). The
-rules are the real ones (`headstart.engine.scheduler.Scheduler`, the job
+rules are the real ones (`headstart.engine.sched.scheduler.Scheduler`, the job
 hints the engine gives); what is modelled:
 
 - a forward of R rows and T new tokens takes `A + B*(R-1) + C*(T-R)` ms
@@ -35,8 +35,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import Job, JobWork, Priority, StepOutcome
+from headstart.engine.sched.scheduler import Scheduler
+from headstart.engine.sched.jobs import Job, JobWork, Priority, StepOutcome
 
 A_MS, B_MS, C_MS = 150.0, 8.4, 5.5
 TURN_END_TOKENS = 5
@@ -146,21 +146,21 @@ class Sim:
                 self._apply_events(self.now)
                 continue
             plan = self.s.schedule(self.now)
-            if not plan.rows:
+            if not plan.planned:
                 continue
-            ms = forward_ms(len(plan.rows), plan.num_tokens)
+            ms = forward_ms(len(plan.planned), plan.num_tokens)
             end = self.now + ms / 1000.0
-            preemptible = any(r.job.priority == Priority.STREAM or r.job.decode_step for r in plan.rows)
+            preemptible = any(r.job.priority == Priority.STREAM or r.job.decode_step for r in plan.planned)
             nxt_submit = next((e[0] for e in sorted(self.events) if e[2] == "submit" and e[0] < end), None)
             if preemptible and nxt_submit is not None:
                 end = min(end, nxt_submit + ms / 1000.0 / LAYERS)
                 self._apply_events(end)
                 self.now = end
-                self.s.postprocess(plan, [StepOutcome(not r.job.cancelled) for r in plan.rows], self.now)
+                self.s.postprocess(plan, [StepOutcome(not r.job.cancelled) for r in plan.planned], self.now)
                 continue
             self._apply_events(end)
             self.now = end
-            self.s.postprocess(plan, [StepOutcome(self._commit(r.job, r.num_tokens)) for r in plan.rows], self.now)
+            self.s.postprocess(plan, [StepOutcome(self._commit(r.job, r.num_tokens)) for r in plan.planned], self.now)
         return [ty.answer for ty in self.typists]
 
     def _commit(self, job: Job, tokens: int) -> bool:

@@ -57,7 +57,7 @@ from bench.common import percentile, write_json
 from bench.stream_flash import evaluate_one
 from headstart.data import DataSession, DataSettings
 from headstart.data.live_store import LiveStore
-from headstart.engine.kv import KVState
+from headstart.engine.kv.state import KVState
 from headstart.engine.runtime import EngineRuntime
 
 MODES = ("reprefill", "prefix", "stateful", "flash")

@@ -47,7 +47,7 @@ from bench.tables_runs import FIRST_TOKEN, ColdRun, PrefixRun, TableRun
 from bench.tables_workload import load_schemas, sample_workload
 from headstart.config import EngineSettings
 from headstart.engine.runtime import EngineRuntime
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.sched.jobs import Priority
 from headstart.models import load_model
 from headstart.tables.batch import BatchItem, serve_batch
 from headstart.tables.device_tier import DeviceTier

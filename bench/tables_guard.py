@@ -24,8 +24,9 @@ import statistics
 import torch
 
 from bench.common import percentile
-from headstart.engine.model_runner import ModelRunner, RowExtension
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row
+from headstart.engine.sched.jobs import Priority
 
 
 def _greedy(runner: ModelRunner, ids: list[int], num_tokens: int, stop_ids: set[int]):
@@ -47,7 +48,7 @@ def _teacher_forced(runner: ModelRunner, state, tokens: list[int]) -> list[int]:
     from blocks (one forward of the runner, the logits of every position kept)."""
     preds = [int(torch.argmax(state.last_logits))]
     if len(tokens) > 1:
-        row = RowExtension(state, tokens[:-1], logits_positions=len(tokens) - 1)
+        row = Row(state, tokens[:-1], logits_positions=len(tokens) - 1)
         runner.extend_rows([row])
         preds += row.position_logits.argmax(dim=-1).tolist()
     return preds

@@ -18,9 +18,9 @@ import torch
 
 from bench.radix_cache import RadixCache
 from bench.tables_report import mode_summary
-from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.kv.state import KVState
+from headstart.engine.sched.jobs import Priority
 from headstart.tables.batch import BatchItem, serve_batch
 from headstart.tables.engine_source import use_table_service
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from bench.common import markdown_table, spider_questions, summarize_ms, write_json
 from bench.peer_llamacpp import start_peer
 from headstart.build import build_runtime
-from headstart.engine.fast_ops import FAST_PATHS
+from headstart.engine.runner.ops import KERNEL_SETS
 from headstart.engine.runtime import EngineRuntime
 from headstart.replay_modes import replay_in_mode
 from headstart.typist import Typist
@@ -85,8 +85,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     `llamacpp_server` (auto|cpp|python): which llama.cpp server runs it.
     `fast_path`: the kernels of every mode's forwards (cold, prefix and the
     sessions alike, `ModelRunner.set_fast_path`)."""
-    if fast_path not in FAST_PATHS:
-        raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(FAST_PATHS)}")
+    if fast_path not in KERNEL_SETS:
+        raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(KERNEL_SETS)}")
     # first: `--llamacpp on` without a llama.cpp server fails at once
     gguf_type = GGUF_OF_DTYPE.get(dtype, "f32")
     peer = start_peer(model, llamacpp, threads, gguf_type=gguf_type, server=llamacpp_server, parallel=1)

@@ -32,7 +32,7 @@ MODES = ("anticipatory", "prefix")
 
 def _typist(runtime, db: str, trace, anticipate: bool, max_new_tokens: int) -> dict:
     """One typist's question: typed (and streamed when `anticipate`), submitted at Enter."""
-    from headstart.engine.generation import SamplingParams
+    from headstart.engine.requests.generation import SamplingParams
     from headstart.replay import replay_trace
 
     params = SamplingParams(max_new_tokens=max_new_tokens)

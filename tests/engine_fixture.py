@@ -24,7 +24,7 @@ def tiny_runtime(tmp_path_factory):
 def typed_then_submitted(runtime, db: str, question: str, step: int, max_new_tokens: int) -> list[int]:
     """An anticipatory session types `question` `step` characters at a time,
     settles, and submits it: the answer's token ids (the session is closed)."""
-    from headstart.engine.generation import SamplingParams
+    from headstart.engine.requests.generation import SamplingParams
 
     session = runtime.open_session(db, "headstart")
     for seq, end in enumerate(range(step, len(question) + 1, step), 1):

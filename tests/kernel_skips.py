@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headstart.engine.fast_ops import onednn_supports
-from headstart.engine.native_ops import native_supports
+from headstart.engine.runner.ops.onednn import onednn_supports
+from headstart.engine.runner.ops.native import native_supports
 
 
 def skip_unless_runs_here(model, mode: str) -> None:

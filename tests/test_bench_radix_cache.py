@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 from bench.radix_cache import RadixCache
-from headstart.engine.kv import KVState
+from headstart.engine.kv.state import KVState, state_from_layers
 
 LAYERS = 2
 BYTES_PER_TOKEN = LAYERS * 2 * 2 * 4  # layers x (k, v) x head_dim 2 x float32
@@ -16,11 +15,8 @@ BYTES_PER_TOKEN = LAYERS * 2 * 2 * 4  # layers x (k, v) x head_dim 2 x float32
 
 def state_of(ids: list[int]) -> KVState:
     """A KVState whose keys/values at position t are ids[t] (and -ids[t])."""
-    cache = DynamicCache()
     x = torch.tensor(ids, dtype=torch.float32).view(1, 1, -1, 1).expand(1, 1, len(ids), 2).contiguous()
-    for layer in range(LAYERS):
-        cache.update(x + layer, -x, layer)
-    return KVState(list(ids), cache, None)
+    return state_from_layers(list(ids), [(x + layer, -x) for layer in range(LAYERS)])
 
 
 def ids_in(state: KVState) -> list[int]:

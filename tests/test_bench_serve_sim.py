@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.serve_sim import RULES, Sim, Typist, forward_ms
-from headstart.engine.scheduler import Scheduler
+from headstart.engine.sched.scheduler import Scheduler
 from headstart.typist import Typist as TraceTypist
 
 QUESTIONS = ["How many countries are in Europe?", "What is the population of the largest city in Asia?",

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from headstart.engine.native_kernel import unavailable_reason
+from headstart.kernels.native import unavailable_reason
 from headstart.typist import Typist
 
 HEADSTART = [sys.executable, "-m", "cli"]

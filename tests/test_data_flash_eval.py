@@ -17,7 +17,7 @@ from headstart.data.answer import logit_gap
 from headstart.data.ready import in_fast_vocabulary
 from headstart.data.types import FAST_ANSWERS
 from headstart.engine.errors import InvalidInput, ResourceExhausted
-from headstart.engine.steps import commit_rows, run_rows
+from headstart.engine.sched.forwards import run_rows
 from tests.test_data_sessions import QUESTION, cold_answer, db, open_session, rows, runtime  # noqa: F401 (fixtures)
 from tests.worker_gates import hold_worker
 
@@ -70,8 +70,7 @@ def test_evaluate_answers_every_question_on_one_version(runtime, db, monkeypatch
                 more = True
                 while more:  # every batch of them
                     row = session._ingest_step()
-                    [(more, error)] = commit_rows([row], run_rows([row], 1 << 20)[0])
-                    assert error is None
+                    more = session._ingest_commit(row, run_rows([row], 1 << 20)[0][0])
                 seen["ingested"] = session.data_version
             return step(run)
 

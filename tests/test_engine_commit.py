@@ -1,81 +1,74 @@
-"""The commit rule (`engine/commit.py`) from a table of cache/target situations, no model;
-`start_commit` and the one decode step (`engine/decode.py`) on the tiny model."""
+"""The catch-up rule (`engine/requests/catch_up.py`) from a table of cache/target situations, no model;
+`start_catch_up` and the one decode step (`engine/requests/decode_step.py`) on the tiny model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from headstart.engine.commit import CommitStep, plan_commit
-from headstart.engine.kv import KVState
+from headstart.engine.requests.catch_up import CatchUpPlan, plan_catch_up
+from headstart.engine.kv.state import KVState
 
 LOGITS = torch.zeros(4)
 
 # (cached ids, logits at hand, target, chunk, want logits, expected step)
 CASES = [
-    ("empty cache", [], False, [1, 2, 3], 8, True, CommitStep(0, [1, 2, 3], True)),
-    ("extend the rest", [1, 2], True, [1, 2, 3, 4], 8, True, CommitStep(2, [3, 4], True)),
-    ("one chunk at a time", [1], True, [1, 2, 3, 4], 2, True, CommitStep(1, [2, 3], False)),
-    ("crop an edit", [1, 2, 9, 9], True, [1, 2, 3], 8, True, CommitStep(2, [3], True)),
-    ("caught up with logits: nothing", [1, 2, 3], True, [1, 2, 3], 8, True, CommitStep(3, [], True)),
-    ("caught up without logits: backstep", [1, 2, 3], False, [1, 2, 3], 8, True, CommitStep(2, [3], True)),
-    ("past the target: backstep", [1, 2, 3, 4], True, [1, 2, 3], 8, True, CommitStep(2, [3], True)),
-    ("logits not wanted: no backstep", [1, 2, 3, 4], True, [1, 2, 3], 8, False, CommitStep(3, [], True)),
-    ("empty target", [1, 2], True, [], 8, True, CommitStep(0, [], True)),
+    ("empty cache", [], False, [1, 2, 3], 8, True, CatchUpPlan(0, [1, 2, 3], True)),
+    ("extend the rest", [1, 2], True, [1, 2, 3, 4], 8, True, CatchUpPlan(2, [3, 4], True)),
+    ("one chunk at a time", [1], True, [1, 2, 3, 4], 2, True, CatchUpPlan(1, [2, 3], False)),
+    ("crop an edit", [1, 2, 9, 9], True, [1, 2, 3], 8, True, CatchUpPlan(2, [3], True)),
+    ("caught up with logits: nothing", [1, 2, 3], True, [1, 2, 3], 8, True, CatchUpPlan(3, [], True)),
+    ("caught up without logits: backstep", [1, 2, 3], False, [1, 2, 3], 8, True, CatchUpPlan(2, [3], True)),
+    ("past the target: backstep", [1, 2, 3, 4], True, [1, 2, 3], 8, True, CatchUpPlan(2, [3], True)),
+    ("logits not wanted: no backstep", [1, 2, 3, 4], True, [1, 2, 3], 8, False, CatchUpPlan(3, [], True)),
+    ("empty target", [1, 2], True, [], 8, True, CatchUpPlan(0, [], True)),
 ]
 
 
 @pytest.mark.parametrize("situation,cached,logits,target,chunk,want,expected", CASES, ids=[c[0] for c in CASES])
-def test_plan_commit(situation, cached, logits, target, chunk, want, expected):
+def test_plan_catch_up(situation, cached, logits, target, chunk, want, expected):
     kv = KVState(list(cached), None, LOGITS if logits else None)
-    assert plan_commit(kv, target, chunk, want) == expected
+    assert plan_catch_up(kv, target, chunk, want) == expected
     assert kv.ids == cached  # planning changes nothing
 
 
-def test_start_commit_crops_and_prepares_the_row(tiny_runtime):
-    """`start_commit` (what a typing step and a submit's prefill both call):
-    the cache is cropped to what the step keeps, the row extends it by the
-    chunk with logits only when the chunk ends the target and they are
-    wanted, and the caller's `then` gets the row's result."""
-    from headstart.engine.commit import start_commit
-    from headstart.engine.steps import RowResult, run_rows
+def test_start_catch_up_crops_and_prepares_the_row(tiny_runtime):
+    """`start_catch_up` (what a typing step and a submit's prefill both call):
+    the cache is cropped to what the step keeps, and the row extends it by the
+    chunk with logits only when the chunk ends the target and they are wanted."""
+    from headstart.engine.requests.catch_up import start_catch_up
+    from headstart.engine.sched.forwards import run_rows
 
     runner = tiny_runtime.runner
     kv = runner.prefill([1, 2, 9, 9])
-    got = []
-    commit = start_commit(runner, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: got.append((c, r)) or True)
-    assert (commit.dropped, kv.ids, commit.step) == (2, [1, 2], CommitStep(2, [3, 4], False))
-    assert commit.row.new_ids == [3, 4] and commit.row.want_logits is False and commit.row.state is kv
-    results, _ = run_rows([commit.row], 8)
-    assert commit.row.commit(results[0]) is True and got == [(commit, RowResult(True))]
-    assert kv.ids == [1, 2, 3, 4] and kv.last_logits is None
-    last = start_commit(runner, kv, [1, 2, 3, 4, 5], 2, False, None, lambda c, r: False)
+    catch_up = start_catch_up(runner, kv, [1, 2, 3, 4, 5], 2, True)
+    assert (catch_up.dropped, kv.ids, catch_up.plan) == (2, [1, 2], CatchUpPlan(2, [3, 4], False))
+    assert catch_up.row.new_ids == [3, 4] and catch_up.row.want_logits is False and catch_up.row.state is kv
+    results, _ = run_rows([catch_up.row], 8)
+    assert results[0].ran and kv.ids == [1, 2, 3, 4] and kv.last_logits is None
+    last = start_catch_up(runner, kv, [1, 2, 3, 4, 5], 2, False)
     assert last.row.new_ids == [5] and last.row.want_logits is False  # the policy keeps no logits
-    last = start_commit(runner, kv, [1, 2, 3, 4, 5], 2, True, None, lambda c, r: False)
+    last = start_catch_up(runner, kv, [1, 2, 3, 4, 5], 2, True)
     assert last.row.want_logits is True
 
 
 def test_one_decode_step_for_answers_and_answer_ahead(tiny_runtime):
-    """`decode_row`: once the row ran, the token picked from the new logits
-    (greedy: the argmax) is handed on (as a list of one); a row that left the
-    forward hands on None with the cache unchanged; a forward error is raised
-    to the job."""
-    from headstart.engine.decode import decode_row
-    from headstart.engine.steps import RowResult, run_rows
+    """`decode_row` then `decoded_tokens`: once the row ran, the token picked
+    from the new logits (greedy: the argmax); a row that left the forward
+    leaves the cache unchanged."""
+    from headstart.engine.requests.decode_step import decode_row, decoded_tokens
+    from headstart.engine.sched.forwards import run_rows
 
     runner = tiny_runtime.runner
     kv = runner.prefill([1, 2, 3])
     reference = runner.prefill([1, 2, 3, 4])
-    tokens = []
-    row = decode_row(runner, kv, 4, lambda: True, lambda t: tokens.append(t) or True)
+    row = decode_row(runner, kv, 4, lambda: True)
     results, _ = run_rows([row], 8)
-    assert row.commit(results[0]) is True and tokens == [None] and kv.ids == [1, 2, 3]  # left before layer 0
-    row = decode_row(runner, kv, 4, None, lambda t: tokens.append(t) or False)
+    assert not results[0].ran and results[0].error is None and kv.ids == [1, 2, 3]  # left before layer 0
+    row = decode_row(runner, kv, 4)
     results, _ = run_rows([row], 8)
-    assert row.commit(results[0]) is False and kv.ids == [1, 2, 3, 4]
-    assert tokens[-1] == [int(torch.argmax(reference.last_logits))]
-    with pytest.raises(ValueError):
-        row.commit(RowResult(False, ValueError("forward failed")))
+    assert results[0].ran and kv.ids == [1, 2, 3, 4]
+    assert decoded_tokens(row) == [int(torch.argmax(reference.last_logits))]
 
 
 def test_a_drafted_decode_step_keeps_what_one_at_a_time_steps_pick(tiny_runtime):
@@ -83,8 +76,8 @@ def test_a_drafted_decode_step_keeps_what_one_at_a_time_steps_pick(tiny_runtime)
     greedy ones (up to the first wrong guess, plus the model's own token after it),
     the cache holds what precedes the last kept token and its logits; a stop id or
     the limit ends the kept tokens early."""
-    from headstart.engine.decode import decode_row
-    from headstart.engine.steps import run_rows
+    from headstart.engine.requests.decode_step import decode_row, decoded_tokens
+    from headstart.engine.sched.forwards import run_rows
 
     runner = tiny_runtime.runner
     prompt = [11, 12, 13]
@@ -94,13 +87,11 @@ def test_a_drafted_decode_step_keeps_what_one_at_a_time_steps_pick(tiny_runtime)
         runner.extend(reference, [greedy[-1]])
 
     def step(guess, limit=8, stop=frozenset()):
-        kv, kept = runner.prefill(prompt), []
-        row = decode_row(runner, kv, 14, None, lambda t: kept.append(t) or True, draft=guess, limit=limit,
-                         stop_ids=stop)
+        kv = runner.prefill(prompt)
+        row = decode_row(runner, kv, 14, None, guess, limit)
         results, _ = run_rows([row], 64)
-        row.commit(results[0])
-        return kept[0], kv
-
+        assert results[0].ran
+        return decoded_tokens(row, None, limit, stop), kv
     right = greedy[:3]
     kept, kv = step(right)  # every guess right: the three and the model's fourth token
     assert kept == greedy[:4] and kv.ids == prompt + [14] + greedy[:3]
@@ -119,7 +110,7 @@ def test_prompt_lookup_drafts_follow_the_latest_recurring_ngram():
     n tokens (longest n first), nothing when nothing recurs; the bench's replay counts one
     forward per step and the tokens each checks."""
     from bench.prompt_lookup import simulate
-    from headstart.engine.prompt_lookup import draft
+    from headstart.engine.requests.prompt_lookup import draft
 
     context = [1, 2, 3, 9, 1, 2, 4, 7, 1, 2]
     assert draft(context, 3) == [4, 7, 1]  # [1, 2] last seen before 4 (the latest), over [1, 2] before 3

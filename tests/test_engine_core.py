@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from headstart.engine.errors import InvalidInput, ResourceExhausted
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.sched.jobs import Priority
 from headstart.v1 import engine_pb2, types_pb2
 from services.engine.core import ReplicaCore
 from services.engine.detok import TextDeltas

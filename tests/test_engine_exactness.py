@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from headstart.engine.generation import SamplingParams
+from headstart.engine.requests.generation import SamplingParams
 from tests.typing_traces import KINDS, QUESTIONS
 from tests.worker_gates import hold_worker, queue_gate
 
@@ -107,10 +107,10 @@ def test_backstep_when_cache_holds_prompt_without_logits(tiny_runtime, cold):
     ids = prompt.prompt_ids(QUESTIONS[1])
     state = tiny_runtime.worker.run_sync(lambda: tiny_runtime.runner.prefill(ids))
     state.last_logits = None
-    from headstart.engine.generation import GenerationRequest
+    from headstart.engine.requests.generation import GenerationRequest
 
     request = GenerationRequest(tiny_runtime.runner, prompt.decode, ids, PARAMS, tiny_runtime.stop_ids, 64, state=state)
-    tiny_runtime.worker.enqueue(request.step, 1)
+    tiny_runtime.worker.enqueue(request, 1)
     result = request.result()
     assert result.computed_tokens_at_submit == 1
     assert result.token_ids == cold(QUESTIONS[1])
@@ -293,10 +293,10 @@ def test_answer_ahead_of_a_finished_question_rides_with_streaming_answers(tiny_r
         assert next(streaming.stream()) is not None  # the other answer streams
         session.update(1, question)
         deadline = time.monotonic() + 60
-        while len(session._ahead.tokens) < 4 and not streaming.done.is_set() and time.monotonic() < deadline:
+        while len(session.ahead.tokens) < 4 and not streaming.done.is_set() and time.monotonic() < deadline:
             time.sleep(0.001)
         assert not streaming.done.is_set(), "answer-ahead did not run while the other answer streamed"
-        assert len(session._ahead.tokens) >= 4
+        assert len(session.ahead.tokens) >= 4
         result = session.submit(2, question, PARAMS).result()
     finally:
         streaming.cancel()

@@ -11,10 +11,11 @@ import random
 import pytest
 import torch
 
-from headstart.engine.fast_ops import onednn_supports
-from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner, RowExtension
+from headstart.engine.runner.ops.onednn import onednn_supports
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 from tests.kernel_skips import skip_unless_runs_here
@@ -80,9 +81,9 @@ def test_fast_path_lone_extension_can_be_stopped(tiny32):
     tiny32.set_fast_path("onednn")
     try:
         state = tiny32.prefill(PROMPT[:10])
-        before = (list(state.ids), state.last_logits.clone(), state.cache.get_seq_length())
+        before = (list(state.ids), state.last_logits.clone(), state.cache.num_tokens)
         assert not tiny32.extend(state, PROMPT[10:15], should_abort=lambda: True)
-        assert (state.ids, state.cache.get_seq_length()) == (before[0], before[2])
+        assert (state.ids, state.cache.num_tokens) == (before[0], before[2])
         torch.testing.assert_close(state.last_logits, before[1], rtol=0, atol=0)
         assert tiny32.extend(state, PROMPT[10:15])
     finally:
@@ -108,7 +109,7 @@ def test_batched_decode_rows_match_lone_rows_on_the_fast_path(tiny32):
         states = [tiny32.prefill(p) for p in prompts]
         batched = [[int(s.last_logits.argmax())] for s in states]
         for _ in range(MAX_NEW - 1):
-            assert all(tiny32.extend_rows([RowExtension(s, [t[-1]]) for s, t in zip(states, batched)]))
+            assert all(tiny32.extend_rows([Row(s, [t[-1]]) for s, t in zip(states, batched)]))
             for s, t in zip(states, batched):
                 t.append(int(s.last_logits.argmax()))
     finally:
@@ -176,7 +177,7 @@ def batched_vs_lone(runner: ModelRunner, new: tuple[int, ...] = (1, 3, 2)) -> tu
         runner.extend(state, e)
         lone.append(state.last_logits)
     states = [runner.prefill(p) for p in prompts]
-    assert all(runner.extend_rows([RowExtension(s, e) for s, e in zip(states, extra)]))
+    assert all(runner.extend_rows([Row(s, e) for s, e in zip(states, extra)]))
     return lone, [s.last_logits for s in states]
 
 
@@ -246,5 +247,5 @@ def batched_vs_lone_small(runner: ModelRunner):
         runner.extend(state, e)
         lone.append(state.last_logits)
     states = [runner.prefill(p) for p in prompts]
-    assert all(runner.extend_rows([RowExtension(s, e) for s, e in zip(states, extra)]))
+    assert all(runner.extend_rows([Row(s, e) for s, e in zip(states, extra)]))
     return lone, [s.last_logits for s in states]

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from headstart.config import EngineSettings
-from headstart.engine import kernel_choice
-from headstart.engine.fast_ops import EagerOps
-from headstart.engine.fast_path_auto import WEIGHTS, choose_kernels
-from headstart.engine.model_runner import ModelRunner, RowExtension
-from headstart.engine.native_ops import native_supports
+from headstart.engine.runner import kernel_choice
+from headstart.engine.runner.ops.eager import EagerOps
+from headstart.engine.runner.auto_timing import WEIGHTS, choose_kernels
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row
+from headstart.engine.runner.ops.native import native_supports
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 from tests.engine_fixture import typed_then_submitted
@@ -192,7 +193,7 @@ def test_autos_choice_serves_every_forward(tiny32):
         lone = tiny32.prefill(PROMPT[:20])
         assert tiny32.extend(lone, PROMPT[20:])
         states = [tiny32.prefill(PROMPT[:n]) for n in (7, 19)]
-        assert all(tiny32.extend_rows([RowExtension(s, PROMPT[n:n + 2]) for s, n in zip(states, (7, 19))]))
+        assert all(tiny32.extend_rows([Row(s, PROMPT[n:n + 2]) for s, n in zip(states, (7, 19))]))
     finally:
         del ops.head
     assert heads == [1, 1, 1, 1, 1, 2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine.model_runner import ModelRunner, UnsupportedModel
+from headstart.engine.runner.model_runner import ModelRunner, UnsupportedModel
 from headstart.engine.runtime import EngineRuntime
 from headstart.models.loader import load_model
 from tests.engine_fixture import typed_then_submitted
@@ -68,7 +68,7 @@ def test_a_stopped_lone_extension_leaves_the_state_as_it_was(stop_before_layer):
     no hook is left on the model, and the same extension then runs whole."""
     runner = ModelRunner(load_model("random:tiny", "float64").model)
     state = runner.prefill(PROMPT[:10])
-    before = (list(state.ids), state.last_logits.clone(), state.cache.get_seq_length())
+    before = (list(state.ids), state.last_logits.clone(), state.cache.num_tokens)
     polls = []
 
     def abort() -> bool:
@@ -77,10 +77,10 @@ def test_a_stopped_lone_extension_leaves_the_state_as_it_was(stop_before_layer):
 
     assert not runner.extend(state, PROMPT[10:15], should_abort=abort)
     assert len(polls) == stop_before_layer + 1
-    assert (state.ids, state.cache.get_seq_length()) == (before[0], before[2])
+    assert (state.ids, state.cache.num_tokens) == (before[0], before[2])
     assert torch.equal(state.last_logits, before[1])
     assert runner.extend(state, PROMPT[10:15], should_abort=lambda: False)
-    assert state.ids == PROMPT[:15] and state.cache.get_seq_length() == 15
+    assert state.ids == PROMPT[:15] and state.cache.num_tokens == 15
     torch.testing.assert_close(state.last_logits, runner.prefill(PROMPT[:15]).last_logits, rtol=1e-10, atol=1e-10)
     assert not any(layer._forward_pre_hooks for layer in runner.model.model.layers)
     assert not _headstart_attributes(runner.model)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine import native_kernel
-from headstart.engine.model_runner import ModelRunner, RowExtension
-from headstart.engine.native_ops import NATIVE_MAX_TOKENS, native_supports
+from headstart.kernels import native as native_kernel
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row
+from headstart.engine.runner.ops.native import NATIVE_MAX_TOKENS, native_supports
 from headstart.models.loader import load_model
 from tests.test_engine_fast_path import batched_vs_lone
 
@@ -59,10 +60,15 @@ def test_a_tokens_result_does_not_depend_on_the_others():
             assert torch.equal(together[i:i + 1], alone[i]), (m, i)
 
 
+def _attend(kernel, q, pieces, scale):
+    """One row's attention through the batch call (a row of one)."""
+    return kernel.attend_batch(q, [(q.shape[0], pieces)], scale)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_of_one_token_over_cache_pieces(dtype):
-    """`attend_one` over a shared prefix read as a strided view (a crop of P0),
-    a private tail and the new token equals softmax(q k^T * scale) v computed
+    """One new token over a shared prefix read as a strided view (a crop of P0),
+    a private tail and the token itself equals softmax(q k^T * scale) v computed
     in float64 over the joined cache, grouped-query heads included."""
     kernel = native_kernel.load()
     gen = torch.Generator().manual_seed(3)
@@ -74,28 +80,28 @@ def test_attention_of_one_token_over_cache_pieces(dtype):
                torch.randn(1, kv_heads, 5, dim, generator=gen).to(dtype)),
               (torch.randn(1, kv_heads, 1, dim, generator=gen).to(dtype),
                torch.randn(1, kv_heads, 1, dim, generator=gen).to(dtype))]
-    q = torch.randn(heads, dim, generator=gen)
+    q = torch.randn(1, heads, dim, generator=gen)
     scale = dim ** -0.5
-    out = kernel.attend_one(q, pieces, scale)
+    out = _attend(kernel, q, pieces, scale)[0]
     keys = torch.cat([k for k, _ in pieces], dim=2)[0].double()  # [kv_heads, L, dim]
     values = torch.cat([v for _, v in pieces], dim=2)[0].double()
     group = heads // kv_heads
-    expected = torch.stack([torch.softmax(keys[h // group] @ q[h].double() * scale, dim=0) @ values[h // group]
+    expected = torch.stack([torch.softmax(keys[h // group] @ q[0, h].double() * scale, dim=0) @ values[h // group]
                             for h in range(heads)])
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="native attention"):
-        kernel.attend_one(q.double(), pieces, scale)
-    with pytest.raises(ValueError, match="native attention"):
-        kernel.attend_one(q, [(pieces[0][0], pieces[0][1].float() if dtype == torch.bfloat16 else pieces[0][1].bfloat16())],
-                          scale)
+    with pytest.raises(ValueError):
+        _attend(kernel, q.double(), pieces, scale)
+    with pytest.raises(ValueError):
+        other = pieces[0][1].float() if dtype == torch.bfloat16 else pieces[0][1].bfloat16()
+        _attend(kernel, q, [(pieces[0][0], other)], scale)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_causal_attention_of_a_rows_new_tokens(dtype):
-    """`attend_rows` (a typing row's few new tokens): token t sees the cache
-    and the new tokens up to itself. Each token's output equals `attend_one`
-    over the pieces cut after it, bit for bit (so a decode step's result does
-    not depend on the call), and float64 causal attention to rounding."""
+    """A typing row's few new tokens: token t sees the cache and the new tokens
+    up to itself. Each token's output equals a call over the pieces cut after
+    it, bit for bit (so a decode step's result does not depend on the call),
+    and float64 causal attention to rounding."""
     kernel = native_kernel.load()
     gen = torch.Generator().manual_seed(5)
     heads, kv_heads, dim, nq = 14, 2, 64, 4
@@ -106,7 +112,7 @@ def test_causal_attention_of_a_rows_new_tokens(dtype):
     pieces = [(prefix[:, :, :25], prefix_v[:, :, :25]), (new_k, new_v)]
     q = torch.randn(nq, heads, dim, generator=gen)
     scale = dim ** -0.5
-    out = kernel.attend_rows(q, pieces, scale)
+    out = _attend(kernel, q, pieces, scale)
     assert out.shape == (nq, heads, dim) and out.dtype == torch.float32
     keys = torch.cat([k for k, _ in pieces], dim=2)[0].double()
     values = torch.cat([v for _, v in pieces], dim=2)[0].double()
@@ -114,14 +120,12 @@ def test_causal_attention_of_a_rows_new_tokens(dtype):
     for t in range(nq):
         visible = total - (nq - 1 - t)
         cut = [pieces[0], (new_k[:, :, :visible - 25], new_v[:, :, :visible - 25])]
-        assert torch.equal(out[t], kernel.attend_one(q[t].contiguous(), cut, scale)), t
+        assert torch.equal(out[t], _attend(kernel, q[t:t + 1].contiguous(), cut, scale)[0]), t
         expected = torch.stack([torch.softmax(keys[h // group, :visible] @ q[t, h].double() * scale, dim=0)
                                 @ values[h // group, :visible] for h in range(heads)])
         torch.testing.assert_close(out[t].double(), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="last piece must hold"):
-        kernel.attend_rows(torch.randn(7, heads, dim), pieces, scale)
-    with pytest.raises(ValueError, match=r"q \[tokens, heads, dim\]"):
-        kernel.attend_rows(q[0], pieces, scale)
+        _attend(kernel, torch.randn(7, heads, dim), pieces, scale)
 
 
 def test_bad_input_is_a_typed_error():
@@ -142,9 +146,8 @@ def test_bad_input_is_a_typed_error():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_attention_of_several_rows_in_one_call(dtype):
     """`attend_batch` (a batched forward's layer: decode steps and typing rows
-    of different caches, one call): each row's output equals its own
-    `attend_rows` call bit for bit, whatever the other rows; bad rows are a
-    typed error."""
+    of different caches, one call): each row's output equals its own call
+    bit for bit, whatever the other rows; bad rows are a typed error."""
     kernel = native_kernel.load()
     gen = torch.Generator().manual_seed(11)
     heads, kv_heads, dim = 14, 2, 64
@@ -160,7 +163,7 @@ def test_attention_of_several_rows_in_one_call(dtype):
     out = kernel.attend_batch(q, rows, dim ** -0.5)
     at = 0
     for n, pieces in rows:
-        assert torch.equal(out[at:at + n], kernel.attend_rows(q[at:at + n].contiguous(), pieces, dim ** -0.5))
+        assert torch.equal(out[at:at + n], _attend(kernel, q[at:at + n].contiguous(), pieces, dim ** -0.5))
         at += n
     with pytest.raises(ValueError, match="must be q's"):
         kernel.attend_batch(q[:4].contiguous(), rows, dim ** -0.5)
@@ -231,7 +234,7 @@ def test_batched_rows_are_bit_identical_to_lone_rows(dtype):
         alone = [runner.prefill(p) for p in prompts]
         for _ in range(6):
             tokens = [int(s.last_logits.argmax()) for s in rows]
-            assert all(runner.extend_rows([RowExtension(s, [t]) for s, t in zip(rows, tokens)]))
+            assert all(runner.extend_rows([Row(s, [t]) for s, t in zip(rows, tokens)]))
             for s, t in zip(alone, tokens):
                 runner.extend(s, [t])
             for a, b in zip(alone, rows):

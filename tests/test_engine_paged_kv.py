@@ -1,4 +1,4 @@
-"""KV in pool blocks (`engine/block_pool.py`, `engine/paged_kv.py`): shared
+"""KV in pool blocks (`engine/kv/block_pool.py`, `engine/kv/paged_cache.py`): shared
 blocks are never written, a shared state behaves exactly like a private
 copy, crops and dropped caches give blocks back, and the packed runner reads
 the blocks in place."""
@@ -10,10 +10,10 @@ import gc
 import pytest
 import torch
 
-from headstart.engine.block_pool import BlockPool, PoolError
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import RowExtension
-from headstart.engine.paged_kv import PagedCache, PagedLayer
+from headstart.engine.kv.block_pool import BlockPool, PoolError
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.rows import Row
+from headstart.engine.kv.paged_cache import PagedCache
 
 
 def _kv(tokens: int, start: float = 0.0, heads: int = 2, dim: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,13 +50,13 @@ def test_a_cache_round_trips_its_tokens_across_blocks_and_slabs():
         cache.append(layer, k[:, :, :5], v[:, :, :5])  # two writes: across a block's end
         cache.append(layer, k[:, :, 5:], v[:, :, 5:])  # and a slab's (16 tokens)
     assert cache.num_tokens == 23 and len(cache.blocks) == 6
-    for layer in cache.layers:
-        assert torch.equal(layer.keys, k) and torch.equal(layer.values, v)
-        assert len(layer.segments()) == 2  # one piece per slab: its blocks are one run
+    for layer in range(cache.num_layers):
+        assert torch.equal(cache.keys(layer), k) and torch.equal(cache.values(layer), v)
+        assert len(cache.segments(layer)) == 2  # one piece per slab: its blocks are one run
     cache.crop_to(9)  # blocks 3.. go back
     assert len(cache.blocks) == 3 and pool.stats().used_blocks == 3
-    assert torch.equal(cache.layers[1].keys, k[:, :, :9])
-    del cache, layer
+    assert torch.equal(cache.keys(1), k[:, :, :9])
+    del cache
     assert pool.stats().used_blocks == 0  # at once: a table is in no reference cycle
 
 
@@ -70,22 +70,20 @@ def test_a_shared_block_is_copied_before_it_is_written():
     extra, extra_v = _kv(3, start=1000.0)
     session.append(0, extra, extra_v)  # writes into P0's half-full second block: copied first
     assert session.blocks[0] == p0.blocks[0] and session.blocks[1] != p0.blocks[1]
-    assert torch.equal(p0.layers[0].keys, k)  # P0 untouched
-    assert torch.equal(session.layers[0].keys, torch.cat([k, extra], dim=-2))
+    assert torch.equal(p0.keys(0), k)  # P0 untouched
+    assert torch.equal(session.keys(0), torch.cat([k, extra], dim=-2))
     session.crop_to(2)  # into the shared first block: nothing of P0 is freed
-    assert session.blocks == p0.blocks[:1] and torch.equal(p0.layers[0].keys, k)
+    assert session.blocks == p0.blocks[:1] and torch.equal(p0.keys(0), k)
     session.append(0, extra, extra_v)
-    assert session.blocks[0] != p0.blocks[0] and torch.equal(p0.layers[0].keys, k)
-    assert torch.equal(session.layers[0].keys, torch.cat([k[:, :, :2], extra], dim=-2))
+    assert session.blocks[0] != p0.blocks[0] and torch.equal(p0.keys(0), k)
+    assert torch.equal(session.keys(0), torch.cat([k[:, :, :2], extra], dim=-2))
 
 
-def test_a_paged_layer_refuses_batches_and_assignment():
+def test_a_paged_cache_refuses_batches_and_foreign_shapes():
     cache = PagedCache(_pool())
     k, v = _kv(2)
     with pytest.raises(ValueError, match="one sequence"):
         cache.append(0, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1))
-    with pytest.raises(TypeError):
-        cache.layer(0).keys = k
     with pytest.raises(PoolError, match="do not fit"):
         cache.append(0, k[:, :1], v[:, :1])  # one kv head, not the pool's two
 
@@ -98,9 +96,10 @@ def test_shared_state_equals_a_copy_and_leaves_p0_untouched(tiny_runtime, keep_f
     prompt = tiny_runtime.prompt_for("world_1")
     ids = prompt.prompt_ids("How many cities are in France?")
     p0 = runner.prefill(prompt.base_ids)
-    before = [(layer.keys.clone(), layer.values.clone()) for layer in p0.cache.layers]
+    layers = range(p0.cache.num_layers)
+    before = [(p0.cache.keys(i).clone(), p0.cache.values(i).clone()) for i in layers]
     shared, copied = p0.share(), p0.copy()
-    assert isinstance(shared.cache.layers[0], PagedLayer) and shared.nbytes() == 0
+    assert shared.cache.blocks == p0.cache.blocks and shared.nbytes() == 0
     assert shared.shared_nbytes() == p0.nbytes() == len(p0.ids) * p0.token_bytes()  # P0 counts its blocks
     for state in (shared, copied):
         runner.extend(state, ids[len(p0.ids):len(p0.ids) + 6])
@@ -108,14 +107,15 @@ def test_shared_state_equals_a_copy_and_leaves_p0_untouched(tiny_runtime, keep_f
     rest = ids[shared.num_tokens:]
     if batched:  # the packed runner reads the shared blocks in place
         other = p0.share()
-        assert runner.extend_rows([RowExtension(shared, rest), RowExtension(other, ids[len(p0.ids):])]) == [True] * 2
+        assert runner.extend_rows([Row(shared, rest), Row(other, ids[len(p0.ids):])]) == [True] * 2
         assert torch.allclose(other.last_logits, runner.prefill(ids).last_logits, atol=1e-10)
     else:
         runner.extend(shared, rest)
     runner.extend(copied, rest)
     assert shared.ids == copied.ids == ids
-    for a, b in zip(shared.cache.layers, copied.cache.layers):
-        assert torch.allclose(a.keys, b.keys, atol=1e-12) and torch.allclose(a.values, b.values, atol=1e-12)
+    for i in layers:
+        assert torch.allclose(shared.cache.keys(i), copied.cache.keys(i), atol=1e-12)
+        assert torch.allclose(shared.cache.values(i), copied.cache.values(i), atol=1e-12)
     assert torch.allclose(shared.last_logits, copied.last_logits, atol=1e-10)
     # its own: every token from the block the first write fell in (that block was copied)
     size = shared.cache.pool.block_tokens
@@ -123,16 +123,14 @@ def test_shared_state_equals_a_copy_and_leaves_p0_untouched(tiny_runtime, keep_f
     kept_shared = first_write // size * size
     assert shared.nbytes() == (len(ids) - kept_shared) * p0.token_bytes()
     assert shared.shared_nbytes() == kept_shared * p0.token_bytes()
-    for layer, (keys, values) in zip(p0.cache.layers, before):
-        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)  # P0 never written
+    for i, (keys, values) in zip(layers, before):
+        assert torch.equal(p0.cache.keys(i), keys) and torch.equal(p0.cache.values(i), values)  # P0 never written
 
 
 def test_the_packed_runner_never_joins_a_cache(tiny_runtime, monkeypatch):
     """The packed runner attends to the blocks in place and writes new keys
     into them: no forward makes (and drops) a joined copy of a layer's cache,
-    which cost a copy of the whole cache per layer, row and forward. The
-    model's own attention (a lone `extend` without the runner) still joins
-    them, as transformers' cache contract requires."""
+    which cost a copy of the whole cache per layer, row and forward."""
     runner = tiny_runtime.runner
     prompt = tiny_runtime.prompt_for("world_1")
     ids = prompt.prompt_ids("How many cities are in France?")
@@ -140,10 +138,11 @@ def test_the_packed_runner_never_joins_a_cache(tiny_runtime, monkeypatch):
     rows = [p0.share(), p0.share()]
     runner.extend(rows[0], ids[len(p0.ids):len(p0.ids) + 4])  # tokens of its own before the forward
     joins = []
-    real = PagedLayer.keys
-    monkeypatch.setattr(PagedLayer, "keys", property(lambda self: joins.append(1) or real.fget(self), real.fset))
-    assert runner.extend_rows([RowExtension(rows[0], ids[len(p0.ids) + 4:]),
-                               RowExtension(rows[1], ids[len(p0.ids):])]) == [True] * 2
+    real_keys, real_values = PagedCache.keys, PagedCache.values
+    monkeypatch.setattr(PagedCache, "keys", lambda self, layer: joins.append(layer) or real_keys(self, layer))
+    monkeypatch.setattr(PagedCache, "values", lambda self, layer: joins.append(layer) or real_values(self, layer))
+    assert runner.extend_rows([Row(rows[0], ids[len(p0.ids) + 4:]),
+                               Row(rows[1], ids[len(p0.ids):])]) == [True] * 2
     assert joins == []
     monkeypatch.undo()
     assert rows[0].ids == rows[1].ids == ids
@@ -167,20 +166,10 @@ def test_dropped_states_give_their_blocks_back(tiny_runtime):
     assert pool.stats().used_blocks == before
 
 
-def test_a_plain_cache_becomes_paged():
-    from transformers import DynamicCache
-
-    plain = DynamicCache()
-    k, v = _kv(5)
-    plain.update(k, v, 0)
-    state = KVState(list(range(5)), plain)
-    assert isinstance(state.cache, PagedCache) and torch.equal(state.cache.layers[0].keys, k)
-
-
 def test_a_state_counts_the_blocks_it_owns_and_its_sharers_borrow_them():
     """A live cache shared by a snapshot keeps counting its blocks as its own;
     the snapshot counts them as borrowed, and KV accounting counts them once."""
-    from headstart.engine.kv_memory import KVMemory
+    from headstart.engine.kv.memory import KVMemory
 
     pool = _pool()
     live = KVState(list(range(10)), PagedCache(pool))
@@ -216,7 +205,7 @@ def test_caches_dropped_on_other_threads_while_the_worker_writes_lose_nothing():
                 mine = base.shared()
                 extra, extra_v = _kv(3 + (i + seed) % 9, start=seed * 1000.0 + i)
                 mine.append(0, extra, extra_v)
-                assert torch.equal(mine.layers[0].keys, torch.cat([k, extra], dim=-2))
+                assert torch.equal(mine.keys(0), torch.cat([k, extra], dim=-2))
                 del mine  # its blocks go back on this thread
         except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
             errors.append(exc)
@@ -227,7 +216,7 @@ def test_caches_dropped_on_other_threads_while_the_worker_writes_lose_nothing():
     for t in threads:
         t.join(60)
     assert not errors, errors[0]
-    assert torch.equal(base.layers[0].keys, k)
+    assert torch.equal(base.keys(0), k)
     assert pool.stats().used_blocks == len(base.blocks) == 3 and pool.stats().shared_blocks == 0
 
 
@@ -246,10 +235,10 @@ def test_free_blocks_give_their_pages_back_and_blocks_in_use_keep_their_tokens()
     given = pool.give_back_free_pages()
     if sys.platform.startswith("linux"):
         assert given >= 2 * 2 * 4 * 16 * 256 * 4  # the freed blocks' whole pages, keys and values of both heads
-    assert torch.equal(keep.layers[0].keys, k) and torch.equal(keep.layers[0].values, -k)
+    assert torch.equal(keep.keys(0), k) and torch.equal(keep.values(0), -k)
     again = PagedCache(pool)
     again.append(0, k, k)
-    assert torch.equal(again.layers[0].keys, k) and torch.equal(keep.layers[0].keys, k)
+    assert torch.equal(again.keys(0), k) and torch.equal(keep.keys(0), k)
 
 
 def test_a_cache_collected_inside_the_pools_locked_code_does_not_hang_it():

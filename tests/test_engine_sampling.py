@@ -1,4 +1,4 @@
-"""Decoding options beyond greedy (`headstart.engine.sampling`): stop strings,
+"""Decoding options beyond greedy (`headstart.engine.requests.sampling`): stop strings,
 ignore_eos, min_new_tokens, penalties, top-k, seeds; checked on the real
 engine (random:tiny, float64) against the plain greedy answer, and the
 `Sampler` / `StopText` units against hand-made logits."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from headstart.engine.errors import InvalidInput
-from headstart.engine.sampling import Sampler, SamplingParams, StopText, token_logprobs
+from headstart.engine.requests.sampling import Sampler, SamplingParams, StopText, token_logprobs
 from services.engine.detok import TextDeltas
 
 QUESTION = "How many singers are there?"

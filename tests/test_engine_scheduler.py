@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from headstart.engine.errors import Cancelled
-from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_types import BatchKind, Job, JobState, Priority, StepOutcome
+from headstart.engine.sched.scheduler import Scheduler
+from headstart.engine.sched.jobs import BatchKind, Job, JobState, Priority, StepOutcome
 from tests.worker_gates import Work
 
 P = Priority
@@ -30,8 +30,8 @@ def run_order(scheduler, now):
     order = []
     while scheduler.num_waiting:
         plan = scheduler.schedule(now)
-        order.append("+".join(row.job.name for row in plan.rows))
-        scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.rows], now)
+        order.append("+".join(row.job.name for row in plan.planned))
+        scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.planned], now)
     return order
 
 
@@ -124,14 +124,14 @@ def test_plan_is_typed_and_states_move_in_one_place():
                                  ("d", P.SUBMIT, {"owner": "d", "decoding": True})])
     plan = scheduler.schedule(0.5)
     assert plan.jobs == [a, b] and plan.batch_kind is BatchKind.TYPING and plan.num_tokens == 5
-    assert plan.deferred == (d,) and plan.rows[0].rank.cls == P.STREAM
+    assert plan.deferred == (d,) and plan.planned[0].rank.cls == P.STREAM
     assert (a.state, b.state, d.state) == (JobState.RUNNING, JobState.RUNNING, JobState.WAITING)
     finished = scheduler.postprocess(plan, [StepOutcome(True), StepOutcome(False, ValueError("boom"))], 0.5)
     assert finished == [b] and b.state is JobState.FINISHED and isinstance(b.error, ValueError)
     assert a.state is JobState.WAITING and a.steps_run == 1 and b.steps_run == 0
     plan = scheduler.schedule(0.5)
     assert plan.jobs == [a] and plan.batch_kind is None  # the deferred decode step still waits
-    assert plan.rows[0].rank.arrival > d.arrival  # a re-queued job goes behind the waiting ones
+    assert plan.planned[0].rank.arrival > d.arrival  # a re-queued job goes behind the waiting ones
 
 
 def test_cancelled_jobs_are_dropped_and_cancelled_running_ones_finish():
@@ -207,8 +207,8 @@ def run_groups(scheduler, now):
     order = []
     while scheduler.num_waiting:
         plan = scheduler.schedule(now)
-        order.append("+".join(f"{row.job.name}:{row.num_tokens}" for row in plan.rows))
-        scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.rows], now)
+        order.append("+".join(f"{row.job.name}:{row.num_tokens}" for row in plan.planned))
+        scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.planned], now)
     return order
 
 

@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from headstart.engine.scheduler import Scheduler
-from headstart.engine.scheduler_order import rerank_sequence
-from headstart.engine.scheduler_types import Job, Priority, StepOutcome
+from headstart.engine.sched.scheduler import Scheduler
+from headstart.engine.sched.ordering import rerank_sequence
+from headstart.engine.sched.jobs import Job, Priority, StepOutcome
 from tests.worker_gates import Work
 from headstart.tables.rerank import rerank as paper_rerank
 from tests.test_engine_scheduler import ORDER_CASES, queued, run_order
@@ -28,7 +28,7 @@ def make(name, priority=P.POOL, *, tenant=None, key=None, owner=None, cost=1, st
 
     job = Job(Work(step, key=key, cost=cost), priority, name, owner=owner or name)
     job.tenant = tenant
-    job.blocks = None if blocks is None else frozenset(blocks)
+    job.table_blocks = None if blocks is None else frozenset(blocks)
     return job
 
 
@@ -47,8 +47,8 @@ def run(scheduler, jobs, arrivals=None):
         if not scheduler.num_waiting:
             continue
         plan = scheduler.schedule(0.0)
-        order.append("+".join(row.job.name for row in plan.rows))
-        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.rows], 0.0)
+        order.append("+".join(row.job.name for row in plan.planned))
+        scheduler.postprocess(plan, [StepOutcome(row.job.work.step()) for row in plan.planned], 0.0)
     return order
 
 
@@ -131,7 +131,7 @@ RERANK_CASES = [
                          ids=[c[0] for c in RERANK_CASES])
 def test_rerank_order(situation, resident, max_delay, specs, expected):
     scheduler = Scheduler(rerank_max_delay=max_delay)
-    scheduler.resident_blocks = lambda: frozenset(resident)
+    scheduler.resident_table_blocks = lambda: frozenset(resident)
     jobs = [make(name, blocks=blocks) for name, blocks in specs]
     assert run(scheduler, jobs) == expected
 
@@ -146,7 +146,7 @@ def ordered(scheduler, jobs):
 def test_other_jobs_keep_their_slots():
     """Jobs of other kinds, and completions that started, are not moved."""
     scheduler = Scheduler()
-    scheduler.resident_blocks = lambda: frozenset({"x"})
+    scheduler.resident_table_blocks = lambda: frozenset({"x"})
     started = make("started", blocks={"q"})
     started.steps_run = 1
     jobs = [make("t1", blocks={"a"}), make("plain"), started, make("t2", blocks={"x"})]
@@ -155,7 +155,7 @@ def test_other_jobs_keep_their_slots():
 
 def test_reranking_is_per_tenant_and_tenants_take_turns():
     scheduler = Scheduler()
-    scheduler.resident_blocks = lambda: frozenset({"x"})
+    scheduler.resident_table_blocks = lambda: frozenset({"x"})
     jobs = [make("a-far", tenant="A", blocks={"q"}), make("a-near", tenant="A", blocks={"x"}),
             make("b-far", tenant="B", blocks={"q", "r"})]
     assert run(scheduler, jobs) == ["a-near", "b-far", "a-far"]
@@ -167,7 +167,7 @@ def test_a_flood_of_near_completions_cannot_starve_a_far_one():
     max_delay overtakes."""
     for max_delay in (0, 1, 3, 5):
         scheduler = Scheduler(rerank_max_delay=max_delay)
-        scheduler.resident_blocks = lambda: frozenset({"x"})
+        scheduler.resident_table_blocks = lambda: frozenset({"x"})
         far = make("far", blocks={"z"})
         arrivals = {i: [make(f"near{i}", blocks={"x"})] for i in range(1, 12)}
         order = run(scheduler, [far, make("near0", blocks={"x"})], arrivals)
@@ -178,18 +178,18 @@ def test_a_group_never_lets_a_completion_overtake_a_due_one():
     """Scope "all": the due completion does not fit the group's token budget,
     so no later completion joins the group in its place."""
     scheduler = Scheduler(max_batch_rows=4, max_batch_tokens=10, batch_scope="all", rerank_max_delay=1)
-    scheduler.resident_blocks = lambda: frozenset({"x"})
+    scheduler.resident_table_blocks = lambda: frozenset({"x"})
     first = make("near0", blocks={"x"}, cost=4)
     due = make("far", blocks={"z"}, cost=8)
     later = [make("near1", blocks={"x"}, cost=1), make("near2", blocks={"x"}, cost=1)]
     for job in (due, first, *later):
         scheduler.add(job, 0.0)
     plan = scheduler.schedule(0.0)
-    names = [row.job.name for row in plan.rows]
+    names = [row.job.name for row in plan.planned]
     assert names[0] == "near0" and "far" not in names  # far is due after near0 overtook it
     assert not {"near1", "near2"} & set(names)  # they would overtake it again
-    scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.rows], 0.0)
-    assert scheduler.schedule(0.0).rows[0].job.name == "far"
+    scheduler.postprocess(plan, [StepOutcome(False) for _ in plan.planned], 0.0)
+    assert scheduler.schedule(0.0).planned[0].job.name == "far"
 
 
 def test_sequence_matches_the_papers_batch_rerank_and_its_bound():

@@ -1,4 +1,4 @@
-"""The screened LM head (`engine/screened_head.py`): the float32 head's argmax
+"""The screened LM head (`engine/runner/ops/screened_head.py`): the float32 head's argmax
 from an int8 screen and an exact recompute of the rows that could win.
 
 What is checked: against the full float32 head (the same kernel), the argmax
@@ -17,11 +17,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine import native_kernel, screened_head
-from headstart.engine.fast_ops import PackedLinear
-from headstart.engine.model_runner import ModelRunner
-from headstart.engine.native_ops import NativeLinear, NativeOps
-from headstart.engine.screened_head import ScreenedHead, screens
+from headstart.kernels import native as native_kernel
+from headstart.engine.runner.ops import screened_head
+from headstart.engine.runner.ops.onednn import PackedLinear
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.ops.native import NativeLinear, NativeOps
+from headstart.engine.runner.ops.screened_head import ScreenedHead, screens
 from headstart.models.loader import load_model
 
 REASON = native_kernel.unavailable_reason()

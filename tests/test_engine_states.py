@@ -8,15 +8,15 @@ import threading
 
 import pytest
 
-from headstart.engine import generation as generation_module
-from headstart.engine import session as session_module
+from headstart.engine.requests import generation as generation_module
+from headstart.engine.sessions import session as session_module
 from headstart.engine.errors import Cancelled, SessionClosed
-from headstart.engine.generation import SamplingParams
+from headstart.engine.requests.generation import SamplingParams
 from headstart.engine.states import (
     FINAL_REQUEST_STATES, REQUEST_TRANSITIONS, SESSION_TRANSITIONS, IllegalTransition, RequestState,
     SessionState, advance,
 )
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.sched.jobs import Priority
 from tests.worker_gates import hold_worker
 
 S, R = SessionState, RequestState

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from headstart.build import build_runtime
-from headstart.engine.generation import SamplingParams
+from headstart.engine.requests.generation import SamplingParams
 from headstart.engine.prefix_source import P0Source, PrefixSource
 from headstart.engine.runtime import EngineRuntime
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.sched.jobs import Priority
 from headstart.tables.engine_source import TablePrefixSource
 from headstart.v1 import engine_pb2
 from services.engine import events
@@ -166,7 +166,7 @@ def test_the_gateway_names_the_tenant_on_every_engine_call(tmp_path):
 def test_the_runtime_asks_one_interface(runtime):
     assert isinstance(runtime.prefix_source, P0Source) and isinstance(runtime.prefix_source, PrefixSource)
     hit = runtime.prefix_source.lookup(DB, runtime.prompt_for(DB), runtime.prompt_for(DB).prompt_ids("q"))
-    assert hit.cached_tokens == len(runtime.prompt_for(DB).base_ids) and hit.blocks == frozenset()
+    assert hit.cached_tokens == len(runtime.prompt_for(DB).base_ids) and hit.table_blocks == frozenset()
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +194,7 @@ def test_a_table_completion_starts_its_clock_at_submit(tables_runtime):
         del source.lookup
     assert request.started <= looked_up[0] <= request.first_token_at
     assert request.job.owner and request.job.tenant == "A"
-    assert request.job.blocks and all(key.endswith((":singer", ":concert")) for key in request.job.blocks)
+    assert request.job.table_blocks and all(key.endswith((":singer", ":concert")) for key in request.job.table_blocks)
 
 
 def test_table_completions_share_a_batched_forward(tables_runtime):

@@ -13,12 +13,12 @@ import torch
 from headstart.engine.errors import (
     InvalidInput, PromptTooLong, ResourceExhausted, SessionClosed, StaleSequence, TextTooLong, validate_text,
 )
-from headstart.engine.generation import SamplingParams
-from headstart.engine.kv import KVState
-from headstart.engine.p0_store import P0Store, p0_key
-from headstart.engine.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.worker import ForwardWorker
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.kv.state import KVState
+from headstart.engine.kv.p0_store import P0Store, p0_key
+from headstart.engine.sessions.policy import HeadstartPolicy, PaperPolicy, looks_complete, make_policy, riding_target
+from headstart.engine.sched.jobs import Call, Priority
+from headstart.engine.sched.worker import ForwardWorker
 from tests.worker_gates import Work, hold_worker, queue_gate
 from headstart.prompt import common_prefix_len
 
@@ -36,14 +36,14 @@ def test_common_prefix_len(a, b, n):
     ("how many?", "how many?"), ("a,b", "a,"), ("x\ny", "x\n"), ("tab\there", "tab\t"),
 ])
 def test_paper_committable(text, expected):
-    assert PaperPolicy.committable(text) == expected
+    assert PaperPolicy.settled_prefix(text) == expected
 
 
 @pytest.mark.parametrize(("text", "now", "commits", "recheck"), [
     ("show the nam", 0.1, True, None),    # debounce elapsed (last change at 0.0 - 0.3)
     ("show the nam", 0.0, False, 0.3),    # within δ: wait, recheck when it expires
     ("the end. ", 0.0, True, None),       # two boundaries in a row: at once
-    ("word", 5.0, False, None),           # nothing committable yet
+    ("word", 5.0, False, None),           # nothing settled yet
 ])
 def test_paper_policy_target(tiny_runtime, text, now, commits, recheck):
     prompt = tiny_runtime.prompt_for("world_1")
@@ -52,7 +52,7 @@ def test_paper_policy_target(tiny_runtime, text, now, commits, recheck):
     assert (target.ids is not None) == commits
     assert target.recheck_at == (pytest.approx(recheck) if recheck is not None else None)
     if commits:
-        assert target.ids == prompt.partial_ids(PaperPolicy.committable(text))
+        assert target.ids == prompt.partial_ids(PaperPolicy.settled_prefix(text))
 
 
 def test_headstart_policy_commits_whole_prompt(tiny_runtime):
@@ -75,7 +75,7 @@ def test_riding_target_waits_for_a_bulk_of_settled_words(tiny_runtime):
     prompt = tiny_runtime.prompt_for("world_1")
     text = "how many cities are in the country with the largest popul"
     full = prompt.prompt_ids(text)
-    settled = prompt.partial_ids(PaperPolicy.committable(text))
+    settled = prompt.partial_ids(PaperPolicy.settled_prefix(text))
     base = len(prompt.base_ids)
     stable = common_prefix_len(full, settled)
     assert stable - base >= 6
@@ -218,7 +218,7 @@ def test_a_p0_prefill_is_a_planned_row_with_the_lone_prefills_bits(tmp_path):
 
 def _two_spans(state: KVState, first: list[int], second: list[int], log: list[str]):
     """Steps: two forwards on one state with work between them; returns the state's length."""
-    from headstart.engine.steps import Extension
+    from headstart.engine.sched.extensions import Extension
 
     log.append("before")
     yield Extension(state, first)
@@ -233,7 +233,7 @@ def test_extension_steps_run_inline_and_as_planned_rows_alike():
     planned rows (`ForwardWorker.run_steps_sync`: each forward counted, its other work between
     them on the worker), and a step that raises, or a forward that fails, fails the call."""
     from headstart.engine.runtime import EngineRuntime
-    from headstart.engine.steps import Extension, run_inline
+    from headstart.engine.sched.extensions import Extension, run_inline
 
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
     try:
@@ -271,9 +271,9 @@ def test_a_requests_prepare_steps_run_as_its_own_rows():
     """A prefix hit built by steps (a table assembly's form): the request runs each forward as
     one of its rows (counted in `forward_tokens`), then prefills the rest, and answers as with
     the same state handed over at once."""
-    from headstart.engine.generation import GenerationRequest
+    from headstart.engine.requests.generation import GenerationRequest
     from headstart.engine.runtime import EngineRuntime
-    from headstart.engine.steps import Extension
+    from headstart.engine.sched.extensions import Extension
 
     runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float64", p0_cache_on_disk=False)
     try:
@@ -291,7 +291,7 @@ def test_a_requests_prepare_steps_run_as_its_own_rows():
             request = GenerationRequest(runtime.runner, prompt.decode, ids, SamplingParams(max_new_tokens=6),
                                         runtime.stop_ids, chunk_tokens=len(ids), prepare=prepare)
             before = runtime.worker.forward_tokens
-            runtime.worker.enqueue(request.step, Priority.POOL, "request")
+            runtime.worker.enqueue(request, Priority.POOL, "request")
             return request.result(), runtime.worker.forward_tokens - before
 
         stepped, stepped_tokens = run(steps)
@@ -314,6 +314,34 @@ def test_worker_runs_by_priority():
     worker.run_sync(lambda: None, Priority.STREAM)
     worker.shutdown()
     assert order == ["flash", "submit", "pool", "stream"]
+
+
+def test_a_worker_bug_fails_its_jobs_and_the_worker_goes_on(monkeypatch):
+    """The scheduler raising (a bug) fails the jobs that waited with its error, and a
+    row returned by work that has no commit fails its own job: nobody is left waiting,
+    and the worker runs the next job."""
+    from headstart.engine.runner.rows import Row
+
+    worker = ForwardWorker()
+    try:
+        real = worker.scheduler.schedule
+        calls = []
+
+        def broken_once(now):
+            calls.append(now)
+            if len(calls) == 1:
+                raise RuntimeError("scheduler bug")
+            return real(now)
+
+        monkeypatch.setattr(worker.scheduler, "schedule", broken_once)
+        with pytest.raises(RuntimeError, match="scheduler bug"):
+            worker.enqueue(lambda: False, Priority.STREAM, "first").wait(10)
+        rowless = worker.enqueue(lambda: Row(KVState(), [1]), Priority.STREAM, "no commit")
+        with pytest.raises(NotImplementedError, match="no commit"):
+            rowless.wait(10)
+        assert worker.run_sync(lambda: "after", Priority.STREAM) == "after" and worker.is_alive()
+    finally:
+        worker.shutdown()
 
 
 def test_worker_queue_bound():
@@ -559,8 +587,8 @@ def test_worker_and_scheduler_defaults_are_the_settings():
     replica built from the default settings does (issue 28: they said 1 / 8 / 0 where the
     settings say 8 rows, 32 stream typing tokens, 1000 ms deferral)."""
     from headstart.config import EngineSettings
-    from headstart.engine.scheduler import Scheduler
-    from headstart.engine.scheduler_types import BatchScope
+    from headstart.engine.sched.scheduler import Scheduler
+    from headstart.engine.sched.jobs import BatchScope
 
     settings = EngineSettings()
     for scheduler in (ForwardWorker().scheduler, Scheduler()):
@@ -640,9 +668,9 @@ def test_a_sessions_submit_with_answer_tokens_ready_does_not_stop_a_streaming_an
         assert next(streaming.stream()) is not None
         session.update(1, question)
         deadline = time.monotonic() + 60
-        while not session._ahead.tokens and time.monotonic() < deadline:
+        while not session.ahead.tokens and time.monotonic() < deadline:
             time.sleep(0.001)
-        assert session._ahead.tokens, "the session did not catch up"
+        assert session.ahead.tokens, "the session did not catch up"
         yields = streaming.decode_yields
         request = session.submit(2, question, SamplingParams(max_new_tokens=3))
         assert request.job is None or request.job.needs_forward is False
@@ -782,7 +810,7 @@ def _states_for_rows(runtime):
 def test_extend_rows_equals_lone_extensions(tiny_runtime):
     """Rows of different cache lengths (one empty) and token counts, with and
     without logits: each equals its lone extension (float64, to rounding)."""
-    from headstart.engine.model_runner import RowExtension
+    from headstart.engine.runner.rows import Row
 
     runner, states, news = _states_for_rows(tiny_runtime)
     lone = [s.copy() for s in states]
@@ -790,7 +818,7 @@ def test_extend_rows_equals_lone_extensions(tiny_runtime):
         runner.extend(state, new)
     wants = [True, False, True]
     batched = [s.copy() for s in states]
-    calls = [RowExtension(s, n, w, None) for s, n, w in zip(batched, news, wants)]
+    calls = [Row(s, n, w, None) for s, n, w in zip(batched, news, wants)]
     assert runner.extend_rows(calls) == [True, True, True]
     for one, many, want in zip(lone, batched, wants):
         assert one.ids == many.ids
@@ -817,7 +845,7 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
     """A row whose `should_abort` asks leaves the batched forward (its state
     untouched) and the others finish, equal to their lone extensions; the
     forward stops only when every row asks."""
-    from headstart.engine.model_runner import RowExtension
+    from headstart.engine.runner.rows import Row
 
     runner, states, news = _states_for_rows(tiny_runtime)
     assert len(runner.model.model.layers) >= 2
@@ -827,7 +855,7 @@ def test_extend_rows_drops_the_rows_that_ask(tiny_runtime):
 
     def run(checks):
         rows = [s.copy() for s in states]
-        calls = [RowExtension(s, n, True, check) for s, n, check in zip(rows, news, checks)]
+        calls = [Row(s, n, True, check) for s, n, check in zip(rows, news, checks)]
         return runner.extend_rows(calls), rows
 
     done, rows = run([lambda: True] * 3)
@@ -855,7 +883,7 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     owner waits for the next group, a step without a forward and a failing
     step are reported as lone steps would be, and each row's commit gets its
     result and says whether its job goes on."""
-    from headstart.engine.steps import Row
+    from headstart.engine.runner.rows import Row
 
     runner = tiny_runtime.runner
     worker = ForwardWorker(max_batch_rows=8, max_batch_tokens=64, batch_scope="all")
@@ -867,13 +895,13 @@ def test_worker_groups_jobs_of_different_owners_and_batches_their_forwards(tiny_
     def extending(name):
         def step():
             groups.append(worker.batched_groups)
+            return Row(states[name], [4, 5], runner=runner)
 
-            def commit(result):
-                committed[name] = (result.ran, result.error, threading.current_thread() is worker._thread)
-                return False
+        def commit(row, result):
+            committed[name] = (result.ran, result.error, worker.on_worker_thread())
+            return False
 
-            return Row(runner, states[name], [4, 5], True, None, commit)
-        return step
+        return Call(step, commit)
 
     def failing():
         raise ValueError("boom")
@@ -903,12 +931,12 @@ def test_rows_over_the_token_budget_run_in_successive_forwards(tiny_runtime):
     """Rows whose real token counts exceed `max_batch_tokens` split into
     forwards in plan order (the most urgent first), each within the budget;
     a row with nothing to extend joins none and still commits."""
-    from headstart.engine.steps import Row, pack_forwards, run_rows
+    from headstart.engine.runner.rows import Row
+    from headstart.engine.sched.forwards import pack_forwards, run_rows
 
     runner = tiny_runtime.runner
     states = [runner.prefill([1, 2, 3]) for _ in range(4)]
-    rows = [Row(runner, state, ids, True, None, lambda r: False)
-            for state, ids in zip(states, [[4, 5, 6], [7, 8], [], [9, 10, 11]])]
+    rows = [Row(state, ids, runner=runner) for state, ids in zip(states, [[4, 5, 6], [7, 8], [], [9, 10, 11]])]
     assert [[rows.index(r) for r in f] for f in pack_forwards(rows, 5)] == [[0, 1], [3]]
     results, sizes = run_rows(rows, 5)
     assert sizes == [2, 1] and all(r.ran and r.error is None for r in results)
@@ -938,7 +966,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     """A submit that arrives while its session's typing row shares a batched
     forward: the other session's row leaves the batch at the next layer, its
     own row finishes alone, and both answers still equal their cold runs."""
-    from headstart.engine import packed_forward
+    from headstart.engine.runner import decoder_loop
 
     worker = tiny_runtime.worker
     monkeypatch.setattr(worker, "max_batch_rows", 8)
@@ -949,15 +977,15 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
     cold_b = tiny_runtime.complete("world_1", qb, "cold", max_new_tokens=3).token_ids
     a, b = tiny_runtime.open_session("world_1"), tiny_runtime.open_session("world_1")
     plans, submits = [], []
-    rows_leaving = packed_forward._rows_leaving
+    rows_leaving = decoder_loop._rows_leaving
 
     def submit_during_the_group(live, calls):
-        if len(live.rows) == 2 and not submits:  # on the worker, before the group's first layer
+        if len(live.running) == 2 and not submits:  # on the worker, before the group's first layer
             plans.append(live)
             submits.append(a.submit(2, qa, params))
         return rows_leaving(live, calls)
 
-    monkeypatch.setattr(packed_forward, "_rows_leaving", submit_during_the_group)
+    monkeypatch.setattr(decoder_loop, "_rows_leaving", submit_during_the_group)
     try:
         gate = hold_worker(worker)
         a.update(1, qa)
@@ -968,7 +996,7 @@ def test_a_submit_keeps_only_its_own_typing_row_in_a_group(tiny_runtime, monkeyp
             time.sleep(0.01)
         assert submits, "the two typing rows never shared a forward"
         assert submits[0].result(30).token_ids == cold_a
-        assert len(plans[0].rows) == 1  # the other row left; the submitting session's row finished
+        assert len(plans[0].running) == 1  # the other row left; the submitting session's row finished
         b.wait_idle(30)
         assert b.submit(2, qb, params).result(30).token_ids == cold_b
     finally:

@@ -2,7 +2,7 @@
 
 An AST scan of the product's code (shared/headstart, services/, the
 command's cli/) and of the benchmarks (bench/) for what runs a Hugging Face
-model, or part of it, from outside `engine/model_runner.py`:
+model, or part of it, from outside `engine/runner/model_runner.py`:
 
 - a call of the model itself, with its inputs: `model(...)`, `self.model(...)`,
   `runtime.model(...)`, `loaded.model(...)`, the decoder `model.model(...)`,
@@ -14,7 +14,7 @@ model, or part of it, from outside `engine/model_runner.py`:
   (and torch's global `register_module_forward_(pre_)hook`), which would hang
   behaviour on the model where no reader of the runner finds it.
 
-The runner's packed decoder loop lives in `engine/packed_forward.py`: it
+The runner's packed decoder loop lives in `engine/runner/decoder_loop.py`: it
 runs the model's modules (embedding, rotary, norms, through the runner's
 ops) but no call above, and only the runner may import it (PACKED), so it
 is the runner's forward in a file of its own, not a second way in.
@@ -34,8 +34,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("shared/headstart", "services", "bench", "cli")  # cli/: the command's own package, where it exists
-RUNNER = "shared/headstart/engine/model_runner.py"
-PACKED = "headstart.engine.packed_forward"  # the runner's packed loop: imported by the runner alone
+RUNNER = "shared/headstart/engine/runner/model_runner.py"
+PACKED = "headstart.engine.runner.decoder_loop"  # the runner's packed loop: imported by the runner alone
 
 # (file, enclosing function) -> why it calls the model outside the runner
 ALLOWED = {
@@ -145,9 +145,9 @@ def _scan() -> dict[tuple[str, str], list[str]]:
 
 
 def test_only_the_model_runner_calls_the_model():
-    """Outside engine/model_runner.py only the ALLOWED sites call the model."""
+    """Outside engine/runner/model_runner.py only the ALLOWED sites call the model."""
     outside = {site: lines for site, lines in _scan().items() if site[0] != RUNNER and site not in ALLOWED}
-    assert not outside, "call the model through the ModelRunner (engine/model_runner.py):\n" + "\n".join(
+    assert not outside, "call the model through the ModelRunner (engine/runner/model_runner.py):\n" + "\n".join(
         line for lines in outside.values() for line in lines)
 
 
@@ -161,7 +161,7 @@ def test_the_runner_has_one_forward_path():
     every forward it runs (extensions, packed rows, table-block precompute)
     is its packed decoder loop, the one file that runs the model's modules."""
     assert model_calls((ROOT / RUNNER).read_text()) == []
-    assert model_calls((ROOT / "shared/headstart/engine/packed_forward.py").read_text()) == []
+    assert model_calls((ROOT / "shared/headstart/engine/runner/decoder_loop.py").read_text()) == []
     assert PACKED in _imports((ROOT / RUNNER).read_text())
 
 
@@ -177,7 +177,7 @@ def _imports(source: str) -> set[str]:
 
 
 def test_only_the_runner_imports_its_packed_loop():
-    """`engine/packed_forward.py` is reached through `ModelRunner.extend_rows` alone."""
+    """`engine/runner/decoder_loop.py` is reached through `ModelRunner.extend_rows` alone."""
     importers = {path.relative_to(ROOT).as_posix() for root in SCANNED for path in sorted((ROOT / root).rglob("*.py"))
                  if PACKED in _imports(path.read_text())}
     assert importers == {RUNNER}

@@ -278,7 +278,7 @@ def test_layer_scratch_is_one_block_per_forward_and_a_large_one_goes_back(tiny_g
     """Every decoder layer of a forward reuses one scratch block (no arrays allocated per
     layer call); after the forward a block above `keep_bytes` is given back (a prefill's),
     one at or below it stays (a decode step's); the tokens are those without the block."""
-    from headstart.engine.model_runner import ModelRunner
+    from headstart.engine.runner.model_runner import ModelRunner
 
     model = load_model(str(tiny_gguf)).model
     runner = ModelRunner(model, fast_path="auto")
@@ -340,7 +340,7 @@ def test_the_served_trees_rotary_function_is_transformers_bit_for_bit():
 def test_table_block_keys_rotate_on_a_gguf_model_as_its_forward_does(tiny_gguf):
     """A table block's keys before RoPE, rotated at their positions (`tables.rope.apply_rope`,
     as assembly and shift retention do), are the keys the model's forward cached, bit for bit."""
-    from headstart.engine.model_runner import ModelRunner
+    from headstart.engine.runner.model_runner import ModelRunner
     from headstart.tables.rope import apply_rope
 
     model = load_model(str(tiny_gguf)).model
@@ -357,7 +357,7 @@ def test_a_gguf_models_hugging_face_view_shares_its_modules(tiny_gguf):
     """Table-block precompute runs the model's own modules on a GGUF model: through a
     transformers view built around the served modules (the same quantized matrices,
     nothing copied)."""
-    from headstart.engine.model_runner import ModelRunner
+    from headstart.engine.runner.model_runner import ModelRunner
 
     model = load_model(str(tiny_gguf)).model
     view = model.hf_view()

@@ -37,7 +37,7 @@ def test_the_engine_loads_psycopg_only_when_a_dsn_needs_it():
 _GGUF_PROBE = """
 import sys
 from headstart.models import load_model
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runner.model_runner import ModelRunner
 runner = ModelRunner(load_model(sys.argv[1]).model, fast_path="auto")
 state = runner.prefill([151644, 8948, 198, 2610, 525, 264])
 runner.extend(state, [11])

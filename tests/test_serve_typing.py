@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from headstart.client import HeadstartClient
 from headstart.client.errors import ApiError
-from headstart.engine.generation import SamplingParams
+from headstart.engine.requests.generation import SamplingParams
 from headstart.v1 import engine_pb2, engine_pb2_grpc
 from tests.serve_helpers import MAX_NEW, recv, ws_connect, ws_type_and_submit
 from tests.typing_traces import KINDS, QUESTIONS, typed

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runner.model_runner import ModelRunner
 from headstart.models import load_model
 from headstart.prompt import PromptBuilder
 from headstart.schema.resolve import resolve_database

@@ -12,10 +12,10 @@ import torch
 from headstart.build import build_runtime
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput
-from headstart.engine.generation import GenerationRequest, SamplingParams
-from headstart.engine.p0_store import p0_key
+from headstart.engine.requests.generation import GenerationRequest, SamplingParams
+from headstart.engine.kv.p0_store import p0_key
 from headstart.engine.runtime import EngineRuntime
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.sched.jobs import Priority
 from headstart.tables.batch import BatchItem, serve_batch
 from headstart.tables.engine_source import table_source
 from tests.typing_traces import KINDS, QUESTIONS
@@ -40,7 +40,7 @@ def from_base(rt: EngineRuntime, db: str, question: str) -> list[int]:
     ids = prompt.prompt_ids(question)
     request = GenerationRequest(rt.runner, prompt.decode, ids, PARAMS, rt.stop_ids, chunk_tokens=len(ids),
                                 prepare=base.copy)
-    rt.worker.enqueue(request.step, Priority.POOL)
+    rt.worker.enqueue(request, Priority.POOL)
     return request.result().token_ids
 
 

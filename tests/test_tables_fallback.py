@@ -7,8 +7,8 @@ import pytest
 
 from headstart.build import build_runtime
 from headstart.config import EngineSettings
-from headstart.engine.generation import SamplingParams
-from headstart.engine.p0_store import p0_key
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.kv.p0_store import p0_key
 from headstart.engine.runtime import EngineRuntime
 from headstart.models import load_model
 from headstart.tables.device_tier import DeviceTier

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runner.model_runner import ModelRunner
 from headstart.models import load_model
 from headstart.prompt import PromptBuilder
 from headstart.schema.resolve import resolve_database
@@ -163,7 +163,7 @@ def test_encoding_leaves_no_cache_and_no_hook(loaded):
     """Precompute takes no block of the pool and leaves no hook on the model."""
     import gc
 
-    from headstart.engine.block_pool import pools
+    from headstart.engine.kv.block_pool import pools
 
     model = loaded.model
     gc.collect()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runner.model_runner import ModelRunner
 from headstart.models import load_model
 from headstart.tables.rope import RopeError, apply_rope, rotary_cos_sin
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from headstart.engine.scheduler_types import JobWork, Priority
-from headstart.engine.worker import ForwardWorker
+from headstart.engine.sched.jobs import JobWork, Priority
+from headstart.engine.sched.worker import ForwardWorker
 
 
 class Work(JobWork):

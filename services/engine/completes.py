@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from headstart.engine.generation import GenerationRequest
+from headstart.engine.requests.generation import GenerationRequest
 
 TOMBSTONE_S = 60.0
 MAX_TOMBSTONES = 10_000  # a flood of cancels for ids that never come cannot grow it without bound

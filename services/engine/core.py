@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from headstart.build import build_runtime
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput, ResourceExhausted
-from headstart.engine.kv_memory import KVUsage
+from headstart.engine.kv.memory import KVUsage
 from headstart.engine.runtime import EngineRuntime
-from headstart.engine.session import Session
+from headstart.engine.sessions.session import Session
 from services.engine.data_registry import DataRegistry
 
 POLICIES = ("headstart", "paper")
@@ -124,6 +124,12 @@ class ReplicaCore:
         # NOTE: data sessions' bytes are the runtime's KVMemory accounting (headstart.data.budget), as typing ones'
         return CoreInfo(holds, len(sessions) + num_data, attached, busy, max(seq, 0), cached, kv, num_data,
                         kv.data_bytes, worker.forward_tokens)
+
+    @property
+    def num_attached(self) -> int:
+        """Sessions with at least one stream attached."""
+        with self._lock:
+            return len(self._attached)
 
     def kv_usage(self) -> KVUsage:
         """KV bytes of this replica: its sessions, data sessions and stored P0 caches against the budget."""

@@ -30,7 +30,7 @@ from headstart.client.errors import CODE_METADATA_KEY, code_of, grpc_status
 from headstart.data import DataSession
 from headstart.data.workcopy import SqlError
 from headstart.engine.errors import InvalidInput
-from headstart.engine.generation import SamplingParams
+from headstart.engine.requests.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import data_wire
 from services.engine.data_events import VersionPublisher

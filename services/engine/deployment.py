@@ -18,7 +18,7 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 
 from headstart.config import EngineSettings
-from headstart.engine.generation import SamplingParams
+from headstart.engine.requests.generation import SamplingParams
 from headstart.heap import trim_heap
 from headstart.v1 import engine_pb2
 from services.engine import events
@@ -216,7 +216,7 @@ class EngineDeployment:
 
         Serve calls it every `health_check_period_s` (5 s): the replica's KV
         gauge is refreshed here, so its metric is never older than that."""
-        if not self.core.runtime.worker._thread.is_alive():
+        if not self.core.runtime.worker.is_alive():
             raise RuntimeError("forward worker thread died")
         try:
             self.kv_gauge.record(self.core.kv_usage())
@@ -248,11 +248,11 @@ def replica_tables(core: ReplicaCore) -> dict[str, int]:
     """Sizes of the per-session and per-request structures of a replica (leak diagnostics)."""
     runtime, worker = core.runtime, core.runtime.worker
     scheduler = worker.scheduler
-    return {"sessions": len(runtime.sessions), "kv_holders": len(runtime.sessions._holders),
-            "attached": len(core._attached), "data_sessions": len(core.data_sessions),
-            "prompt_builders": len(runtime._prompts), "p0_states": len(runtime.p0_store.states()),
-            "queued_jobs": worker.num_queued, "running_jobs": len(worker._running),
-            "tenants_served": len(scheduler._served)}
+    return {"sessions": len(runtime.sessions), "kv_holders": runtime.sessions.num_holders,
+            "attached": core.num_attached, "data_sessions": len(core.data_sessions),
+            "prompt_builders": runtime.num_prompt_builders, "p0_states": len(runtime.p0_store.states()),
+            "queued_jobs": worker.num_queued, "running_jobs": worker.num_running,
+            "tenants_served": scheduler.num_tenants_served}
 
 
 def kv_fields(usage) -> dict[str, int]:

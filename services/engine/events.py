@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from headstart.client.errors import code_of
-from headstart.engine.generation import SubmitResult
+from headstart.engine.requests.generation import SubmitResult
 from headstart.eval.extract import extract_sql
 from headstart.v1 import engine_pb2, types_pb2
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Callable
 
-from headstart.engine.generation import GenerationRequest
+from headstart.engine.requests.generation import GenerationRequest
 from headstart.v1 import engine_pb2
 from services.engine import events
 from services.engine.detok import TextDeltas

@@ -12,7 +12,7 @@ last trim (an idle replica has nothing new to give back), and at most every
 `HEADSTART_MALLOC_TRIM_S` seconds. A thread of the replica polls for that
 moment (`poll_s`), so the pages go back within a fraction of a second of a
 burst's end. The same moment gives back the pages of free KV blocks
-(`headstart.engine.block_pool.give_back_free_pages`): the pool's slabs are
+(`headstart.engine.kv.block_pool.give_back_free_pages`): the pool's slabs are
 live allocations that `malloc_trim` cannot shrink.
 """
 
@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Callable
 
-from headstart.engine.block_pool import give_back_free_pages
+from headstart.engine.kv.block_pool import give_back_free_pages
 from headstart.heap import libc_malloc_trim
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,14 @@ private tokens), `shared`: the P0 part of it, `budget`: HEADSTART_KV_BUDGET_BYTE
 (0: no byte bound), `free`: what is left under the budget (not reported when
 unbounded). The same numbers are in the engine's Describe
 (EngineSessionInfo.kv_*) and, per replica, on the gateway's /metrics.
-The blocks are the pool's (`headstart.engine.block_pool`): `used` listed by
+The blocks are the pool's (`headstart.engine.kv.block_pool`): `used` listed by
 a cache, `shared` by more than one (a P0 and the sessions on it), `total`
 the blocks the pool holds memory for.
 """
 
 from __future__ import annotations
 
-from headstart.engine.kv_memory import KVUsage
+from headstart.engine.kv.memory import KVUsage
 
 METRIC_NAME = "headstart_engine_kv_bytes"
 DATA_SESSIONS_METRIC = "headstart_engine_data_sessions"

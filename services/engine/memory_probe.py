@@ -152,7 +152,7 @@ def malloc_trim() -> float | None:
 
     RSS that falls back under trim was free memory the allocator kept
     (fragmentation, arenas); RSS that stays is memory something holds."""
-    from headstart.engine.block_pool import give_back_free_pages
+    from headstart.engine.kv.block_pool import give_back_free_pages
     from headstart.heap import libc_malloc_trim
 
     trim = libc_malloc_trim()

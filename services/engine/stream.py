@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from typing import Callable
 
-from headstart.engine.generation import SamplingParams
-from headstart.engine.session import Session
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.sessions.session import Session
 from headstart.v1 import engine_pb2, types_pb2
 from services.engine import events
 from services.engine.core import ReplicaCore

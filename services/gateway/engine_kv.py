@@ -3,7 +3,7 @@
 Series `headstart_engine_kv_bytes{replica, kind}` with kind `used`, `shared`,
 `budget`, `free` and `data` (the data sessions' part of `used`) (as the engine's Describe reports them; `free` only under
 a budget), and `headstart_engine_kv_blocks{replica, kind}` with kind `used`, `shared` and `total`
-(the replica's KV block pool, `headstart.engine.block_pool`). The gateway learns them when scraped: it sends a few Describe
+(the replica's KV block pool, `headstart.engine.kv.block_pool`). The gateway learns them when scraped: it sends a few Describe
 calls without a session id, which Serve's router spreads over the replicas
 (each goes to the replica its random request id hashes to), and keeps each
 replica's last answer for `STALE_S`, so a replica that no probe reached this

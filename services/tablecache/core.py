@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from headstart.config import EngineSettings
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runner.model_runner import ModelRunner
 from headstart.models import load_model
 from headstart.prompt import PromptBuilder
 from headstart.schema.resolve import resolve_database

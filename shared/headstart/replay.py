@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from headstart.engine.generation import SamplingParams, SubmitResult
-from headstart.engine.session import Session
+from headstart.engine.requests.generation import SamplingParams, SubmitResult
+from headstart.engine.sessions.session import Session
 from headstart.trace import Trace
 from headstart.typist import Typist
 

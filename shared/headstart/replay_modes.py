@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from headstart.engine.generation import SamplingParams, SubmitResult
+from headstart.engine.requests.generation import SamplingParams, SubmitResult
 from headstart.replay import replay_trace
 from headstart.trace import Trace
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from headstart.engine.decode import decode_row
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner
-from headstart.engine.steps import Row, RowResult
+from headstart.engine.requests.decode_step import decode_row, decoded_tokens
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.runner.rows import Row, RowResult
 
 
 @dataclass(frozen=True)
@@ -71,23 +71,21 @@ class Answer:
     def row(self) -> Row:
         """The next step's row: the question (keeping its logits), then one decode step."""
         if not self.asked:
-            return Row(self.runner, self.kv, self.question_ids, True, None, self._asked)
-        return decode_row(self.runner, self.kv, self.tokens[-1], None, self._on_tokens)
+            return Row(self.kv, self.question_ids, True, runner=self.runner)
+        return decode_row(self.runner, self.kv, self.tokens[-1])
 
-    def _asked(self, result: RowResult) -> bool:
+    def commit(self, row: Row, result: RowResult) -> bool:
+        """The row of the last `row()` ran: its token kept; True while the answer goes on."""
         if result.error is not None:
             raise result.error
         if not result.ran:  # it left the forward: the same row runs again
             return True
-        self.asked = True
-        return self._on_token(int(torch.argmax(self.kv.last_logits)))
+        if not self.asked:
+            self.asked = True
+            return self._on_token(int(torch.argmax(self.kv.last_logits)))
+        return self._on_token(decoded_tokens(row)[0])
 
-    def _on_tokens(self, tokens: list[int] | None) -> bool:
-        return True if tokens is None else self._on_token(tokens[0])
-
-    def _on_token(self, token: int | None) -> bool:
-        if token is None:
-            return True
+    def _on_token(self, token: int) -> bool:
         if self.first_logits is None:
             self.first_logits = self.kv.last_logits.clone()
         if token not in self.stop_ids:

@@ -26,8 +26,8 @@ from headstart.data.states import DataState
 from headstart.data.types import FlashAnswer
 from headstart.data.workcopy import SqlError
 from headstart.engine.errors import InvalidInput, SessionClosed
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import Row
+from headstart.engine.runner.rows import Row, RowResult
+from headstart.engine.sched.jobs import JobWork, Priority
 from headstart.eval.extract import extract_sql
 
 MAX_QUESTIONS = 256  # one call's questions at most (the registry's bound is lower)
@@ -57,7 +57,7 @@ def evaluate(session, questions: list[str], max_new_tokens: int = 64,
     run = _Run(session, answers)
     with session._lock:
         session._answers.update(answers)
-    job = session._enqueue(run.step, Priority.FLASH, "data-flash")
+    job = session._enqueue(run, Priority.FLASH, "data-flash")
     try:
         job.wait(timeout)
     except TimeoutError:
@@ -72,14 +72,15 @@ def evaluate(session, questions: list[str], max_new_tokens: int = 64,
             for question, answer, seconds in zip(checked, answers, run.seconds)]
 
 
-class _Run:
-    """The job's state: the snapshot, which answer is running, each one's model time."""
+class _Run(JobWork):
+    """The job: the snapshot, which answer is running, each one's model time."""
 
     def __init__(self, session, answers: list[Answer]):
         self.session, self.answers = session, answers
         self.snapshot: Snapshot | None = None
         self.index, self.cancelled = 0, False
         self.seconds = [0.0] * len(answers)
+        self._started = 0.0  # when the running answer's row was prepared
 
     def step(self) -> Row | bool:
         if self.session.state is DataState.CLOSED:
@@ -96,16 +97,15 @@ class _Run:
         answer = self.answers[index]
         if answer.kv is None:
             answer.start(self.snapshot)
-        row, started = answer.row(), time.perf_counter()
-        commit = row.commit  # the answer's own: it picks the token and says if the answer goes on
+        self._started = time.perf_counter()
+        return answer.row()
 
-        def timed(result) -> bool:
-            more = commit(result)
-            self.seconds[index] += time.perf_counter() - started
-            return more or index + 1 < len(self.answers)
-
-        row.commit = timed
-        return row
+    def commit(self, row: Row, result: RowResult) -> bool:
+        """The running answer's commit (it picks the token, says if it goes on), timed."""
+        index = self.index
+        more = self.answers[index].commit(row, result)
+        self.seconds[index] += time.perf_counter() - self._started
+        return more or index + 1 < len(self.answers)
 
 
 def _finish(session, question: str, answer: Answer, snapshot: Snapshot, seconds: float) -> FlashAnswer:

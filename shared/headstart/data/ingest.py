@@ -19,9 +19,8 @@ from headstart.data.rows import DataRow, validate_row
 from headstart.data.states import DataState
 from headstart.data.types import DataSettings, PushAck, RowEntry, VersionEvent
 from headstart.engine.errors import InvalidInput
-from headstart.engine.kv import truncate_layers
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import Row, RowResult
+from headstart.engine.sched.jobs import Call, Priority
+from headstart.engine.runner.rows import Row, RowResult
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +167,8 @@ class Ingestion:
             self.counts["accepted"] += len(entries)
             self.counts["dropped"] += len(dropped)
             if self._ingest_job is None:
-                self._ingest_job = self._enqueue(self._ingest_step, Priority.STREAM, "data-ingest", background=True)
+                self._ingest_job = self._enqueue(Call(self._ingest_step, self._ingest_commit), Priority.STREAM,
+                                                 "data-ingest", background=True)
             return PushAck(seqs, len(dropped), tuple(dropped), self.counts["dropped"], len(self._buffer))
 
     def _ingest_step(self) -> Row | bool:
@@ -206,16 +206,17 @@ class Ingestion:
                 return True
         ids = [t for entry in batch for t in entry.ids]
         job = self._ingest_job
-        return Row(self.runner, self._live, ids, False, lambda: job is not None and job.preempt_requested,
-                   lambda result: self._ingest_commit(batch, result))
+        self._ingesting = batch
+        return Row(self._live, ids, False, lambda: job is not None and job.preempt_requested, runner=self.runner)
 
-    def _ingest_commit(self, batch: list[RowEntry], result: RowResult) -> bool:
+    def _ingest_commit(self, row: Row, result: RowResult) -> bool:
         """The batch's one commit: insert into the working copy, record the rows
         in the cache, bump the version, apply retention (worker thread)."""
+        batch, self._ingesting = self._ingesting, []
         if result.error is not None:
             # the cache may have grown in some layers: cut it back to the rows it
             # holds; the session fails (the batch's rows never reached the cache)
-            truncate_layers(self._live.cache, self._live.num_tokens)
+            self._live.undo_partial_forward()
             with self._lock:
                 self.counts["failed"] += len(batch)
             self._fail(f"an ingestion forward failed at seqs {batch[0].seq}..{batch[-1].seq}: "

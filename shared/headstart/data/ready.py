@@ -39,8 +39,8 @@ import torch
 from headstart.data.answer import Snapshot, logit_gap
 from headstart.data.states import DataState
 from headstart.data.types import FAST_ANSWERS, QueryResult
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import Row, RowResult
+from headstart.engine.sched.jobs import JobWork, Priority
+from headstart.engine.runner.rows import Row, RowResult
 
 
 def in_fast_vocabulary(text: str, vocabulary: frozenset[str] = FAST_ANSWERS) -> bool:
@@ -96,38 +96,38 @@ class ReadyLogits:
                 self._again = True  # the running job goes once more, on the newest version
                 return
             self._again = False
-            self._job = session._enqueue(lambda: self._step(session), Priority.STREAM, "data-ready")
+            self._job = session._enqueue(_ReadyWork(self, session), Priority.STREAM, "data-ready")
 
-    def _step(self, session) -> Row | bool:
+    def _step(self, session) -> "tuple[Row, tuple] | None":
+        """The ready row on the newest snapshot, with what its commit needs; None: closed."""
         with self._lock:
             if session.state is DataState.CLOSED:
                 self._job = None
-                return False
+                return None
             epoch = self.epoch
         snapshot: Snapshot = session._snapshot()
         kv = snapshot.kv.share()
+        return Row(kv, session.prompt.ready_ids(), True, runner=session.runner), (snapshot, epoch)
 
-        def commit(result: RowResult) -> bool:
-            if result.error is not None:
-                with self._lock:
-                    self._job = None
-                raise result.error
-            if not result.ran:  # it yielded to a more urgent job: try again
-                return True
-            logits = kv.last_logits
-            token = int(torch.argmax(logits))
-            position = ReadyPosition(snapshot.version, epoch, token, session.prompt.decode([token]),
-                                     logit_gap(logits), snapshot.rows, snapshot.context, logits.clone())
+    def _commit(self, session, row: Row, result: RowResult, snapshot: Snapshot, epoch: int) -> bool:
+        if result.error is not None:
             with self._lock:
-                self.current = position
-                more, self._again = self._again, False
-                if not more:
-                    self._job = None
-            with session._lock:
-                session.counts["ready_refreshes"] += 1
-            return more
-
-        return Row(session.runner, kv, session.prompt.ready_ids(), True, None, commit)
+                self._job = None
+            raise result.error
+        if not result.ran:  # it yielded to a more urgent job: try again
+            return True
+        logits = row.state.last_logits
+        token = int(torch.argmax(logits))
+        position = ReadyPosition(snapshot.version, epoch, token, session.prompt.decode([token]),
+                                 logit_gap(logits), snapshot.rows, snapshot.context, logits.clone())
+        with self._lock:
+            self.current = position
+            more, self._again = self._again, False
+            if not more:
+                self._job = None
+        with session._lock:
+            session.counts["ready_refreshes"] += 1
+        return more
 
     def usable(self, session) -> ReadyPosition | None:
         """The ready position if it stands for the session's current cache and version."""
@@ -154,3 +154,22 @@ class ReadyLogits:
         return QueryResult(position.text, "", position.version, position.rows,
                            position.context, [position.token], position.logits, time.perf_counter() - started,
                            speculative=True)
+
+
+class _ReadyWork(JobWork):
+    """The job that brings the ready position to the session's newest version."""
+
+    def __init__(self, ready: ReadyLogits, session):
+        self.ready, self.session = ready, session
+        self._pending: tuple | None = None
+
+    def step(self) -> Row | bool:
+        out = self.ready._step(self.session)
+        if out is None:
+            return False
+        row, self._pending = out
+        return row
+
+    def commit(self, row: Row, result: RowResult) -> bool:
+        (snapshot, epoch), self._pending = self._pending, None
+        return self.ready._commit(self.session, row, result, snapshot, epoch)

@@ -1,6 +1,6 @@
 """Retention's cache move for `shift`: drop a span of the cache and re-rotate the rest.
 
-The keys in a Hugging Face cache are stored *after* rotary position
+The keys in a cache are stored *after* rotary position
 encoding. Dropping `d` tokens at position `start` moves every later token
 `d` positions back. RoPE is a rotation by the position's angle, so a kept
 key is rotated back by its old position's angle and forward by its new
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from headstart.engine.kv import KVState
-from headstart.engine.paged_kv import PagedCache
+from headstart.engine.kv.state import KVState
+from headstart.engine.kv.paged_cache import PagedCache
 from headstart.tables.rope import rotary_cos_sin, rotary_function
 
 
@@ -40,8 +40,8 @@ def shift_out(model, kv: KVState, start: int, count: int) -> KVState:
         raise ValueError(f"cannot drop tokens {start}..{start + count - 1} of a {kv.num_tokens}-token cache")
     rotate = rotary_function(model)
     new = PagedCache()
-    for index, layer in enumerate(kv.cache.layers):
-        keys, values = layer.keys, layer.values  # [1, heads, tokens, head_dim] (joined copies)
+    for index in range(kv.cache.num_layers):
+        keys, values = kv.cache.keys(index), kv.cache.values(index)  # [1, heads, tokens, head_dim] (joined copies)
         work = torch.float64 if keys.dtype == torch.float64 else torch.float32
         later = keys[:, :, start + count:].to(work)
         n = later.shape[2]

@@ -12,9 +12,9 @@ import time
 from headstart.data.ingest import retention_cut
 from headstart.data.retention import frozen_part, shift_out
 from headstart.data.states import DataState, RetentionState, advance
-from headstart.engine.commit import start_commit
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import Row, RowResult
+from headstart.engine.requests.catch_up import start_catch_up
+from headstart.engine.sched.jobs import Call, Priority
+from headstart.engine.runner.rows import Row, RowResult
 
 
 class RetentionJobs:
@@ -46,7 +46,8 @@ class RetentionJobs:
             self.retention_state = advance(self.retention_state, RetentionState.REBUILDING)
             self._rebuild_cutoff = self._segments[rows - 1].seq
             self._rebuild_kv = None
-            self._rebuild_job = self._enqueue(self._rebuild_step, Priority.STREAM, "data-rebuild", background=True)
+            self._rebuild_job = self._enqueue(Call(self._rebuild_step, self._rebuild_commit), Priority.STREAM,
+                                              "data-rebuild", background=True)
 
     def _retained_target(self) -> list[int]:
         kept = [t for e in self._segments if e.seq > self._rebuild_cutoff for t in e.ids]
@@ -63,23 +64,26 @@ class RetentionJobs:
         if self._rebuild_kv.ids == target:
             self._swap()
             return False
-        job, started = self._rebuild_job, time.perf_counter()
-
-        def then(commit, result: RowResult) -> bool:
-            # the row's forward ran between this step and its commit, on this thread
-            self.retention_seconds += time.perf_counter() - started
-            self.counts["rebuild_tokens"] += len(commit.step.chunk) if result.ran else 0
-            if result.error is not None:  # give up this rebuild (the live cache is intact); the next batch retries
-                self._rebuild_kv = None
-                self.retention_state = advance(self.retention_state, RetentionState.STEADY)
-                self.counts["rebuild_failures"] += 1
-            return raise_or(result, True)
-
+        job = self._rebuild_job
         chunk = self.runtime.limits.chunk_tokens
         if job is not None and job.token_cap is not None:  # answers wait (the scheduler's rule 2d)
             chunk = min(chunk, job.token_cap)
-        return start_commit(self.runner, self._rebuild_kv, target, chunk, False,
-                            lambda: job is not None and job.preempt_requested, then).row
+        catch_up = start_catch_up(self.runner, self._rebuild_kv, target, chunk, False,
+                                  lambda: job is not None and job.preempt_requested)
+        self._rebuilding = (catch_up, time.perf_counter())
+        return catch_up.row
+
+    def _rebuild_commit(self, row: Row, result: RowResult) -> bool:
+        """A rebuild chunk ran (worker thread): count it; on a failure give up this
+        rebuild (the live cache is intact; the next batch retries)."""
+        (catch_up, started), self._rebuilding = self._rebuilding, None
+        self.retention_seconds += time.perf_counter() - started
+        self.counts["rebuild_tokens"] += len(catch_up.plan.chunk) if result.ran else 0
+        if result.error is not None:
+            self._rebuild_kv = None
+            self.retention_state = advance(self.retention_state, RetentionState.STEADY)
+            self.counts["rebuild_failures"] += 1
+        return raise_or(result, True)
 
     def _swap(self) -> None:
         with self._lock:

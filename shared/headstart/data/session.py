@@ -2,7 +2,7 @@
 
 - **frozen**: instructions + schema (`DataPrompt.frozen_ids`), brought from
   the runtime's P0 of the database (its common prefix is reused, the rest
-  extended by the one commit rule) when the session opens.
+  extended by the catch-up rule) when the session opens.
 - **sliding**: the accepted rows, one line each, oldest first, bounded by
   `retention_tokens`.
 - **ephemeral**: a query's question and answer. A query extends a
@@ -47,11 +47,11 @@ from headstart.data.retention_jobs import RetentionJobs, raise_or
 from headstart.data.states import DataState, RetentionState, advance
 from headstart.data.types import DataSettings, FlashAnswer, QueryResult, RowEntry, VersionEvent
 from headstart.data.workcopy import WorkingCopy
-from headstart.engine.commit import start_commit
+from headstart.engine.requests.catch_up import CatchUp, start_catch_up
 from headstart.engine.errors import InvalidInput, SessionClosed, SessionFailed, validate_text
-from headstart.engine.kv import KVState
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import Row
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.rows import Row, RowResult
+from headstart.engine.sched.jobs import JobWork, Priority
 from headstart.eval.extract import extract_sql
 from headstart.prompt import common_prefix_len
 from headstart.schema.model import SchemaError
@@ -108,7 +108,9 @@ class DataSession(Ingestion, RetentionJobs):
         self._segments: list[RowEntry] = []  # rows in the live cache, oldest first (worker thread)
         self._last_seq, self._version = 0, 0  # every seq seen so far is <= _last_seq
         self._ingest_job = self._rebuild_job = None
+        self._ingesting: list[RowEntry] = []  # the batch of the ingestion row in flight (worker thread)
         self._rebuild_kv: KVState | None = None
+        self._rebuilding: tuple[CatchUp, float] | None = None  # the rebuild row in flight and its start
         self._rebuild_cutoff = 0
         self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0,
                            rebuilds=0, queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
@@ -156,21 +158,9 @@ class DataSession(Ingestion, RetentionJobs):
     def _open(self, row_ids: list[int]) -> KVState:
         """The live cache: the frozen region (from P0) and `row_ids` (a rebuild's rows)."""
         base = self.runtime.base_state(self.runtime.prompt_for(self.db))
-        target = self.prompt.frozen_ids + row_ids
-        holder: list[KVState] = []
-
-        def step():
-            if not holder:
-                holder.append(frozen_part(base, common_prefix_len(base.ids, target)) if base.cache is not None
-                              else KVState())
-            kv = holder[0]
-            if kv.ids == target:
-                return False
-            return start_commit(self.runner, kv, target, self.runtime.limits.chunk_tokens, False, None,
-                                lambda _c, result: raise_or(result, True)).row
-
-        self._enqueue(step, Priority.STREAM, "data-open").wait()
-        return holder[0]
+        opening = _OpenLiveCache(self.runner, base, self.prompt.frozen_ids + row_ids, self.runtime.limits.chunk_tokens)
+        self._enqueue(opening, Priority.STREAM, "data-open").wait()
+        return opening.kv
 
     # -- queries ----------------------------------------------------------------------
 
@@ -195,23 +185,16 @@ class DataSession(Ingestion, RetentionJobs):
             if quick is not None:
                 return quick
         answer = Answer(self.runner, self.prompt.question_ids(question), max_new_tokens, self.runtime.stop_ids)
-        held: list[Snapshot] = []
-
-        def step() -> Row:
-            if not held:
-                held.append(self._snapshot())
-                answer.start(held[0])
-            return answer.row()
-
+        query = _Query(self, answer)
         with self._lock:
             self._answers.add(answer)
         try:
-            self._enqueue(step, Priority.SUBMIT, "data-query").wait(timeout)
+            self._enqueue(query, Priority.SUBMIT, "data-query").wait(timeout)
         finally:
             with self._lock:
                 self._answers.discard(answer)
                 self.counts["queries"] += 1
-        snap, text = held[0], self.prompt.decode(answer.tokens)
+        snap, text = query.snapshot, self.prompt.decode(answer.tokens)
         return QueryResult(text, extract_sql(text), snap.version, snap.rows, snap.context, answer.tokens,
                            answer.first_logits, time.perf_counter() - started)
 
@@ -332,3 +315,41 @@ class DataSession(Ingestion, RetentionJobs):
     def _enqueue(self, step, priority: Priority, name: str, background: bool = False):
         return self.runtime.worker.enqueue(step, priority, f"{name}:{self.id}", tenant=self.tenant,
                                            background=background)
+
+
+class _OpenLiveCache(JobWork):
+    """The job that opens a live cache: from P0's frozen part to `target` by the
+    catch-up rule, a chunk per step (worker thread); the cache is `kv` after."""
+
+    def __init__(self, runner, base: KVState, target: list[int], chunk_tokens: int):
+        self.runner, self.base, self.target, self.chunk_tokens = runner, base, target, chunk_tokens
+        self.kv: KVState | None = None
+
+    def step(self) -> Row | bool:
+        if self.kv is None:
+            base = self.base
+            self.kv = frozen_part(base, common_prefix_len(base.ids, self.target)) if base.cache is not None \
+                else KVState()
+        if self.kv.ids == self.target:
+            return False
+        return start_catch_up(self.runner, self.kv, self.target, self.chunk_tokens, False).row
+
+    def commit(self, row: Row, result: RowResult) -> bool:
+        return raise_or(result, True)
+
+
+class _Query(JobWork):
+    """A query's job: its answer's rows on a snapshot taken at its first step."""
+
+    def __init__(self, session: DataSession, answer: Answer):
+        self.session, self.answer = session, answer
+        self.snapshot: Snapshot | None = None
+
+    def step(self) -> Row:
+        if self.snapshot is None:
+            self.snapshot = self.session._snapshot()
+            self.answer.start(self.snapshot)
+        return self.answer.row()
+
+    def commit(self, row: Row, result: RowResult) -> bool:
+        return self.answer.commit(row, result)

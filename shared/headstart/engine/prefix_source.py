@@ -14,8 +14,8 @@ interface and builds on the engine; the engine never imports the tables.
 A `PrefixHit` is lazy: `prepare` runs on the forward worker at the request's
 first step (its cost counts in the TTFT, and a table source loads its blocks
 only then, so the scheduler's reranking decides which blocks are on the
-device when they are needed). `blocks` names the table blocks the hit will
-place (empty for P0): the scheduler's reranking hint.
+device when they are needed). `table_blocks` names the table blocks the hit
+will place (empty for P0): the scheduler's reranking hint.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner
-from headstart.engine.p0_store import P0Store, p0_key
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import ExtensionSteps
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.kv.p0_store import P0Store, p0_key
+from headstart.engine.sched.jobs import Priority
+from headstart.engine.sched.extensions import ExtensionSteps
 from headstart.prompt import PromptBuilder
 
 
@@ -38,19 +38,19 @@ class PrefixHit:
 
     prepare: runs on the worker at the request's first step; returns a
         KVState the request owns (it extends it with the rest of the prompt),
-        or steps that build one (`steps.ExtensionSteps`: a table source's
+        or steps that build one (`sched.extensions.ExtensionSteps`: a table source's
         assembly), whose forwards the request runs as its own rows.
     cached_tokens: about how many prompt tokens `prepare`'s state will hold
-        (the scheduler's cost hint; the commit rule crops to what matches).
+        (the scheduler's cost hint; the catch-up rule crops to what matches).
     release: called once when the request finishes, whatever its outcome.
-    blocks: keys of the table blocks the hit places (the scheduler reranks
-        waiting completions by them); empty when there are none.
+    table_blocks: keys of the table blocks the hit places (the scheduler
+        reranks waiting completions by them); empty when there are none.
     """
 
     prepare: Callable[[], "KVState | ExtensionSteps[KVState]"]
     cached_tokens: int
     release: Callable[[], None] | None = None
-    blocks: frozenset[str] = frozenset()
+    table_blocks: frozenset[str] = frozenset()
 
 
 @runtime_checkable
@@ -67,7 +67,7 @@ class PrefixSource(Protocol):
         """The head of `prompt_ids` (a prompt of `prompt`, for database `db`)."""
         ...
 
-    def resident_blocks(self) -> frozenset[str]:
+    def resident_table_blocks(self) -> frozenset[str]:
         """Keys of the table blocks on the device now (the reranking anchor)."""
         ...
 
@@ -92,14 +92,13 @@ class P0Source:
         self.loaded, self.runner, self.worker, self.store = loaded, runner, worker, store
 
     def base_state(self, db: str, prompt: PromptBuilder) -> KVState:
-        # NOTE: the kernels are part of the key: a P0 prefilled by another fast
-        # path differs in float32 rounding, and reusing it would break exactness
-        # (the bare dtype named the Hugging Face forward's P0s, before the runner's one loop)
+        # NOTE: the kernels are part of the key: a P0 prefilled by another kernel
+        # set differs in float32 rounding, and reusing it would break exactness
         dtype_key = f"{self.loaded.dtype_name}+{self.runner.fast_path}"
         key = p0_key(self.loaded.model_id, dtype_key, prompt.base_ids)
         state = self.store.get(key, self.loaded.device)
         if state is None:
-            # a planned row (the scheduler counts its tokens), not an opaque step: issue 28
+            # a planned row (the scheduler counts its tokens), not an opaque step
             state = self.worker.extend_sync(self.runner, KVState(), prompt.base_ids, Priority.STREAM, "p0",
                                             shared=True)
             self.store.put(key, state)
@@ -109,7 +108,7 @@ class P0Source:
         base = self.base_state(db, prompt)
         return PrefixHit(base.share, base.num_tokens)
 
-    def resident_blocks(self) -> frozenset[str]:
+    def resident_table_blocks(self) -> frozenset[str]:
         return frozenset()
 
     def close(self) -> None:

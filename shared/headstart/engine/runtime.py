@@ -20,19 +20,20 @@ import torch
 
 from headstart.config import EngineSettings
 from headstart.engine.errors import HeadstartError, InvalidInput, PromptTooLong
-from headstart.engine.generation import GenerationRequest, SamplingParams, SubmitResult
-from headstart.engine.kv import KVState
-from headstart.engine.kv_memory import KVMemory
-from headstart.engine.forward_trace import ForwardTrace
-from headstart.engine.model_runner import ModelRunner
-from headstart.engine.p0_store import P0Store
-from headstart.engine.policy import PaperPolicy, make_policy
+from headstart.engine.requests.generation import GenerationRequest, SamplingParams, SubmitResult
+from headstart.engine.kv.state import KVState
+from headstart.engine.kv.memory import KVMemory
+from headstart.engine.sched.forward_trace import ForwardTrace
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.kv.p0_store import P0Store
+from headstart.engine.sessions.policy import PaperPolicy, make_policy
 from headstart.engine.prefix_source import P0Source, PrefixHit, PrefixSource
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.session import Session, SessionLimits
-from headstart.engine.session_table import SessionTable
-from headstart.engine.tenant_worker import TenantWorker
-from headstart.engine.worker import ForwardWorker
+from headstart.engine.sched.jobs import Priority
+from headstart.engine.sessions.records import SessionLimits
+from headstart.engine.sessions.session import Session
+from headstart.engine.sessions.table import SessionTable
+from headstart.engine.sched.tenant_worker import TenantWorker
+from headstart.engine.sched.worker import ForwardWorker
 from headstart.models import LoadedModel, load_model
 from headstart.paths import run_dir
 from headstart.prompt import PromptBuilder
@@ -41,10 +42,8 @@ from headstart.schema.model import Schema, SchemaError
 log = logging.getLogger(__name__)
 
 MODES = ("cold", "prefix")
-# Spider dev's 972 answers of the 0.5B replayed (`headstart bench prompt-lookup`, docs/benchmarks.md): one
-# drafted token (n-grams of 1-3) gave 1.17 tokens a forward and 5-7% less decode time at every kernel level
-# (avx2 0.93, avx512 0.95, avx512vnni 0.94 of no drafts); 2 tokens gave 1.22 but 0.96-1.00 (a forward of 3
-# tokens costs 1.3-1.4x one), more tokens cost more than they save.
+# one drafted token per decode step: the most that saved decode time on Spider's answers
+# (`headstart bench prompt-lookup`, docs/benchmarks.md)
 DEFAULT_DRAFT_TOKENS = 1
 MAX_SUBSET_PROMPTS = 256
 
@@ -60,7 +59,7 @@ class EngineRuntime:
         loaded: a model already loaded (benchmarks share one between runtimes).
         runner: `loaded`'s runner, its kernels already chosen (tests share
             one, and `auto`'s measurement, between runtimes); the runtime
-            sets it to `settings`' fast path. None: a new one.
+            sets it to `settings`' kernel set. None: a new one.
         prefix_source: where prompt heads come from: a `PrefixSource`, or a
             function of this runtime returning one; None: the P0 store.
 
@@ -85,12 +84,12 @@ class EngineRuntime:
                                     max_batch_tokens=settings.max_batch_tokens, batch_scope=settings.batch_scope,
                                     decode_defer_ms=settings.decode_defer_ms,
                                     stream_typing_tokens=settings.stream_typing_tokens,
+                                    rerank_max_delay=settings.table_rerank_max_delay,
+                                    resident_table_blocks=self._resident_table_blocks,
                                     trace=ForwardTrace(settings.trace_forwards) if settings.trace_forwards else None)
         # Set-up (loading, `auto`'s timing) runs on the worker thread, where every
         # forward runs: torch work on a second thread gives libgomp a second team,
-        # more threads than cores, and then its waiting threads barely spin before
-        # they sleep (a 2-row forward of the 0.5B: 70 ms against 50-58 with one
-        # team; docs/benchmarks-archive.md, "Two OpenMP teams").
+        # more threads than cores (docs/benchmarks-archive.md, "Two OpenMP teams").
         try:
             self.loaded, self.runner = self.worker.run_sync(lambda: self._set_up(loaded, runner), name="set-up")
         except BaseException:
@@ -117,9 +116,12 @@ class EngineRuntime:
         if callable(prefix_source) and not isinstance(prefix_source, PrefixSource):
             prefix_source = prefix_source(self)
         self.prefix_source: PrefixSource = prefix_source or self.p0_source
-        # the scheduler reranks waiting table-cache completions around the blocks on the device
-        self.worker.scheduler.resident_blocks = lambda: self.prefix_source.resident_blocks()
-        self.worker.scheduler.rerank_max_delay = settings.table_rerank_max_delay
+
+    def _resident_table_blocks(self) -> frozenset[str]:
+        """The table blocks on the device: the scheduler reranks waiting table-cache
+        completions around them (before the prefix source exists: none)."""
+        source = getattr(self, "prefix_source", None)
+        return source.resident_table_blocks() if source is not None else frozenset()
 
     def _set_up(self, loaded: LoadedModel | None, runner: ModelRunner | None) -> tuple[LoadedModel, ModelRunner]:
         """The model and its runner with its kernels (on the worker thread: `__init__`)."""
@@ -189,6 +191,12 @@ class EngineRuntime:
         for key in subsets[: max(0, len(subsets) - MAX_SUBSET_PROMPTS)]:
             del self._prompts[key]
 
+    @property
+    def num_prompt_builders(self) -> int:
+        """Prompt builders held (whole schemas and table orders: `prompt_for`)."""
+        with self._lock:
+            return len(self._prompts)
+
     def _db_of(self, prompt: PromptBuilder) -> str:
         with self._lock:
             for (db, _), builder in self._prompts.items():
@@ -246,7 +254,7 @@ class EngineRuntime:
                        chunk_tokens: int | None = None) -> GenerationRequest:
         """Queue a generation request over `ids` starting from `hit`, as a job
         with an owner (so its steps batch like any request's), its tenant and
-        the hit's blocks (the scheduler's reranking hint)."""
+        the hit's table blocks (the scheduler's reranking hint)."""
         release = hit.release
         request = GenerationRequest(
             self.runner, prompt.decode, ids, params, self.stop_ids,
@@ -256,7 +264,7 @@ class EngineRuntime:
         )
         try:
             request.enqueue_on(self.worker, priority, name, owner=f"request-{id(request)}", tenant=tenant,
-                               blocks=hit.blocks or None)
+                               table_blocks=hit.table_blocks or None)
         except BaseException:
             if release is not None:
                 release()

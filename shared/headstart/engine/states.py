@@ -7,7 +7,7 @@ A session or a request holds one state (an enum below) instead of flags;
 client error). Staying in the same state is always allowed (a no-op), so
 callers need not test before re-asserting where they are.
 
-Session (`headstart.engine.session.Session`):
+Session (`headstart.engine.sessions.session.Session`):
 
     IDLE             nothing queued: no text yet, the policy leaves the cache as
                      it is for now (a debounce recheck may be pending), or a
@@ -22,7 +22,7 @@ Session (`headstart.engine.session.Session`):
                      flight may still finish: its work is what the submit needs)
     CLOSED           final
 
-Request (`headstart.engine.generation.GenerationRequest`):
+Request (`headstart.engine.requests.generation.GenerationRequest`):
 
     QUEUED -> PREFILL -> DECODE -> DONE, and CANCELLED / FAILED from any
     non-final state. A request whose answer tokens are all known at submit

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner
-from headstart.engine.paged_kv import PagedCache
-from headstart.engine.steps import Extension, ExtensionSteps, run_inline
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.kv.paged_cache import PagedCache
+from headstart.engine.sched.extensions import Extension, ExtensionSteps, run_inline
 from headstart.tables.block import TableBlock
 from headstart.tables.rope import apply_rope
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from headstart.engine.generation import SamplingParams, SubmitResult
-from headstart.engine.scheduler_types import Priority
+from headstart.engine.requests.generation import SamplingParams, SubmitResult
+from headstart.engine.sched.jobs import Priority
 from headstart.tables.pipeline import iter_pipeline
 from headstart.tables.engine_source import table_source
 from headstart.tables.rerank import rerank as rerank_order

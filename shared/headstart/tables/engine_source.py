@@ -14,7 +14,7 @@
   forward worker does no store I/O); the blocks are admitted to the device
   tier, pinned, and assembled on the forward worker at the request's first
   step, so the scheduler's reranking of waiting completions
-  (`headstart.engine.scheduler_order`) decides which blocks are on the
+  (`headstart.engine.sched.ordering`) decides which blocks are on the
   device when they are needed; the TTFT counts both.
 
 It also owns the table cache's own work: a database's layout (precomputing
@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from headstart.engine.errors import InvalidInput
-from headstart.engine.kv import KVState
-from headstart.engine.p0_store import p0_key
+from headstart.engine.kv.state import KVState
+from headstart.engine.kv.p0_store import p0_key
 from headstart.engine.prefix_source import PrefixHit
-from headstart.engine.scheduler_types import Priority
-from headstart.engine.steps import ExtensionSteps
+from headstart.engine.sched.jobs import Priority
+from headstart.engine.sched.extensions import ExtensionSteps
 from headstart.prompt import PromptBuilder
 from headstart.tables.layout import TableLayout
 from headstart.tables.precompute import GroupProgress, PrecomputeReport
@@ -78,7 +78,7 @@ class TablePrefixSource:
         plan = self.service.plan(self.layout(db), prompt_ids)
         return self.hit(plan, prefetched=self.service.prefetch(plan))
 
-    def resident_blocks(self) -> frozenset[str]:
+    def resident_table_blocks(self) -> frozenset[str]:
         return frozenset(self.service.tier.keys())
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headstart.engine.model_runner import ModelRunner
+from headstart.engine.runner.model_runner import ModelRunner
 from headstart.tables.block import TableBlock
 from headstart.tables.layout import TableLayout
 from headstart.tables.store.base import BlockStore

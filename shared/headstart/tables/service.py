@@ -34,9 +34,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from headstart.engine.kv import KVState
-from headstart.engine.model_runner import ModelRunner
-from headstart.engine.steps import Extension, ExtensionSteps, run_inline
+from headstart.engine.kv.state import KVState
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.sched.extensions import Extension, ExtensionSteps, run_inline
 from headstart.models import LoadedModel
 from headstart.prompt import PromptBuilder
 from headstart.tables.assemble import AssemblyStats, PlacedBlock, assemble_steps
