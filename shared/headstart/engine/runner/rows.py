@@ -10,14 +10,11 @@ and tests that call the runner directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from headstart.engine.kv.state import KVState
-
-if TYPE_CHECKING:
-    from headstart.engine.runner.model_runner import ModelRunner
 
 
 @dataclass(eq=False)
@@ -44,7 +41,7 @@ class Row:
     should_abort: Callable[[], bool] | None = None
     logits_positions: int = 1
     position_logits: torch.Tensor | None = None
-    runner: "ModelRunner | None" = None
+    runner: object | None = None  # the `ModelRunner` (its module imports this one)
     shared: bool = False
 
     @property
