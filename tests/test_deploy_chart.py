@@ -231,3 +231,15 @@ def test_engine_secret_is_a_file_never_an_environment_variable():
 def test_ray_cluster_runs_with_token_auth(sets, mode):
     ray = next(o for o in render(sets) if o.kind == "RayService")
     assert ray.obj["spec"]["rayClusterConfig"].get("authOptions", {}).get("mode") == mode
+
+
+def test_ray_pods_start_workers_at_normal_priority():
+    """Ray's raylet starts workers at niceness 15 unless told: the engine replicas (the serving
+    work) would yield the CPU to every other process on their node (services/engine/ray_stack.py)."""
+    ray = next(o for o in render() if o.kind == "RayService")
+    config = ray.obj["spec"]["rayClusterConfig"]
+    pods = [config["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in config["workerGroupSpecs"]]
+    for pod in pods:
+        for container in pod["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert env.get("RAY_worker_niceness") == "0", container["name"]

@@ -57,6 +57,22 @@ def keep_ray_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False  # ray may have been imported before the variable was set
 
 
+# Ray's raylet starts every worker process at niceness 15 (its `worker_niceness`
+# config, read from this variable): an engine replica, the process holding the
+# model and every session, would then yield the CPU to any normal-priority
+# process on its node (the gateway, the flash worker, a neighbour) and its data
+# sessions fell behind their pushes under load. The replica is the serving
+# work, so it runs at the priority of the process that started Ray.
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+WORKER_NICENESS = "0"
+
+
+def keep_worker_priority() -> None:
+    """Ray workers (engine replicas) this process starts run at niceness 0, not Ray's 15
+    (an operator's own $RAY_worker_niceness is kept)."""
+    os.environ.setdefault(WORKER_NICENESS_ENV, WORKER_NICENESS)
+
+
 @contextmanager
 def dashboard_agent_port(port: int) -> Iterator[None]:
     """Within: a Ray node this process starts gives its dashboard agent's HTTP
@@ -99,6 +115,7 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
     # with forwards a proxy's first start takes longer. Ray's processes inherit these.
     for name in ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S"):
         os.environ.setdefault(name, "30")
+    keep_worker_priority()
     keep_ray_on_loopback()
     temp_dir.mkdir(parents=True, exist_ok=True)
     if len(str(temp_dir)) > 60:

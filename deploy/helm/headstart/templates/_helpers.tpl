@@ -125,6 +125,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* Environment of processes that load the model and read/write table blocks (engine, table cache). */}}
+{{/*
+Ray's raylet starts worker processes (the engine replicas) at niceness 15: a
+replica would yield the CPU to every normal-priority process on its node and
+its data sessions fall behind. The replica is the serving work: niceness 0.
+*/}}
+{{- define "headstart.rayWorkerPriorityEnv" -}}
+- name: RAY_worker_niceness
+  value: "0"
+{{- end }}
+
 {{- define "headstart.modelEnv" -}}
 - name: HF_HOME
   value: /cache/huggingface
