@@ -49,7 +49,9 @@ def test_on_version_is_called_once_per_batch_with_its_version(runtime, db):
         finally:
             gate.set()
         session.wait_idle()
-        assert events == [VersionEvent(5, 2, 2, 2), VersionEvent(7, 2, 2, 4), VersionEvent(9, 1, 2, 5)]
+        # seqs 1..3 (the first push) were dropped: the second push is behind until version 9
+        assert events == [VersionEvent(5, 2, 2, 2, 1), VersionEvent(7, 2, 2, 4, 1), VersionEvent(9, 1, 2, 5, 0)]
+        assert events[-1].lag_seconds == 0.0 and events[0].lag_seconds > 0
         assert session.data_version == 9
     finally:
         session.close()

@@ -129,6 +129,12 @@ class EngineSettings(BaseSettings):
     )
     table_store_url: str = Field("memory://", description="block store: memory:// or redis://host:port/db")
     # -- data sessions (issue 12; services/engine/data_service.py) -------------
+    data_max_lag_versions: int = Field(
+        256, ge=0, description="a data session this many acknowledged pushes behind refuses the next push "
+        "with INGESTION_BEHIND and a retry hint (0: no bound)")
+    data_max_lag_s: float = Field(
+        10.0, ge=0, description="a data session whose oldest unhandled push is this many seconds old refuses "
+        "the next push with INGESTION_BEHIND and a retry hint (0: no bound)")
     redis_url: str | None = Field(
         None, description="Redis of the data sessions' version events (set by `headstart serve` for its "
         "replicas); unset: not published"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
+from headstart.data.lag import IngestionBehind, LagBound
 from headstart.data.prompt import DataPrompt
 from headstart.data.rows import DataRow, validate_row
 from headstart.data.states import DataState
@@ -123,6 +124,10 @@ class Ingestion:
     A push validates, tokenizes and buffers on the caller's thread and
     returns at once; the buffer is bounded and drops its *oldest
     unprocessed* rows when full, counted in the ack and in `describe()`.
+    Before that, a session whose ingestion is past its lag bound
+    (`headstart.data.lag`) refuses a push whole with `IngestionBehind` and a
+    retry hint, so a producer faster than the replica meets backpressure
+    instead of a growing backlog.
     Every ingestion batch (STREAM) inserts its rows into the working copy,
     extends the cache and sets the data version in one commit on the worker
     thread, so a query's version names exactly the rows it saw.
@@ -143,6 +148,8 @@ class Ingestion:
                 or `seqs` is out of order.
             ResourceExhausted: the rows' cells do not fit the replica's KV
                 budget (`headstart.data.budget`); nothing was buffered.
+            IngestionBehind: the session is past its lag bound; nothing was
+                buffered (retry after its `retry_after_s`).
             SessionClosed: the session is closed; SessionFailed: its ingestion failed.
         """
         self._check_usable()
@@ -155,21 +162,43 @@ class Ingestion:
         """Buffer validated rows under their seqs, dropping the oldest unprocessed past the bound."""
         with self._lock:
             self._check_usable()
+            self._check_lag()
             if seqs is None:
                 seqs = tuple(range(self._last_seq + 1, self._last_seq + 1 + len(entries)))
             else:
                 seqs = check_seqs(seqs, len(entries), self._last_seq)
             self._last_seq = seqs[-1]
             self._buffer.extend(RowEntry(seq, row, ids) for seq, (row, ids) in zip(seqs, entries))
+            self._lag.pushed(seqs[-1], len(entries))
             dropped = []
             while len(self._buffer) > self.settings.buffer_rows:
                 dropped.append(self._buffer.popleft().seq)  # the oldest unprocessed rows go, counted
+            if dropped:
+                self._lag.handled(dropped[-1])
             self.counts["accepted"] += len(entries)
             self.counts["dropped"] += len(dropped)
             if self._ingest_job is None:
                 self._ingest_job = self._enqueue(Call(self._ingest_step, self._ingest_commit), Priority.STREAM,
                                                  "data-ingest", background=True)
             return PushAck(seqs, len(dropped), tuple(dropped), self.counts["dropped"], len(self._buffer))
+
+    def _check_lag(self) -> None:
+        """IngestionBehind when the session is past its lag bound (the caller holds the lock)."""
+        bound: LagBound = self.lag_bound
+        reason = bound.exceeded(self._lag.current())
+        if reason is None:
+            return
+        self.counts["behind_refusals"] += 1
+        retry = self._lag.retry_after(bound)
+        raise IngestionBehind(f"data session {self.id}: ingestion is {reason}; nothing of this push was kept, "
+                              f"retry in {retry:.1f} s", retry)
+
+    def _handled(self, through_seq: int) -> None:
+        """Rows up to `through_seq` are handled: their pushes leave the lag, their delays are observed
+        (the caller holds the lock)."""
+        for delay in self._lag.handled(through_seq):
+            if self.lag_histogram is not None:
+                self.lag_histogram.observe(delay)
 
     def _ingest_step(self) -> Row | bool:
         """The next batch's row (worker thread); a failure here fails the session, never silently."""
@@ -195,6 +224,7 @@ class Ingestion:
                     not batch or tokens + len(self._buffer[0].ids) <= limit):
                 tokens += len(self._buffer[0].ids)
                 batch.append(self._buffer.popleft())
+            self._through = batch[-1].seq  # refused rows of the batch are handled with it
         refused = self.copy.rejects([entry.row for entry in batch])
         if refused:  # valid rows the database refuses (a duplicate key): counted, named, never cached
             with self._lock:
@@ -203,6 +233,8 @@ class Ingestion:
             skip = {i for i, _ in refused}
             batch = [entry for i, entry in enumerate(batch) if i not in skip]
             if not batch:
+                with self._lock:
+                    self._handled(self._through)
                 return True
         ids = [t for entry in batch for t in entry.ids]
         job = self._ingest_job
@@ -238,6 +270,7 @@ class Ingestion:
         with self._lock:
             self._segments.extend(batch)
             self._version = version
+            self._handled(self._through)
             self.counts["processed"] += len(batch)
             self.counts["batches"] += 1
             more = bool(self._buffer) and self.state is not DataState.CLOSED
@@ -245,7 +278,9 @@ class Ingestion:
                 self._ingest_job = None
         self._retain()
         self._ready.refresh(self)
-        self._announce(VersionEvent(version, len(batch), self.counts["dropped"], len(self._segments)))
+        lag = self.lag()
+        self._announce(VersionEvent(version, len(batch), self.counts["dropped"], len(self._segments),
+                                    lag.versions, lag.seconds))
         return more
 
     def _announce(self, event: VersionEvent) -> None:

@@ -40,6 +40,7 @@ from headstart.data.answer import Answer, Snapshot
 from headstart.data.budget import DataCharge
 from headstart.data.flash_eval import evaluate
 from headstart.data.ingest import Ingestion, rebuild_entries, retention_cut
+from headstart.data.lag import IngestionLag, Lag, LagBound, LagHistogram
 from headstart.data.prompt import DataPrompt
 from headstart.data.ready import ReadyLogits, ReadyPosition
 from headstart.data.retention import frozen_part
@@ -76,6 +77,8 @@ class DataSession(Ingestion, RetentionJobs):
             ingestion batch, on the worker thread: it must not block.
         on_failure: called once with the reason when the session fails
             (`DataState.FAILED`), on the thread that failed it: it must not block.
+        lag_histogram: where the delays of its pushes (acknowledged to
+            handled) are counted (the replica's, for /metrics); None: nowhere.
 
     Raises:
         InvalidInput: `db` does not resolve to a SQLite file, or a rebuild row is malformed.
@@ -86,7 +89,7 @@ class DataSession(Ingestion, RetentionJobs):
     def __init__(self, runtime, db: str, settings: DataSettings | None = None,
                  session_id: str | None = None, tenant: str | None = None, rows: Iterable = (),
                  on_version: Callable[[VersionEvent], None] | None = None,
-                 on_failure: Callable[[str], None] | None = None):
+                 on_failure: Callable[[str], None] | None = None, lag_histogram: LagHistogram | None = None):
         self.runtime, self.db, self.tenant, self.on_version = runtime, db, tenant, on_version
         self.on_failure = on_failure
         self.failure: str | None = None  # why the session failed (DataState.FAILED)
@@ -109,12 +112,18 @@ class DataSession(Ingestion, RetentionJobs):
         self._last_seq, self._version = 0, 0  # every seq seen so far is <= _last_seq
         self._ingest_job = self._rebuild_job = None
         self._ingesting: list[RowEntry] = []  # the batch of the ingestion row in flight (worker thread)
+        self._through = 0  # the newest seq of that batch, refused rows included
+        # acknowledged pushes not handled yet, and the bound past which a push is refused (headstart.data.lag)
+        self._lag = IngestionLag()
+        self.lag_bound = LagBound(runtime.settings.data_max_lag_versions, runtime.settings.data_max_lag_s)
+        self.lag_histogram = lag_histogram
         self._rebuild_kv: KVState | None = None
         self._rebuilding: tuple[CatchUp, float] | None = None  # the rebuild row in flight and its start
         self._rebuild_cutoff = 0
         self.counts = dict(accepted=0, dropped=0, refused=0, failed=0, processed=0, retired=0, batches=0, shifts=0,
                            rebuilds=0, queries=0, rebuild_tokens=0, rebuild_failures=0, restored=0,
-                           flash_evaluations=0, flash_questions=0, ready_exits=0, ready_refreshes=0)
+                           flash_evaluations=0, flash_questions=0, ready_exits=0, ready_refreshes=0,
+                           behind_refusals=0)
         self._ready = ReadyLogits()
         self._answers: set[Answer] = set()  # answers in flight (their tails count in the cell budget)
         self.refusals: deque[tuple[int, str]] = deque(maxlen=32)  # the latest (seq, reason) refused
@@ -229,6 +238,7 @@ class DataSession(Ingestion, RetentionJobs):
             self.failure = reason
             self.counts["failed"] += len(self._buffer)
             self._buffer.clear()
+            self._lag.clear()
             self._ingest_job = None
         log.error("data session %s failed: %s", self.id, reason)
         if self.on_failure is not None:
@@ -259,6 +269,11 @@ class DataSession(Ingestion, RetentionJobs):
     def data_version(self) -> int:
         return self._version
 
+    def lag(self) -> Lag:
+        """How far the cache is behind the acknowledged pushes now (`headstart.data.lag`)."""
+        with self._lock:
+            return self._lag.current()
+
     def ready_position(self) -> ReadyPosition | None:
         """The ready-position logits of the current version, when kept (`headstart.data.ready`)."""
         return self._ready.usable(self)
@@ -271,7 +286,9 @@ class DataSession(Ingestion, RetentionJobs):
 
     def describe(self) -> dict:
         """The session's state and counters; kv_bytes / kv_charged_bytes: its
-        cells now and as admission counts them (`headstart.data.budget`)."""
+        cells now and as admission counts them (`headstart.data.budget`);
+        lag_versions / lag_rows / lag_seconds: acknowledged pushes not yet
+        handled, their rows, the oldest one's age (`headstart.data.lag`)."""
         kv_bytes, charged = self._charge.kv_bytes(), self._charge.charged_bytes()
         with self._lock:
             return dict(id=self.id, db=self.db, tenant=self.tenant, state=self.state.value, failure=self.failure,
@@ -281,7 +298,7 @@ class DataSession(Ingestion, RetentionJobs):
                         rows_in_cache=len(self._segments), buffered=len(self._buffer),
                         cache_tokens=self._live.num_tokens, retention_ms=self.retention_seconds * 1000,
                         kv_bytes=kv_bytes, kv_charged_bytes=charged,
-                        last_refusals=list(self.refusals),
+                        last_refusals=list(self.refusals), **self._lag.current().as_dict(),
                         **self.counts)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
@@ -308,6 +325,7 @@ class DataSession(Ingestion, RetentionJobs):
                 return
             self.state = advance(self.state, DataState.CLOSED)
             self._buffer.clear()
+            self._lag.clear()
         self._charge.release()
         # on the worker: no ingestion commit can be writing the copy meanwhile
         self.runtime.worker.run_sync(self.copy.close, Priority.SUBMIT, f"data-close:{self.id}")

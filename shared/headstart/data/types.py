@@ -99,12 +99,17 @@ class QueryResult:
 class VersionEvent:
     """After one committed ingestion batch: the new data version (the seq of
     the newest row in the cache), rows the batch added, the session's
-    dropped rows so far, and rows now in the cache."""
+    dropped rows so far, and rows now in the cache; lag_versions /
+    lag_seconds: acknowledged pushes still behind this version and the
+    oldest one's age (`headstart.data.lag`): a version with pushes behind it
+    is about to be superseded (the flash worker answers the newest)."""
 
     version: int
     rows_added: int
     dropped_total: int
     rows_in_cache: int
+    lag_versions: int = 0
+    lag_seconds: float = field(default=0.0, compare=False)  # a clock reading: not part of what happened
 
 
 @dataclass(frozen=True)
