@@ -224,3 +224,37 @@ def test_versions_within_the_interval_are_answered_together(store):
     assert evaluations(store) == {"s:1": 1, "other:1": 1, "s:3": 1}  # v2 and v3: one evaluation, at v3
     assert store.answer("s", qids[0])["version"] == 3
     assert store.num_pending_versions() == 0 and w.counts["acked"] == 3
+
+
+def test_a_version_with_pushes_behind_it_is_left_to_the_newer_one(store):
+    """max_coalesce_ms: versions published while the replica had acknowledged pushes waiting
+    (lag_versions > 0) are acknowledged unanswered; the version that caught up is answered once;
+    a session behind for longer than the bound is answered anyway."""
+    import time
+
+    qids = register(store)
+    w = worker(store, max_coalesce_ms=300)
+    for v in (1, 2, 3):
+        store.publish_version("s", "t1", v, 1, 0, lag_versions=4 - v)
+    w.step()
+    assert evaluations(store) == {} and w.counts["coalesced"] == 3 and store.num_pending_versions() == 0
+    store.publish_version("s", "t1", 4, 1, 0)  # caught up
+    w.step()
+    assert evaluations(store) == {"s:4": 1} and store.answer("s", qids[0])["version"] == 4
+    # a steady backlog: left at first, answered once the session has been behind 300 ms
+    store.publish_version("s", "t1", 5, 1, 0, lag_versions=2)
+    w.step()
+    assert evaluations(store) == {"s:4": 1}
+    time.sleep(0.35)
+    store.publish_version("s", "t1", 6, 1, 0, lag_versions=2)
+    w.step()
+    assert evaluations(store) == {"s:4": 1, "s:6": 1} and store.num_pending_versions() == 0
+
+
+def test_without_max_coalesce_every_version_is_answered(store):
+    register(store)
+    w = worker(store)  # max_coalesce_ms=0
+    for v in (1, 2):
+        store.publish_version("s", "t1", v, 1, 0, lag_versions=1)
+        w.step()
+    assert evaluations(store) == {"s:1": 1, "s:2": 1} and w.counts["coalesced"] == 0

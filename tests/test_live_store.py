@@ -67,10 +67,11 @@ def test_publish_version_sets_current_and_both_streams(store):
     event_id = store.publish_version("s", "t1", 7, rows_added=7, dropped_total=0)
     assert store.current_version("s") == 7
     assert store.events_after("s", None) == [(event_id, "data_updated",
-                                              {"version": 7, "rows_added": 7, "dropped_total": 0})]
+                                              {"version": 7, "rows_added": 7, "dropped_total": 0,
+                                               "lag_versions": 0, "lag_seconds": 0.0})]
     entries = store.read_versions("w1", count=10, block_ms=0)
-    assert [(e.session_id, e.tenant, e.version, e.rows_added, e.dropped_total) for e in entries] == [
-        ("s", "t1", 7, 7, 0)]
+    assert [(e.session_id, e.tenant, e.version, e.rows_added, e.dropped_total, e.lag_versions)
+            for e in entries] == [("s", "t1", 7, 7, 0, 0)]
     # not newer: nothing changes, nothing is published
     assert store.publish_version("s", "t1", 7, 0, 0) is None
     assert store.publish_version("s", "t1", 3, 0, 0) is None
@@ -243,3 +244,11 @@ def test_a_deleted_stream_gets_its_group_again(store):
     store.client.delete(store.key("s", "version"))
     store.publish_version("s", "t", 2, 1, 0)
     assert [e.version for e in store.read_versions("a", block_ms=0)] == [2]
+
+
+def test_a_version_with_pushes_behind_it_says_so(store):
+    first = store.publish_version("s", "t1", 7, 7, 0)
+    lagging = store.publish_version("s", "t1", 9, 2, 0, lag_versions=3, lag_seconds=1.25)
+    assert store.events_after("s", first) == [(lagging, "data_updated", {
+        "version": 9, "rows_added": 2, "dropped_total": 0, "lag_versions": 3, "lag_seconds": 1.25})]
+    assert [(e.version, e.lag_versions) for e in store.read_versions("w1", count=10, block_ms=0)] == [(7, 0), (9, 3)]

@@ -42,9 +42,12 @@ class PendingVersion:
     version: int
     rows_added: int
     dropped_total: int
+    lag_versions: int = 0  # acknowledged pushes still behind this version (headstart.data.lag)
+    lag_seconds: float = 0.0
 
     def publish(self, store) -> None:
-        store.publish_version(self.session_id, self.tenant, self.version, self.rows_added, self.dropped_total)
+        lag = {"lag_versions": self.lag_versions, "lag_seconds": self.lag_seconds} if self.lag_versions else {}
+        store.publish_version(self.session_id, self.tenant, self.version, self.rows_added, self.dropped_total, **lag)
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ class VersionPublisher:
         """The `on_version` callback of one session: queues its events (never blocks)."""
         def on_version(event) -> None:
             self.submit(PendingVersion(session_id, tenant or "", int(event.version), int(event.rows_added),
-                                       int(event.dropped_total)))
+                                       int(event.dropped_total), int(event.lag_versions),
+                                       float(event.lag_seconds)))
 
         return on_version
 

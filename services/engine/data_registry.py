@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 
 from headstart.data import DataSession
+from headstart.data.lag import LagHistogram, LagSummary
 from headstart.engine.errors import InvalidInput, ResourceExhausted, SessionNotFound
 
 NOT_HELD = "data session not on this replica"
@@ -38,6 +39,7 @@ class DataRegistry:
 
     def __init__(self, max_sessions: int):
         self.max_sessions = max_sessions
+        self.lag_histogram = LagHistogram()  # its sessions' push delays, acknowledged to handled (/metrics)
         self._sessions: dict[str, DataSession] = {}
         self._opening: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -98,6 +100,10 @@ class DataRegistry:
     def sessions(self) -> list[DataSession]:
         with self._lock:
             return list(self._sessions.values())
+
+    def lag_summary(self) -> LagSummary:
+        """The held sessions' lag: the worst and the total (`headstart.data.lag`)."""
+        return LagSummary.of(session.lag() for session in self.sessions())
 
     def __len__(self) -> int:
         with self._lock:

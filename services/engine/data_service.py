@@ -26,7 +26,7 @@ import concurrent.futures
 import logging
 from collections.abc import Awaitable, Callable
 
-from headstart.client.errors import CODE_METADATA_KEY, code_of, grpc_status
+from headstart.client.errors import CODE_METADATA_KEY, code_of, grpc_status, retry_metadata
 from headstart.data import DataSession
 from headstart.data.workcopy import SqlError
 from headstart.engine.errors import InvalidInput
@@ -135,7 +135,7 @@ class DataService:
         on_version = self.publisher.listener(session_id, tenant) if self.publisher is not None else None
         on_failure = self.publisher.failure_listener(session_id) if self.publisher is not None else None
         return DataSession(self.runtime, spec, settings, session_id=session_id, tenant=tenant, rows=rows,
-                           on_version=on_version, on_failure=on_failure)
+                           on_version=on_version, on_failure=on_failure, lag_histogram=self.registry.lag_histogram)
 
     @staticmethod
     def _query(session: DataSession, question: str, max_new_tokens: int, execute: bool) -> engine_pb2.DataAnswer:
@@ -160,13 +160,14 @@ class DataService:
     async def _call(self, grpc_context, empty, run):
         """Check the secret, run `run(tenant)`; a failure becomes the call's status (and `empty`)."""
         metadata = list(grpc_context.invocation_metadata()) if grpc_context is not None else []
+        retry = ()
         try:
             self.guard.check(metadata)
             return await run(tenant_of(metadata))
         except EngineUnauthenticated as exc:
             code, message = exc.code, exc.message
         except Exception as exc:
-            code = code_of(exc)
+            code, retry = code_of(exc), retry_metadata(exc)  # INGESTION_BEHIND: when to push again
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             if code == "INTERNAL":
                 log.exception("data call failed")
@@ -174,7 +175,7 @@ class DataService:
             raise DataCallError(code, message)
         grpc_context.set_code(grpc_status(code))
         grpc_context.set_details(message)
-        grpc_context.set_trailing_metadata([(CODE_METADATA_KEY, code)])
+        grpc_context.set_trailing_metadata([(CODE_METADATA_KEY, code), *retry])
         return empty
 
     def shutdown(self) -> None:

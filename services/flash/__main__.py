@@ -29,7 +29,7 @@ def build_worker(settings: FlashSettings) -> FlashWorker:
     config = WorkerConfig(max_new_tokens=settings.max_new_tokens, batch=settings.batch,
                           claim_idle_ms=settings.claim_idle_ms, retry_idle_ms=settings.retry_idle_ms,
                           max_attempts=settings.max_attempts, max_answer_rows=settings.max_answer_rows,
-                          min_interval_ms=settings.min_interval_ms)
+                          min_interval_ms=settings.min_interval_ms, max_coalesce_ms=settings.max_coalesce_ms)
     return FlashWorker(store, evaluator, settings.consumer_name(), config)
 
 

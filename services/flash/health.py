@@ -26,6 +26,8 @@ COUNTERS = {
     "not_stored": "answers not stored (an answer as new was there already, or the question was deleted)",
     "skipped": "questions skipped: their stored answer is as new as the entry",
     "acked": "version entries acknowledged",
+    "coalesced": "version entries acknowledged unanswered: a newer version of their session answers for them "
+                 "(min_interval_ms, or acknowledged pushes behind them: max_coalesce_ms)",
     "retries": "entries left pending for a retry (session not held, replica unreachable)",
     "gave_up": "entries acknowledged unanswered after max_attempts",
     "failed": "evaluations that failed for good",

@@ -45,6 +45,12 @@ class FlashSettings(BaseSettings):
     min_interval_ms: int = Field(1000, ge=0, description="one session's flash questions are evaluated at most "
                                  "once per this long; versions that come meanwhile are answered together (0: each "
                                  "version at once)")
+    # A version published while its replica still had acknowledged pushes waiting is superseded
+    # within a forward or two; evaluating it (at FLASH, ahead of that ingestion) kept a session
+    # behind its producer for good (issue 45).
+    max_coalesce_ms: int = Field(5000, ge=0, description="a version with acknowledged pushes behind it is left "
+                                 "to the newer one on its way, unless the session's questions have waited this "
+                                 "long (0: every version answered)")
     health_host: str = Field("0.0.0.0", description="bind address of /healthz and /metrics")
     health_port: int = Field(8090, ge=0, description="port of /healthz and /metrics (0: any free port)")
 

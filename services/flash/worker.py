@@ -43,7 +43,10 @@ class WorkerConfig:
     min_interval_ms: one session's questions are evaluated at most once per
     this long: a version that comes sooner waits, and the versions that come
     meanwhile are answered together by that one evaluation (0: every version
-    at once)."""
+    at once); max_coalesce_ms: an entry whose replica still had acknowledged
+    pushes behind it (`lag_versions`) is acknowledged unanswered, the newer
+    version on its way answers for it, unless the session has been behind
+    this long without an evaluation (0: every version answered)."""
 
     max_new_tokens: int = 128
     batch: int = 16
@@ -53,6 +56,7 @@ class WorkerConfig:
     max_attempts: int = 5
     max_answer_rows: int = 100
     min_interval_ms: int = 0
+    max_coalesce_ms: int = 0
 
 
 class FlashWorker:
@@ -78,6 +82,7 @@ class FlashWorker:
         # min_interval_ms: when each session may be evaluated again, and its newest waiting entry
         self._next_allowed: dict[str, float] = {}
         self._waiting: dict[str, VersionEntry] = {}
+        self._behind_since: dict[str, float] = {}  # max_coalesce_ms: since when a session's versions were left
         self.last_progress = time.monotonic()  # a read returned or an entry was handled (health)
 
     def recover(self) -> int:
@@ -136,6 +141,23 @@ class FlashWorker:
         self._waiting[sid] = entry
         return True
 
+    def _superseded(self, entry: VersionEntry) -> bool:
+        """True when `entry` is left to a newer version (max_coalesce_ms): its replica had
+        acknowledged pushes behind it, so their version comes within a forward or two, and
+        evaluating this one (at FLASH) would only delay that ingestion. A session left that long
+        is evaluated anyway: under a steady backlog its answers still move."""
+        sid, limit, now = entry.session_id, self.config.max_coalesce_ms / 1000.0, time.monotonic()
+        for other in [s for s, at in self._behind_since.items() if now - at > 10 * limit]:
+            del self._behind_since[other]  # sessions closed while behind (bounded by active ones)
+        if not entry.lag_versions or not limit:
+            self._behind_since.pop(sid, None)
+            return False
+        since = self._behind_since.setdefault(sid, now)
+        if now - since < limit:
+            return True
+        del self._behind_since[sid]  # answered now; the next backlog waits afresh
+        return False
+
     def run(self, stop: threading.Event) -> None:
         """`recover()`, then `step()` until `stop` is set; Redis outages are logged and waited out."""
         recovered = False
@@ -160,6 +182,11 @@ class FlashWorker:
         """Answer one entry's unanswered questions, store them, ack. False when the
         entry was left pending for a retry."""
         sid = entry.session_id
+        if self._superseded(entry):
+            self.store.ack_version(entry.entry_id)
+            self.counts["coalesced"] += 1
+            self.counts["acked"] += 1
+            return True
         if self._wait_for_interval(entry):
             return False
         questions = self.store.flash_questions(sid)

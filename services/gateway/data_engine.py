@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from headstart.client.errors import CODE_METADATA_KEY, CODES, ApiError
+from headstart.client.errors import CODE_METADATA_KEY, CODES, ApiError, retry_from_metadata
 from headstart.v1 import engine_pb2
 from services.engine.guard import TENANT_METADATA_KEY
 from services.gateway.data_wire import engine_rows
@@ -35,7 +35,8 @@ def not_here(exc: grpc.aio.AioRpcError) -> bool:
 
 def engine_error(exc: grpc.aio.AioRpcError) -> ApiError:
     """A replica's failure as the API's typed error (its exact code when it sent one)."""
-    code = dict(exc.trailing_metadata() or ()).get(CODE_METADATA_KEY)
+    trailing = exc.trailing_metadata() or ()
+    code = dict(trailing).get(CODE_METADATA_KEY)
     status = exc.code()
     if code is None:
         code = status.name if status.name in CODES else "UNAVAILABLE"
@@ -44,7 +45,8 @@ def engine_error(exc: grpc.aio.AioRpcError) -> ApiError:
         elif status == grpc.StatusCode.FAILED_PRECONDITION:
             code = "SESSION_CLOSED"
     details = exc.details() or ""
-    return ApiError(code, details if code != "UNAVAILABLE" else f"engine: {details}")
+    return ApiError(code, details if code != "UNAVAILABLE" else f"engine: {details}",
+                    retry_after_s=retry_from_metadata(trailing))
 
 
 class DataEngine:

@@ -45,7 +45,7 @@ class DataServicerMixin:
         except ApiError as exc:
             if seqs:  # what this stream pushed before the failure stays pushed: say so
                 exc = ApiError(exc.code, f"{exc.message} (rows before this message were pushed: "
-                                         f"seqs {seqs[0]}..{seqs[-1]})")
+                                         f"seqs {seqs[0]}..{seqs[-1]})", retry_after_s=exc.retry_after_s)
             await self._abort(context, exc)
         return headstart_pb2.DataPushAck(seqs=seqs, dropped=dropped, dropped_seqs=dropped_seqs,
                                          dropped_total=last["dropped_total"] if last else 0,

@@ -93,7 +93,11 @@ def describe_json(meta: dict, sid: str, info: engine_pb2.DataInfo) -> dict:
             "state": detail.get("state", "live"), "failure": detail.get("failure"),
             "rows_in_cache": info.rows_in_cache, "buffered": info.buffered, "dropped_total": info.dropped_total,
             "cache_tokens": info.cache_tokens, "sliding_tokens": info.sliding_tokens,
-            "retention": info.retention, "describe": detail}
+            "retention": info.retention,
+            # acknowledged pushes not yet in the cache, their rows, the oldest one's age (headstart.data.lag)
+            "lag": {"versions": int(detail.get("lag_versions", 0)), "rows": int(detail.get("lag_rows", 0)),
+                    "seconds": float(detail.get("lag_seconds", 0.0))},
+            "describe": detail}
 
 
 def description_proto(d: dict) -> headstart_pb2.DataDescription:

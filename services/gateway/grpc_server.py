@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status
+from headstart.client.errors import CODE_METADATA_KEY, ApiError, grpc_status, retry_metadata
 from headstart.v1 import engine_pb2, headstart_pb2, headstart_pb2_grpc, types_pb2
 from services.gateway.data_grpc import DataServicerMixin
 from services.gateway.grpc_wire import WIRE_CEILING, add_headstart_servicer, checked, sampling_of
@@ -50,7 +50,8 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
 
     async def _abort(self, context: grpc.aio.ServicerContext, exc: ApiError):
         self.service.metrics.errors.labels(EDGE, exc.code).inc()
-        await context.abort(grpc_status(exc.code), exc.message, trailing_metadata=((CODE_METADATA_KEY, exc.code),))
+        await context.abort(grpc_status(exc.code), exc.message,
+                            trailing_metadata=((CODE_METADATA_KEY, exc.code), *retry_metadata(exc)))
 
     def _tenant(self, context: grpc.aio.ServicerContext) -> str:
         return self.service.auth.tenant(dict(context.invocation_metadata()).get("authorization"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -23,7 +24,14 @@ T = TypeVar("T")
 
 
 def error_response(exc: ApiError) -> JSONResponse:
-    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=http_status(exc.code))
+    """The error as REST answers it; one with a retry hint (INGESTION_BEHIND) carries Retry-After
+    (whole seconds, rounded up) and `retry_after_s` in the body."""
+    body = {"code": exc.code, "message": exc.message}
+    headers = None
+    if exc.retry_after_s is not None:
+        body["retry_after_s"] = exc.retry_after_s
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return JSONResponse(body, status_code=http_status(exc.code), headers=headers)
 
 
 async def json_body(request: Request, limit: int) -> dict:

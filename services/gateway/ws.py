@@ -51,10 +51,12 @@ def event_json(event: engine_pb2.EngineEvent) -> dict | None:
     return None
 
 
-def error_json(code: str, message: str, seq: int = 0) -> dict:
+def error_json(code: str, message: str, seq: int = 0, retry_after_s: float | None = None) -> dict:
     out = {"type": "error", "code": code, "message": message}
     if seq:
         out["seq"] = seq
+    if retry_after_s is not None:  # a backpressure refusal (INGESTION_BEHIND): when to send again
+        out["retry_after_s"] = retry_after_s
     return out
 
 
@@ -178,7 +180,7 @@ async def _receive(ws: WebSocket, service: GatewayService, session) -> None:
                 await ws.send_json(reply)
         except ApiError as exc:
             service.metrics.errors.labels(EDGE, exc.code).inc()
-            await ws.send_json(error_json(exc.code, exc.message, exc.seq))
+            await ws.send_json(error_json(exc.code, exc.message, exc.seq, exc.retry_after_s))
         except Exception as exc:  # a bug must cost one message, not the connection
             log.exception("websocket message failed")
             service.metrics.errors.labels(EDGE, "INTERNAL").inc()

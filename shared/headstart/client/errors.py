@@ -23,6 +23,8 @@ CODES: dict[str, tuple[grpc.StatusCode, int]] = {
     "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, 404),
     "RESOURCE_EXHAUSTED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
     "RATE_LIMITED": (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
+    # a data session's ingestion is past its lag bound: nothing of the push was kept, retry later
+    "INGESTION_BEHIND": (grpc.StatusCode.UNAVAILABLE, 503),
     "CANCELLED": (grpc.StatusCode.CANCELLED, 499),
     "UNAUTHENTICATED": (grpc.StatusCode.UNAUTHENTICATED, 401),
     "UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, 503),
@@ -31,14 +33,39 @@ CODES: dict[str, tuple[grpc.StatusCode, int]] = {
 # NOTE: a gRPC status carries only the coarse status; the exact code rides in
 # this trailing-metadata key so a client can tell TEXT_TOO_LONG from INVALID_ARGUMENT.
 CODE_METADATA_KEY = "headstart-error-code"
+# A retry hint (INGESTION_BEHIND) rides in gRPC's own server-pushback trailer (gRFC A6), in
+# milliseconds; REST answers it as a Retry-After header (whole seconds, rounded up).
+RETRY_METADATA_KEY = "grpc-retry-pushback-ms"
 
 
 class ApiError(Exception):
     """An error a headstart server sent back, with its stable `code`."""
 
-    def __init__(self, code: str, message: str, seq: int = 0):
+    def __init__(self, code: str, message: str, seq: int = 0, retry_after_s: float | None = None):
         super().__init__(f"{code}: {message}")
         self.code, self.message, self.seq = code, message, seq
+        self.retry_after_s = retry_after_s  # when to try again (a backpressure refusal), else None
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """The retry hint an error carries (`retry_after_s`), None when it has none."""
+    value = getattr(exc, "retry_after_s", None)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def retry_metadata(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """The pushback trailer of an error with a retry hint (none without one)."""
+    seconds = retry_after_of(exc)
+    return () if seconds is None else ((RETRY_METADATA_KEY, str(max(1, round(seconds * 1000)))),)
+
+
+def retry_from_metadata(trailing) -> float | None:
+    """The retry hint (seconds) of a call's trailing metadata, None when absent or malformed."""
+    raw = dict(trailing or ()).get(RETRY_METADATA_KEY)
+    try:
+        return int(raw) / 1000.0 if raw is not None else None
+    except ValueError:
+        return None
 
 
 def grpc_status(code: str) -> grpc.StatusCode:
@@ -71,7 +98,7 @@ def from_rpc_error(exc: grpc.RpcError) -> ApiError:
         status = exc.code() if hasattr(exc, "code") else None
         code = next((c for c, (s, _) in CODES.items() if s == status), "INTERNAL")
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    return ApiError(code, details or "")
+    return ApiError(code, details or "", retry_after_s=retry_from_metadata(trailing.items()))
 
 
 # Statuses of a stream that broke underneath us (gateway restarted, connection

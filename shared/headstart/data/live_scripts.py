@@ -7,13 +7,14 @@ one) and the write.
 """
 
 # KEYS: version, versions stream, events stream
-# ARGV: version, sid, tenant, rows_added, dropped_total, versions maxlen, events maxlen, event payload
+# ARGV: version, sid, tenant, rows_added, dropped_total, versions maxlen, events maxlen, event payload,
+#       lag_versions
 PUBLISH_VERSION = """
 local v = tonumber(ARGV[1])
 if v <= tonumber(redis.call('GET', KEYS[1]) or '0') then return false end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'sid', ARGV[2], 'tenant', ARGV[3],
-           'version', ARGV[1], 'rows_added', ARGV[4], 'dropped_total', ARGV[5])
+           'version', ARGV[1], 'rows_added', ARGV[4], 'dropped_total', ARGV[5], 'lag_versions', ARGV[9] or '0')
 return redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[7], '*', 'kind', 'data_updated', 'payload', ARGV[8])
 """
 

@@ -242,19 +242,24 @@ class LiveStore(VersionsConsumer):
     # ---- versions -------------------------------------------------------------------
 
     @guarded
-    def publish_version(self, sid: str, tenant: str, version: int, rows_added: int, dropped_total: int) -> str | None:
+    def publish_version(self, sid: str, tenant: str, version: int, rows_added: int, dropped_total: int,
+                        lag_versions: int = 0, lag_seconds: float = 0.0) -> str | None:
         """A new data version of a session: sets `current_version`, adds an entry to the
         versions stream (the flash worker's) and a `data_updated` event, atomically.
+        `lag_versions` / `lag_seconds`: acknowledged pushes still behind this version and the
+        oldest one's age (`headstart.data.lag`), in the event and the entry (a flash worker
+        leaves a version with pushes behind it to the newer one on its way).
 
         Returns the event id, or None when `version` is not newer than the current one
         (a replica rebuilt from the same rows publishes nothing twice).
         """
         payload = json.dumps({"version": int(version), "rows_added": int(rows_added),
-                              "dropped_total": int(dropped_total)})
+                              "dropped_total": int(dropped_total), "lag_versions": int(lag_versions),
+                              "lag_seconds": round(float(lag_seconds), 4)})
         event_id = self._publish_version(
             keys=[self.key(sid, "version"), self.versions_key, self.key(sid, "events")],
             args=[int(version), sid, tenant, int(rows_added), int(dropped_total), self.max_version_events,
-                  self.max_events, payload])
+                  self.max_events, payload, int(lag_versions)])
         return None if event_id is None else as_str(event_id)
 
     @guarded

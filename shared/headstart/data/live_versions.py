@@ -28,6 +28,7 @@ class VersionEntry:
     version: int
     rows_added: int
     dropped_total: int
+    lag_versions: int = 0  # acknowledged pushes behind this version on the replica (a newer one is coming)
 
 
 class VersionsConsumer:
@@ -57,7 +58,7 @@ class VersionsConsumer:
                 continue
             f = {as_str(k): as_str(v) for k, v in fields.items()}
             out.append(VersionEntry(as_str(entry_id), f["sid"], f["tenant"], int(f["version"]), int(f["rows_added"]),
-                                    int(f["dropped_total"])))
+                                    int(f["dropped_total"]), int(f.get("lag_versions", 0))))
         return out
 
     def _in_group(self, call):
