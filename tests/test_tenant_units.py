@@ -139,6 +139,28 @@ def test_engine_kv_gauges_keep_recent_replicas_only():
     assert blocks("r1", "used") is None and blocks("r2", "used") == 0
 
 
+def test_engine_data_lag_on_metrics_per_replica_with_a_histogram():
+    from prometheus_client import CollectorRegistry
+
+    from headstart.v1 import engine_pb2
+    from services.gateway.engine_kv import EngineKVGauges
+
+    registry = CollectorRegistry()
+    gauges = EngineKVGauges(registry)
+    gauges.record(engine_pb2.EngineSessionInfo(
+        replica="r1", data_lag_versions_max=3, data_lag_versions_sum=5, data_lag_seconds_max=2.5,
+        data_sessions_behind=2, data_lag_bucket_bounds_s=[0.1, 1.0], data_lag_bucket_counts=[4, 9],
+        data_lag_seconds_sum=6.0, data_lag_count=10), now=0.0)
+    gauges.publish(now=1.0)
+    get = registry.get_sample_value
+    assert [get(f"headstart_engine_data_{n}", {"replica": "r1"}) for n in
+            ("lag_versions_max", "lag_versions", "lag_seconds_max", "sessions_behind")] == [3, 5, 2.5, 2]
+    bucket = lambda le: get("headstart_engine_data_lag_seconds_bucket", {"replica": "r1", "le": le})  # noqa: E731
+    assert (bucket("0.1"), bucket("1.0"), bucket("+Inf")) == (4, 9, 10)
+    assert get("headstart_engine_data_lag_seconds_sum", {"replica": "r1"}) == 6.0
+    assert get("headstart_engine_data_lag_seconds_count", {"replica": "r1"}) == 10
+
+
 def test_work_budget_counts_characters_per_tenant():
     now = [0.0]
     budget = TenantWorkBudget(rate=100, burst=1000, clock=lambda: now[0])

@@ -220,6 +220,7 @@ class EngineDeployment:
             raise RuntimeError("forward worker thread died")
         try:
             self.kv_gauge.record(self.core.kv_usage())
+            self.kv_gauge.record_lag(self.core.data_sessions.lag_summary())
         except Exception:  # NOTE: a metric must never fail the health check (Serve would restart the replica)
             log.exception("KV gauge not recorded")
 
@@ -229,7 +230,7 @@ class EngineDeployment:
             replica=self.replica, holds_session=info.holds_session, num_sessions=info.num_sessions,
             num_attached=info.num_attached, num_queued=info.num_queued, seq=info.seq,
             cached_tokens=info.cached_tokens, num_data_sessions=info.num_data_sessions,
-            forward_tokens=info.forward_tokens, **kv_fields(info.kv),
+            forward_tokens=info.forward_tokens, **kv_fields(info.kv), **lag_fields(self.core.data_sessions),
         )
 
     def __del__(self):
@@ -253,6 +254,16 @@ def replica_tables(core: ReplicaCore) -> dict[str, int]:
             "prompt_builders": runtime.num_prompt_builders, "p0_states": len(runtime.p0_store.states()),
             "queued_jobs": worker.num_queued, "running_jobs": worker.num_running,
             "tenants_served": scheduler.num_tenants_served}
+
+
+def lag_fields(registry) -> dict:
+    """EngineSessionInfo's data-lag fields of a replica's `DataRegistry` (headstart.data.lag)."""
+    summary = registry.lag_summary()
+    counts, total, count = registry.lag_histogram.snapshot()
+    return dict(data_lag_versions_max=summary.max_versions, data_lag_versions_sum=summary.sum_versions,
+                data_lag_seconds_max=summary.max_seconds, data_sessions_behind=summary.sessions_behind,
+                data_lag_bucket_bounds_s=list(registry.lag_histogram.buckets), data_lag_bucket_counts=counts,
+                data_lag_seconds_sum=total, data_lag_count=count)
 
 
 def kv_fields(usage) -> dict[str, int]:

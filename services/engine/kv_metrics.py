@@ -7,6 +7,7 @@ Prometheus or KubeRay's PodMonitor scrapes on a Ray pod). The series:
     ray_headstart_engine_kv_bytes{kind="used"|"shared"|"budget"|"free"|"data"}
     ray_headstart_engine_data_sessions
     ray_headstart_engine_kv_blocks{kind="used"|"shared"|"total"}
+    ray_headstart_engine_data_lag_versions_max, ray_headstart_engine_data_lag_seconds_max
 
 `data`: the part of `used` the data sessions hold (issue 12: live caches, a
 rebuild in flight, answers' tails), and the second series how many data
@@ -29,6 +30,9 @@ from headstart.engine.kv.memory import KVUsage
 METRIC_NAME = "headstart_engine_kv_bytes"
 DATA_SESSIONS_METRIC = "headstart_engine_data_sessions"
 BLOCKS_METRIC = "headstart_engine_kv_blocks"
+# the data sessions' ingestion lag (headstart.data.lag): the most-behind session's, never per session
+LAG_VERSIONS_METRIC = "headstart_engine_data_lag_versions_max"
+LAG_SECONDS_METRIC = "headstart_engine_data_lag_seconds_max"
 KINDS = ("used", "shared", "budget", "free", "data")
 
 
@@ -57,6 +61,10 @@ class ReplicaKVGauge:
         self._data_sessions = Gauge(DATA_SESSIONS_METRIC, description="data sessions open on this engine replica")
         self._blocks = Gauge(BLOCKS_METRIC, description="KV pool blocks of this engine replica, by kind (used, "
                              "shared: listed by more than one cache, total: held by the pool)", tag_keys=("kind",))
+        self._lag_versions = Gauge(LAG_VERSIONS_METRIC, description="acknowledged pushes the most-behind data "
+                                   "session of this replica has not ingested yet")
+        self._lag_seconds = Gauge(LAG_SECONDS_METRIC, description="age of the oldest acknowledged push not "
+                                  "ingested yet on this replica (0: caught up)")
 
     def record(self, usage: KVUsage) -> None:
         for kind, value in kv_values(usage).items():
@@ -64,3 +72,8 @@ class ReplicaKVGauge:
         for kind, value in block_values(usage).items():
             self._blocks.set(value, tags={"kind": kind})
         self._data_sessions.set(usage.num_data_sessions)
+
+    def record_lag(self, summary) -> None:
+        """Set the lag gauges from the replica's `LagSummary` (headstart.data.lag)."""
+        self._lag_versions.set(summary.max_versions)
+        self._lag_seconds.set(summary.max_seconds)

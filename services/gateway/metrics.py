@@ -1,4 +1,10 @@
-"""Prometheus metrics of one gateway (its own registry: no global state)."""
+"""Prometheus metrics of one gateway (its own registry: no global state).
+
+Names follow Prometheus's conventions: base units in the name (`_seconds`,
+`_bytes`, `_ratio`, `_tokens`), counters end in `_total` (prometheus_client
+adds it to a Counter's name), durations are histograms in seconds.
+docs/operations.md lists them, with the names they had before issue 45.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,8 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 RTT_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0)
-TTFT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
-ANSWER_BUCKETS = (50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 60_000)
+TTFT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+ANSWER_BUCKETS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0)
 RATIO_BUCKETS = (0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 TOKEN_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -21,16 +27,16 @@ class GatewayMetrics:
         self.snapshot_rtt = Histogram(
             "headstart_gateway_snapshot_rtt_seconds", "gateway→replica→gateway time of one snapshot (ack)",
             buckets=RTT_BUCKETS, registry=self.registry)
-        self.ttft = Histogram("headstart_gateway_ttft_ms", "engine TTFT of submits",
+        self.ttft = Histogram("headstart_gateway_ttft_seconds", "engine TTFT of submits",
                               buckets=TTFT_BUCKETS, registry=self.registry)
         # Every answer (typed submits, completions, OpenAI calls): what a person waits for, and how
         # much of the prompt the cache held when they pressed Enter (the Grafana dashboard's panels).
-        self.answer = Histogram("headstart_gateway_answer_ms", "engine time from submit to the complete answer",
+        self.answer = Histogram("headstart_gateway_answer_seconds", "engine time from submit to the complete answer",
                                 ["edge"], buckets=ANSWER_BUCKETS, registry=self.registry)
-        self.cached_ratio = Histogram("headstart_gateway_cached_ratio_at_submit",
+        self.cached_ratio = Histogram("headstart_gateway_submit_cached_ratio",
                                       "prompt tokens in the cache at submit / prompt tokens", ["edge"],
                                       buckets=RATIO_BUCKETS, registry=self.registry)
-        self.computed_at_submit = Histogram("headstart_gateway_computed_tokens_at_submit",
+        self.computed_at_submit = Histogram("headstart_gateway_submit_computed_tokens",
                                             "prompt tokens computed after submit", ["edge"],
                                             buckets=TOKEN_BUCKETS, registry=self.registry)
         self.sessions = Gauge("headstart_gateway_sessions", "open sessions", registry=self.registry)
@@ -74,10 +80,14 @@ class GatewayMetrics:
 
     def observe_result(self, edge: str, result) -> None:
         """An engine Result (types_pb2.Result): its answer time and cache figures."""
-        self.answer.labels(edge).observe(result.total_ms)
+        self.answer.labels(edge).observe(result.total_ms / 1000.0)
         if result.prompt_tokens:
             self.cached_ratio.labels(edge).observe(result.cached_tokens_at_submit / result.prompt_tokens)
         self.computed_at_submit.labels(edge).observe(result.computed_tokens_at_submit)
+
+    def observe_ttft(self, ttft_ms: float) -> None:
+        """An engine result's TTFT (the wire carries milliseconds; the metric is in seconds)."""
+        self.ttft.observe(ttft_ms / 1000.0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -350,6 +350,6 @@ class GatewayService:
     def _deliver(self, session: GatewaySession, event: engine_pb2.EngineEvent) -> None:
         if event.WhichOneof("kind") == "result":
             if event.result.ttft_ms:
-                self.metrics.ttft.observe(event.result.ttft_ms)
+                self.metrics.observe_ttft(event.result.ttft_ms)
             self.metrics.observe_result("session", event.result)
         session.deliver(event)

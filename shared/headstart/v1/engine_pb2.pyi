@@ -130,7 +130,7 @@ class EngineSessionRef(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class EngineSessionInfo(_message.Message):
-    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes", "forward_tokens", "kv_block_tokens", "kv_blocks_used", "kv_blocks_shared", "kv_blocks_total")
+    __slots__ = ("replica", "holds_session", "num_sessions", "num_attached", "num_queued", "seq", "cached_tokens", "kv_used_bytes", "kv_shared_bytes", "kv_budget_bytes", "kv_free_bytes", "num_data_sessions", "kv_data_bytes", "forward_tokens", "kv_block_tokens", "kv_blocks_used", "kv_blocks_shared", "kv_blocks_total", "data_lag_versions_max", "data_lag_versions_sum", "data_lag_seconds_max", "data_sessions_behind", "data_lag_bucket_bounds_s", "data_lag_bucket_counts", "data_lag_seconds_sum", "data_lag_count")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     HOLDS_SESSION_FIELD_NUMBER: _ClassVar[int]
     NUM_SESSIONS_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,14 @@ class EngineSessionInfo(_message.Message):
     KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_SHARED_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_VERSIONS_MAX_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_VERSIONS_SUM_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_SECONDS_MAX_FIELD_NUMBER: _ClassVar[int]
+    DATA_SESSIONS_BEHIND_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_BUCKET_BOUNDS_S_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_BUCKET_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_SECONDS_SUM_FIELD_NUMBER: _ClassVar[int]
+    DATA_LAG_COUNT_FIELD_NUMBER: _ClassVar[int]
     replica: str
     holds_session: bool
     num_sessions: int
@@ -167,7 +175,15 @@ class EngineSessionInfo(_message.Message):
     kv_blocks_used: int
     kv_blocks_shared: int
     kv_blocks_total: int
-    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ..., forward_tokens: _Optional[int] = ..., kv_block_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_shared: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ...) -> None: ...
+    data_lag_versions_max: int
+    data_lag_versions_sum: int
+    data_lag_seconds_max: float
+    data_sessions_behind: int
+    data_lag_bucket_bounds_s: _containers.RepeatedScalarFieldContainer[float]
+    data_lag_bucket_counts: _containers.RepeatedScalarFieldContainer[int]
+    data_lag_seconds_sum: float
+    data_lag_count: int
+    def __init__(self, replica: _Optional[str] = ..., holds_session: _Optional[bool] = ..., num_sessions: _Optional[int] = ..., num_attached: _Optional[int] = ..., num_queued: _Optional[int] = ..., seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., kv_used_bytes: _Optional[int] = ..., kv_shared_bytes: _Optional[int] = ..., kv_budget_bytes: _Optional[int] = ..., kv_free_bytes: _Optional[int] = ..., num_data_sessions: _Optional[int] = ..., kv_data_bytes: _Optional[int] = ..., forward_tokens: _Optional[int] = ..., kv_block_tokens: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_shared: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., data_lag_versions_max: _Optional[int] = ..., data_lag_versions_sum: _Optional[int] = ..., data_lag_seconds_max: _Optional[float] = ..., data_sessions_behind: _Optional[int] = ..., data_lag_bucket_bounds_s: _Optional[_Iterable[float]] = ..., data_lag_bucket_counts: _Optional[_Iterable[int]] = ..., data_lag_seconds_sum: _Optional[float] = ..., data_lag_count: _Optional[int] = ...) -> None: ...
 
 class DataRowWire(_message.Message):
     __slots__ = ("seq", "table", "values_json")
