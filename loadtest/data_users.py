@@ -60,8 +60,8 @@ class DataUser(HeadstartUser):
             self.fire(name, started, exception=exc)
             return None, 0.0
         ended = time.perf_counter()
-        if response.status_code == 429:
-            self.fire("rejected", started)
+        if response.status_code == 429 or (response.status_code == 503 and "Retry-After" in response.headers):
+            self.fire("rejected", started)  # a full share, or a data session's ingestion behind (INGESTION_BEHIND)
             return None, ended
         if response.status_code != 200:
             self.fire(name, started, exception=http_error(response))

@@ -81,33 +81,43 @@ def check_acked(http_url: str, redis_url: str, tenants: dict[str, str], acked: d
     from services.gateway.sessions import engine_session_id
 
     store = LiveStore(redis_url)
-    lost, behind = [], []
+    lost, behind, lags = [], [], []
+    stopped = time.monotonic()  # the load has stopped: each session's catch-up is timed from here
     try:
         with httpx.Client(base_url=http_url, timeout=60) as http:
             for (token, sid), seqs in sorted(acked.items()):
                 logged = {seq for seq, _ in store.rows(engine_session_id(tenants[token], sid))}
                 lost += [{"session": sid, "seq": s} for s in sorted(set(seqs) - logged)]
                 headers = {"Authorization": f"Bearer {token}"}
-                version = _ingested_version(http, sid, headers, max(seqs), settle_s)
+                version, lag, caught_up = _ingested_version(http, sid, headers, max(seqs), settle_s, stopped)
+                lags.append({"session": sid, "lag_at_check": lag, "caught_up_s": caught_up})
                 if version < max(seqs):
                     behind.append({"session": sid, "data_version": version, "newest_acked": max(seqs)})
                 http.delete(f"/v1/data/{sid}", headers=headers)
     finally:
         store.close()
+    caught = [entry["caught_up_s"] for entry in lags if entry["caught_up_s"] is not None]
     return {"sessions": len(acked), "acked_rows": sum(len(s) for s in acked.values()), "lost_rows": len(lost),
-            "lost": lost[:20], "sessions_behind": behind}
+            "lost": lost[:20], "sessions_behind": behind, "lag": lags,
+            "caught_up_s_max": round(max(caught), 2) if caught else None}
 
 
-def _ingested_version(http: httpx.Client, sid: str, headers: dict, want: int, settle_s: float) -> int:
-    end, version = time.monotonic() + settle_s, -1
+def _ingested_version(http: httpx.Client, sid: str, headers: dict, want: int, settle_s: float,
+                      stopped: float) -> tuple[int, dict | None, float | None]:
+    """(the session's data version, its lag at the first look, seconds from `stopped` until it had
+    ingested `want`: None when it never did within `settle_s`)."""
+    end, version, first_lag = time.monotonic() + settle_s, -1, None
     while time.monotonic() < end:
         r = http.get(f"/v1/data/{sid}", headers=headers)
         if r.status_code == 200:
-            version = r.json()["data_version"]
+            described = r.json()
+            version = described["data_version"]
+            if first_lag is None:
+                first_lag = described.get("lag")
             if version >= want:
-                break
+                return version, first_lag, round(time.monotonic() - stopped, 2)
         time.sleep(0.5)  # polling the replica's ingestion
-    return version
+    return version, first_lag, None
 
 
 def typed_errors(samples: list[dict]) -> dict:

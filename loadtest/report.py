@@ -95,7 +95,8 @@ def faults_text(faults: dict) -> str:
              for f in faults["injected"]]
     acked, errors = faults["acked"], faults["errors"]
     lines.append(f"- acknowledged rows lost: {acked['lost_rows']} of {acked['acked_rows']} "
-                 f"({acked['sessions']} data sessions; behind their newest ack: {len(acked['sessions_behind'])})")
+                 f"({acked['sessions']} data sessions; behind their newest ack: {len(acked['sessions_behind'])}; "
+                 f"every session caught up {acked.get('caught_up_s_max')} s after the load stopped)")
     lines.append(f"- failed requests: {errors['errors']}, untyped: {errors['untyped']}; by code: {errors['by_code']}")
     return "faults:\n\n" + "\n".join(lines) + "\n"
 
