@@ -167,3 +167,28 @@ def test_the_image_spider_databases_are_served_unless_turned_off():
 
     assert all("HEADSTART_CATALOGUE_SPIDER" not in env for env in env_of(render()))
     assert all(env["HEADSTART_CATALOGUE_SPIDER"] == "0" for env in env_of(render(("catalogue.spider.builtin=false",))))
+
+
+def test_the_alert_rules_use_series_the_code_exports():
+    """deploy/helm/headstart/alerts/headstart-rules.yaml: every rule complete, and every series it
+    reads declared by the gateway's /metrics (its own and the replicas' it learns)."""
+    import yaml
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from services.deploy.chart import CHART_DIR
+    from services.gateway.engine_kv import EngineKVGauges
+    from services.gateway.metrics import GatewayMetrics
+
+    rules = yaml.safe_load((CHART_DIR / "alerts" / "headstart-rules.yaml").read_text())
+    (group,) = rules["groups"]
+    assert group["rules"]
+    gateway = GatewayMetrics()
+    engines = CollectorRegistry()
+    EngineKVGauges(engines)
+    exported = gateway.render().decode() + generate_latest(engines).decode()
+    for rule in group["rules"]:
+        assert rule["alert"].startswith("Headstart") and rule["for"] and rule["labels"]["severity"], rule
+        assert rule["annotations"]["summary"], rule
+        for name in re.findall(r"\b(headstart_[a-z_]+)", rule["expr"]):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert re.search(rf"^# TYPE {base} ", exported, re.M), name
