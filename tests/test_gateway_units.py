@@ -110,3 +110,22 @@ def test_code_mapping(code, grpc_name, http):
 def test_seqs_move_forward_by_at_most_2_to_the_32_per_message():
     assert check_seq(2**32) == 2**32 and check_seq(2**32 + 10, 10) == 2**32 + 10
     assert check_seq(3, 50) == 3  # older ones pass: the caller ignores them (or calls them stale)
+
+
+@pytest.mark.parametrize("retry_after_s, header, trailer", [
+    (None, None, ()), (0.2, "1", (("grpc-retry-pushback-ms", "200"),)), (2.5, "3", (("grpc-retry-pushback-ms", "2500"),))])
+def test_a_retry_hint_rides_every_edge(retry_after_s, header, trailer):
+    """INGESTION_BEHIND's retry hint: REST's Retry-After (whole seconds, up) and body, gRPC's pushback
+    trailer (ms), read back by the client."""
+    import json
+
+    from headstart.client.errors import ApiError, retry_from_metadata, retry_metadata
+    from services.gateway.rest import error_response
+
+    exc = ApiError("INGESTION_BEHIND", "behind", retry_after_s=retry_after_s)
+    response = error_response(exc)
+    assert response.status_code == 503 and response.headers.get("Retry-After") == header
+    assert json.loads(response.body).get("retry_after_s") == retry_after_s
+    assert retry_metadata(exc) == trailer
+    assert retry_from_metadata(trailer) == retry_after_s
+    assert retry_from_metadata((("grpc-retry-pushback-ms", "soon"),)) is None
