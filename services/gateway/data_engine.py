@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from headstart.client.errors import CODE_METADATA_KEY, CODES, ApiError
+from headstart.engine.errors import LAST_SEQ_METADATA_KEY
 from headstart.v1 import engine_pb2
 from services.engine.guard import TENANT_METADATA_KEY
 from services.gateway.data_wire import engine_rows
@@ -33,9 +34,21 @@ def not_here(exc: grpc.aio.AioRpcError) -> bool:
     return exc.code() == grpc.StatusCode.NOT_FOUND and NOT_HERE in (exc.details() or "")
 
 
+class SeqsBehindError(ApiError):
+    """The replica has seen seqs up to `last_seq`, at or above this push's first (the store lost
+    writes it had taken): the push is to be renumbered above `last_seq` (never sent to a client)."""
+
+    def __init__(self, message: str, last_seq: int):
+        super().__init__("SEQS_BEHIND", message)
+        self.last_seq = last_seq
+
+
 def engine_error(exc: grpc.aio.AioRpcError) -> ApiError:
     """A replica's failure as the API's typed error (its exact code when it sent one)."""
-    code = dict(exc.trailing_metadata() or ()).get(CODE_METADATA_KEY)
+    trailing = dict(exc.trailing_metadata() or ())
+    code = trailing.get(CODE_METADATA_KEY)
+    if code == "SEQS_BEHIND" and (trailing.get(LAST_SEQ_METADATA_KEY) or "").isdigit():
+        return SeqsBehindError(exc.details() or "", int(trailing[LAST_SEQ_METADATA_KEY]))
     status = exc.code()
     if code is None:
         code = status.name if status.name in CODES else "UNAVAILABLE"
