@@ -35,9 +35,11 @@ faults = json.loads(found[0].read_text())["meta"]["faults"]
 acked, errors = faults["acked"], faults["errors"]
 out = found[0].parent  # the run's own files (the clients' failures) and its log
 texts = [p.read_text(errors="replace") for p in [*out.glob("*.csv"), *out.glob("*.jsonl"), *base.glob("*/loadtest.log")]]
-invalid = errors["by_code"].get("INVALID_ARGUMENT", 0) + sum(t.count("INVALID_ARGUMENT") for t in texts)
+invalid = errors["by_code"].get("INVALID_ARGUMENT", 0)  # requests that failed with it
+mentions = sum(t.count("INVALID_ARGUMENT") for t in texts)  # anywhere in the run's files and log
 print(f"run {run}: pytest exit {status}; acknowledged rows lost: {acked['lost_rows']} of {acked['acked_rows']} "
-      f"({acked['sessions']} sessions, {len(acked['sessions_behind'])} behind); INVALID_ARGUMENT: {invalid}; "
+      f"({acked['sessions']} sessions, {len(acked['sessions_behind'])} behind); INVALID_ARGUMENT: {invalid} requests, "
+      f"{mentions} mentions; "
       f"errors by code: {errors['by_code']} (files: {dir})")
 PY
 done
