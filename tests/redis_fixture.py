@@ -33,7 +33,8 @@ URL_ENV = "HEADSTART_TEST_REDIS_URL"
 SLOW_FSYNC_WRAPPER = Path(__file__).resolve().parent.parent / "scripts" / "redis_server_slow_fsync.sh"
 
 
-def _binary_or_skip() -> str:
+def redis_binary_or_skip() -> str:
+    """The server binary (`find_redis_binary`), or skip the calling test when none is installed."""
     try:
         return find_redis_binary()
     except RedisServerError as exc:
@@ -42,7 +43,7 @@ def _binary_or_skip() -> str:
 
 def slow_fsync_binary() -> str:
     """The slow-fsync wrapper of redis-server; skips when strace is missing or may not trace here."""
-    _binary_or_skip()
+    redis_binary_or_skip()
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed (apt-get install strace): the slow-fsync fault needs it")
     probe = subprocess.run(["strace", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync", "true"],
@@ -59,12 +60,12 @@ def redis_url() -> Iterator[str]:
     if env:
         yield env
         return
-    with local_redis(binary=_binary_or_skip()) as server:
+    with local_redis(binary=redis_binary_or_skip()) as server:
         yield server.url
 
 
 @pytest.fixture
 def redis_restartable(tmp_path) -> Iterator[LocalRedis]:
     """A private server for one test; `stop()` / `start()` it at will."""
-    with local_redis(dir=tmp_path, binary=_binary_or_skip()) as server:
+    with local_redis(dir=tmp_path, binary=redis_binary_or_skip()) as server:
         yield server

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from tests.redis_fixture import _binary_or_skip
+from tests.redis_fixture import redis_binary_or_skip
 from tests.test_cli import run
 
 
 def test_bench_durability_plumbing(tmp_path):
-    _binary_or_skip()
+    redis_binary_or_skip()
     out = tmp_path / "out"
     proc = run(["bench", "durability", "--pushers", "1,2", "--rounds", "2", "--pushes", "5", "--rows", "3",
                 "--dir", str(tmp_path), "--out", str(out)], tmp_path)

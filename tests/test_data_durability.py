@@ -28,7 +28,7 @@ from headstart.client import ApiError, HeadstartClient
 from headstart.data.live_store import LiveStore
 from headstart.redis_server import local_redis
 from services.gateway.sessions import engine_session_id
-from tests.redis_fixture import _binary_or_skip
+from tests.redis_fixture import redis_binary_or_skip
 from tests.test_engine_data import SECRET, Replica, db_root  # noqa: F401 (fixture)
 
 TOKEN = "tok-alice"
@@ -139,7 +139,7 @@ def test_a_retried_push_id_gets_the_earlier_ack_on_every_edge(replica, db_root, 
 def test_a_redis_back_without_its_tail_renumbers_the_push_above_the_replica(replica, db_root, tmp_path):  # noqa: F811
     """The store's seq counter goes back (its file lost its last writes) while the replica has seen
     seqs up to 9: the next push is acknowledged above 9, never refused with seqs the client did not send."""
-    with local_redis(dir=tmp_path / "redis", binary=_binary_or_skip(), aof=True) as server, \
+    with local_redis(dir=tmp_path / "redis", binary=redis_binary_or_skip(), aof=True) as server, \
             gateway_on(replica, server.url, db_root) as gw, \
             httpx.Client(base_url=f"http://127.0.0.1:{gw.http_port}", timeout=60) as http:
         sid = ok(http.post("/v1/data", json={"db": "readings"}, headers=AUTH))["session_id"]
@@ -189,7 +189,7 @@ def _fill(url: str) -> redis.Redis:
 
 def test_a_full_store_answers_store_full_and_loses_nothing(replica, db_root, tmp_path):  # noqa: F811
     args = ["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"]  # the chart's policy, a tiny store
-    with local_redis(dir=tmp_path / "redis", binary=_binary_or_skip(), extra_args=args) as server, \
+    with local_redis(dir=tmp_path / "redis", binary=redis_binary_or_skip(), extra_args=args) as server, \
             gateway_on(replica, server.url, db_root) as gw, \
             httpx.Client(base_url=f"http://127.0.0.1:{gw.http_port}", timeout=60) as http:
         sid = ok(http.post("/v1/data", json={"db": "readings"}, headers=AUTH))["session_id"]

@@ -7,8 +7,9 @@ the rows log in Redis in one step (`LiveStore.log_push`) *before* it is
 forwarded, so a replica that loses the session rebuilds it from the log
 (services/gateway/data_engine.py). The store's Redis fsyncs before it
 replies, so an ack means the rows are on disk; a client's optional push id
-makes a retried push answer with the earlier ack instead of adding rows. A session's meta (tenant, db, retention)
-lives in Redis too: any gateway can serve it. Store keys are the
+makes a retried push answer with the earlier ack instead of adding rows. A
+session's meta (tenant, db, retention) lives in Redis too: any gateway can
+serve it. Store keys are the
 engine-level ids (`engine_session_id(tenant, id)`), so another tenant's id
 names nothing: NOT_FOUND. A tenant's open sessions are counted in the set
 `{prefix}:data:tenant:{tenant}:sessions` (its share: `data_sessions_per_tenant`).
