@@ -2,7 +2,7 @@
 (HTTP, WebSocket, public gRPC) in front of a replica's data RPCs on a real gRPC server
 (random:tiny, float64) and a real Redis of its own:
 
-- a retried push with the same push id (REST, WebSocket, gRPC and the Python client) gets the
+- a retried push with the same push id (REST, WebSocket, gRPC and both Python clients) gets the
   earlier ack and adds nothing; the same id with other rows is refused;
 - a Redis restarted *without the tail of its file* (its counter behind what the replica saw)
   never makes a push fail with seqs the client did not send: the push is renumbered above the
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import shutil
 import time
@@ -24,7 +25,7 @@ import pytest
 import redis
 from websockets.sync.client import connect
 
-from headstart.client import ApiError, HeadstartClient
+from headstart.client import ApiError, AsyncHeadstartClient, HeadstartClient
 from headstart.data.live_store import LiveStore
 from headstart.redis_server import local_redis
 from services.gateway.sessions import engine_session_id
@@ -122,17 +123,25 @@ def test_a_retried_push_id_gets_the_earlier_ack_on_every_edge(replica, db_root, 
             client.push_rows(sid, more[:2], batch_rows=2, push_id="grpc-2")
             whole = client.push_rows(sid, more, batch_rows=2, push_id="grpc-2")
             assert (list(whole.seqs), whole.replayed_pushes) == ([13, 14, 15, 16], 1)
-            assert client.describe_data(sid).data_version >= 0
 
-        d = wait_version(http, sid, 16)
+        async def async_twice() -> list:
+            async with AsyncHeadstartClient(f"127.0.0.1:{gw.grpc_port}", token=TOKEN) as client:
+                rows = readings(2)
+                return [await client.push_rows(sid, rows, push_id="async-1") for _ in range(2)]
+
+        first_async, second_async = asyncio.run(async_twice())
+        assert list(first_async.seqs) == list(second_async.seqs) == [17, 18]
+        assert (first_async.replayed_pushes, second_async.replayed_pushes) == (0, 1)
+
+        d = wait_version(http, sid, 18)
         store = LiveStore(redis_url)
         try:
             logged = store.rows(engine_session_id("alice", sid))
         finally:
             store.close()
-        assert [seq for seq, _ in logged] == list(range(1, 17))  # no push logged twice
+        assert [seq for seq, _ in logged] == list(range(1, 19))  # no push logged twice
         # but the push sent twice without an id is there twice: its second copy (a duplicate key) refused
-        assert (d["rows_in_cache"], d["describe"]["refused"]) == (15, 1)
+        assert (d["rows_in_cache"], d["describe"]["refused"]) == (17, 1)
         ok(http.delete(f"/v1/data/{sid}", headers=AUTH))
 
 
