@@ -262,3 +262,21 @@ def bench_tables(
                      prefix_cache_bytes=int(prefix_cache_mib * 2**20), batch_size=batch_size, max_delay=max_delay,
                      micro_batch=micro_batch, rounds=rounds,
                      guard_questions=guard_questions, guard_tokens=guard_tokens, out=out)
+
+
+@bench_app.command("durability")
+def bench_durability(
+    pushers: str = typer.Option("1,4", help="concurrent pushers (each its own session), comma-separated"),
+    rounds: int = typer.Option(6, help="rounds per policy, alternating which goes first"),
+    pushes: int = typer.Option(200, help="pushes per pusher per round"),
+    rows: int = typer.Option(8, help="rows per push"),
+    dir: Optional[Path] = typer.Option(None, help="where the append-only files live (default: the temp folder)"),
+    out: Path = typer.Option(Path("bench-out/durability")),
+):
+    """A push's store step with appendfsync everysec vs always (what a durable ack costs), side by side."""
+    from bench.durability import run_durability_bench
+
+    try:
+        run_durability_bench(out, [int(p) for p in pushers.split(",")], rounds, pushes, rows, dir)
+    except ValueError as exc:
+        fail(str(exc))

@@ -8,7 +8,7 @@ process) and the Redis that data sessions need (rows log,
 versions, flash answers, events): the one at `--redis` or
 $HEADSTART_REDIS_URL, else an embedded one (`redis-server` or
 `valkey-server`, on a free loopback port, with an append-only file fsynced
-every second, restarted by a watchdog if it dies) that lives as long as the
+before each reply, restarted by a watchdog if it dies) that lives as long as the
 stack. A loopback URL with nothing answering there is started
 too. Ctrl-C stops everything it started.
 """
@@ -150,8 +150,8 @@ def catalogue_config() -> dict:
 def _redis(url: str | None, stack_exit: contextlib.ExitStack, say):
     """(URL, server, watchdog) of the stack's Redis: `url` as is when a server answers there (or it
     is not loopback; no server, no watchdog); else a local server started for a loopback `url` with
-    nothing behind it, or for no `url` at all, with an append-only file (fsync every second: an
-    acknowledged row survives a restart) and a watchdog that restarts it if it dies.
+    nothing behind it, or for no `url` at all, with an append-only file (fsynced before each reply:
+    an acknowledged row survives a crash) and a watchdog that restarts it if it dies.
 
     Raises:
         RedisServerError: a server must be started and no binary is installed (the message says how).
@@ -170,7 +170,7 @@ def _redis(url: str | None, stack_exit: contextlib.ExitStack, say):
     watchdog = Watchdog(server, say=say)
     stack_exit.callback(watchdog.close)  # before the server stops (an ExitStack unwinds backwards)
     say(f"started {'an embedded ' if not url else ''}redis-server on {server.url} (append-only file, "
-        f"fsync every second{'; --redis URL to use your own' if not url else ''})")
+        f"fsynced before each reply{'; --redis URL to use your own' if not url else ''})")
     return url or server.url, server, watchdog
 
 

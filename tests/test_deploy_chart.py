@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy_helpers import ALL_ON, COMPONENTS, IMAGE, component_of, render
+from tests.deploy_helpers import ALL_ON, COMPONENTS, IMAGE, component_of, containers, render
 
 from services.deploy.chart import CHART_DIR, ChartValuesError, lint_chart, render_chart  # noqa: E402
 
@@ -243,3 +243,15 @@ def test_ray_pods_start_workers_at_normal_priority():
         for container in pod["containers"]:
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             assert env.get("RAY_worker_niceness") == "0", container["name"]
+
+
+def test_the_charts_redis_never_evicts_and_syncs_before_it_acks():
+    """Issue 45: data sessions' rows and seq counters live in the chart's Redis. It evicts nothing (a
+    full store refuses a write, typed STORE_FULL, rather than dropping acknowledged rows) and fsyncs
+    its append-only file before each reply (an ack survives a crash)."""
+    (redis,) = [o for o in render() if component_of(o) == "redis" and o.kind == "StatefulSet"]
+    ((_, container),) = containers(redis)
+    args = container["args"]
+    options = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+    assert options["--maxmemory-policy"] == "noeviction"
+    assert (options["--appendonly"], options["--appendfsync"]) == ("yes", "always")

@@ -49,6 +49,6 @@ def test_serve_starts_an_embedded_redis_when_none_is_configured_and_stops_it_wit
         while watchdog.restarts == 0:
             assert time.monotonic() < end, "the watchdog did not restart Redis"
             time.sleep(0.1)
-        assert client.get("acked") == b"yes" and client.config_get("appendfsync") == {"appendfsync": "everysec"}
+        assert client.get("acked") == b"yes" and client.config_get("appendfsync") == {"appendfsync": "always"}
         client.close()
     assert not ping(where.hostname, where.port)  # it lived as long as the stack

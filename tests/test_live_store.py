@@ -1,4 +1,4 @@
-"""LiveStore against a real Redis: rows log, versions, events, flash registry and answers, the consumer group."""
+"""LiveStore against a real Redis (its rows log: tests/test_live_rows.py): meta, versions, events, flash registry and answers, the consumer group."""
 
 from __future__ import annotations
 
@@ -31,34 +31,16 @@ def row(i: int) -> dict:
     return {"table": "orders", "values": {"id": i, "amount": i * 1.5}}
 
 
-def test_seqs_are_consecutive_per_session(store):
-    assert store.next_seqs("s1", 3) == [1, 2, 3]
-    assert store.next_seqs("s1", 2) == [4, 5]
-    assert store.next_seqs("s2", 1) == [1]
-    with pytest.raises(ValueError):
-        store.next_seqs("s1", 0)
-
-
-def test_rows_kept_in_seq_order_and_trimmed(store):
-    seqs = store.next_seqs("s", 8)
-    # two pushes land out of order (the later seqs first): the log is still in seq order
-    store.append_rows("s", [(s, row(s)) for s in seqs[4:]])
-    store.append_rows("s", [(s, row(s)) for s in seqs[:4]])
-    assert store.rows("s") == [(s, row(s)) for s in seqs[3:]]  # the newest max_rows=5
-    store.append_rows("s", [(8, row(8))])  # the same row again: no duplicate
-    assert [s for s, _ in store.rows("s")] == [4, 5, 6, 7, 8]
-    assert store.rows("other") == []
-
-
 def test_meta_and_delete_session(store):
     assert store.meta("s") is None
     store.put_meta("s", {"db": "shop", "tenant": "t1"})
-    store.append_rows("s", [(1, row(1))])
+    store.log_push("s", [row(1)], "push-1")
     store.publish_version("s", "t1", 1, 1, 0)
     store.register_flash("s", "how many orders?")
     assert store.meta("s") == {"db": "shop", "tenant": "t1"}
     store.delete_session("s")
     assert store.meta("s") is None and store.rows("s") == [] and store.current_version("s") == 0
+    assert store.last_seq("s") == 0 and not store.client.exists(store.key("s", "pushes"), store.key("s", "push_ids"))
     assert store.flash_questions("s") == {} and store.events_after("s", None) == []
 
 

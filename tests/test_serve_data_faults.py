@@ -92,10 +92,9 @@ def test_a_rebuild_refuses_a_logged_row_it_cannot_take(http, store, serve_engine
     eid = engine_session_id("alice", sid)
     try:
         ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))
-        (seq,) = store.next_seqs(eid, 1)  # a row logged before the edge refused it (the old gateway)
         bad = cities(1)[0]
         bad["values"]["Population"] = 1 << 63
-        store.append_rows(eid, [(seq, bad)])
+        (seq,) = store.log_push(eid, [bad]).seqs  # a row logged before the edge refused it (the old gateway)
         last = ok(http.post(f"/v1/data/{sid}/rows", json={"rows": cities(1)}, headers=ALICE))["seqs"][-1]
         # the replica loses the session: the next call rebuilds it from the log
         with grpc.insecure_channel(serve_engine.grpc_target) as channel:

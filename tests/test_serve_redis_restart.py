@@ -2,7 +2,7 @@
 
 An engine app of its own on the session's Ray Serve (one replica,
 random:tiny float64) and a gateway of its own, both on a private Redis with
-the append-only file the data API promises (`appendfsync everysec`, as
+the append-only file the data API promises (`appendfsync always`, as
 `headstart serve`'s embedded Redis and the chart's). The promise: a Redis
 that crashes (SIGKILL) and restarts loses no acknowledged row of a live
 session; while it is down, pushes and `POST /v1/data` are a typed 503

@@ -17,6 +17,9 @@ Errors are answered as gRPC statuses the way the other unary calls do (a
 status set on the context and an empty reply, since Serve's proxy turns a
 raised exception into INTERNAL): `InvalidInput` INVALID_ARGUMENT (naming the
 row), the KV budget RESOURCE_EXHAUSTED, and so on (headstart.client.errors).
+A push numbered below what the session has seen is SEQS_BEHIND with the
+session's newest seq in trailing metadata (`headstart-last-seq`): the
+gateway renumbers it above that and pushes again.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from headstart.client.errors import CODE_METADATA_KEY, code_of, grpc_status, retry_metadata
 from headstart.data import DataSession
 from headstart.data.workcopy import SqlError
-from headstart.engine.errors import InvalidInput
+from headstart.engine.errors import LAST_SEQ_METADATA_KEY, InvalidInput, SeqsBehind
 from headstart.engine.requests.generation import SamplingParams
 from headstart.v1 import engine_pb2
 from services.engine import data_wire
@@ -160,22 +163,25 @@ class DataService:
     async def _call(self, grpc_context, empty, run):
         """Check the secret, run `run(tenant)`; a failure becomes the call's status (and `empty`)."""
         metadata = list(grpc_context.invocation_metadata()) if grpc_context is not None else []
-        retry = ()
+        trailing = []
         try:
             self.guard.check(metadata)
             return await run(tenant_of(metadata))
         except EngineUnauthenticated as exc:
             code, message = exc.code, exc.message
         except Exception as exc:
-            code, retry = code_of(exc), retry_metadata(exc)  # INGESTION_BEHIND: when to push again
+            code = code_of(exc)
+            trailing.extend(retry_metadata(exc))  # INGESTION_BEHIND: when to push again
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             if code == "INTERNAL":
                 log.exception("data call failed")
+            if isinstance(exc, SeqsBehind):  # the gateway renumbers the push above it
+                trailing.append((LAST_SEQ_METADATA_KEY, str(exc.last_seq)))
         if grpc_context is None:
             raise DataCallError(code, message)
         grpc_context.set_code(grpc_status(code))
         grpc_context.set_details(message)
-        grpc_context.set_trailing_metadata([(CODE_METADATA_KEY, code), *retry])
+        grpc_context.set_trailing_metadata([(CODE_METADATA_KEY, code), *trailing])
         return empty
 
     def shutdown(self) -> None:

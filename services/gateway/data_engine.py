@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from headstart.client.errors import CODE_METADATA_KEY, CODES, ApiError, retry_from_metadata
+from headstart.engine.errors import LAST_SEQ_METADATA_KEY
 from headstart.v1 import engine_pb2
 from services.engine.guard import TENANT_METADATA_KEY
 from services.gateway.data_wire import engine_rows
@@ -33,10 +34,22 @@ def not_here(exc: grpc.aio.AioRpcError) -> bool:
     return exc.code() == grpc.StatusCode.NOT_FOUND and NOT_HERE in (exc.details() or "")
 
 
+class SeqsBehindError(ApiError):
+    """The replica has seen seqs up to `last_seq`, at or above this push's first (the store lost
+    writes it had taken): the push is to be renumbered above `last_seq` (never sent to a client)."""
+
+    def __init__(self, message: str, last_seq: int):
+        super().__init__("SEQS_BEHIND", message)
+        self.last_seq = last_seq
+
+
 def engine_error(exc: grpc.aio.AioRpcError) -> ApiError:
     """A replica's failure as the API's typed error (its exact code when it sent one)."""
     trailing = exc.trailing_metadata() or ()
     code = dict(trailing).get(CODE_METADATA_KEY)
+    last_seq = dict(trailing).get(LAST_SEQ_METADATA_KEY) or ""
+    if code == "SEQS_BEHIND" and last_seq.isdigit():
+        return SeqsBehindError(exc.details() or "", int(last_seq))
     status = exc.code()
     if code is None:
         code = status.name if status.name in CODES else "UNAVAILABLE"

@@ -30,15 +30,17 @@ class DataServicerMixin:
         return headstart_pb2.OpenDataResponse(**out)
 
     async def PushRows(self, request_iterator, context):  # noqa: N802
-        """Each message is one push (validated, logged, forwarded in order); one summed ack at the end."""
-        seqs, dropped, dropped_seqs, last = [], 0, [], None
+        """Each message is one push (validated, logged, forwarded in order; its `push_id` makes a retry
+        of it answer with the earlier ack); one summed ack at the end."""
+        seqs, dropped, dropped_seqs, replayed, last = [], 0, [], 0, None
         try:
             tenant = self._tenant(context)
             async for request in request_iterator:
                 r = checked(request)
                 self.service.metrics.messages.labels(EDGE, "data_push").inc()
-                ack = await self.service.data.push(tenant, r.session_id, proto_rows(r.rows))
+                ack = await self.service.data.push(tenant, r.session_id, proto_rows(r.rows), r.push_id or None)
                 seqs += ack["seqs"]
+                replayed += ack["replayed"]
                 dropped += ack["dropped"]
                 dropped_seqs += ack["dropped_seqs"]
                 last = ack
@@ -49,7 +51,7 @@ class DataServicerMixin:
             await self._abort(context, exc)
         return headstart_pb2.DataPushAck(seqs=seqs, dropped=dropped, dropped_seqs=dropped_seqs,
                                          dropped_total=last["dropped_total"] if last else 0,
-                                         buffered=last["buffered"] if last else 0)
+                                         buffered=last["buffered"] if last else 0, replayed_pushes=replayed)
 
     async def QueryData(self, request, context):  # noqa: N802
         try:

@@ -68,7 +68,8 @@ def build_data_router(service: GatewayService) -> APIRouter:
     async def push_rows(sid: str, request: Request):
         who = tenant(request)
         service.metrics.messages.labels("rest", "data_push").inc()
-        return await data.push(who, sid, (await body(request)).get("rows"))
+        b = await body(request)
+        return await data.push(who, sid, b.get("rows"), b.get("push_id"))
 
     @router.post("/v1/data/{sid}/query")
     async def query(sid: str, request: Request):

@@ -2,11 +2,14 @@
 
 The gateway owns a data session's rows: a push is validated against the
 database's schema here (a bad row fails the whole push with
-INVALID_ARGUMENT naming it; nothing else is dropped), numbered
-(`LiveStore.next_seqs`) and written to the rows log in Redis *before* it is
+INVALID_ARGUMENT naming it; nothing else is dropped), numbered and written to
+the rows log in Redis in one step (`LiveStore.log_push`) *before* it is
 forwarded, so a replica that loses the session rebuilds it from the log
-(services/gateway/data_engine.py). A session's meta (tenant, db, retention)
-lives in Redis too: any gateway can serve it. Store keys are the
+(services/gateway/data_engine.py). The store's Redis fsyncs before it
+replies, so an ack means the rows are on disk; a client's optional push id
+makes a retried push answer with the earlier ack instead of adding rows. A
+session's meta (tenant, db, retention) lives in Redis too: any gateway can
+serve it. Store keys are the
 engine-level ids (`engine_session_id(tenant, id)`), so another tenant's id
 names nothing: NOT_FOUND. A tenant's open sessions are counted in the set
 `{prefix}:data:tenant:{tenant}:sessions` (its share: `data_sessions_per_tenant`).
@@ -31,7 +34,7 @@ from headstart.client.errors import ApiError, code_of
 from headstart.engine.errors import HeadstartError, InvalidInput
 from headstart.schema.model import Schema, SchemaError
 from headstart.v1 import engine_pb2
-from services.gateway.data_engine import DataEngine
+from services.gateway.data_engine import DataEngine, SeqsBehindError
 from services.gateway.data_wire import ack_json, describe_json, engine_rows, flash_answer, model_answer, row_dict
 from services.gateway.databases import lookup
 from services.gateway.limits import check_text
@@ -44,6 +47,7 @@ RETENTIONS = ("", "shift", "rebuild")
 STORE_CLIENT_NAME = "hs-gateway"  # the pool every data call uses (subscribers have their own: data_events)
 MAX_RETENTION_TOKENS = 1 << 20
 MAX_BUFFER_ROWS = 1 << 16
+RENUMBER_TRIES = 3  # a push renumbered above its replica's seq and sent again (see DataService._forward)
 
 
 class DataService:
@@ -218,27 +222,35 @@ class DataService:
                 raise ApiError("INVALID_ARGUMENT", f"row {i}: {exc}") from None
         return out
 
-    async def push(self, tenant: str, sid: object, rows: object) -> dict:
-        """Validate, number, log, then forward; returns the replica's ack (seqs, drops, buffered)."""
+    async def push(self, tenant: str, sid: object, rows: object, push_id: object = None) -> dict:
+        """Validate, number and log (one step), then forward; returns the replica's ack (seqs, drops, buffered).
+
+        With `push_id`, a push id the session logged before is answered with that push's ack
+        (`replayed: true`) and nothing is added: a client retries a push that timed out or got
+        UNAVAILABLE without doubling its rows. Without one, a retry is a new push (at least once).
+        """
+        from headstart.data.live_rows import check_push_id  # imports redis: only with a store
+
         eid, meta = await self._session(tenant, sid)
+        try:
+            push_id = check_push_id(push_id)
+        except InvalidInput as exc:
+            raise ApiError("INVALID_ARGUMENT", str(exc)) from None
         valid = self.validate(meta["db"], rows)
         self.gw.quotas.data_work.spend(tenant, sum(len(str(r["values"])) for r in valid))
         # NOTE: one push at a time per session: the replica needs seqs in increasing order.
         async with self._lock(eid):
-            seqs = await self._io(self.store.next_seqs, eid, len(valid))
-            numbered = list(zip(seqs, valid))
-            await self._io(self.store.append_rows, eid, numbered)  # before the ack: the rebuild source
-            request = engine_pb2.DataPushRequest(session_id=eid, rows=engine_rows(numbered))
-            try:
-                reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
-            except ApiError:
-                # The push failed as a whole: take its rows out of the log again, so a rebuild never
-                # ingests rows the client was told failed (and a retry does not add them twice).
+            # numbered and logged in one step, before the ack: the rebuild source
+            logged = await self._io(self.store.log_push, eid, valid, push_id)
+            if logged.replayed:
+                return {**(logged.ack or ack_json(None, logged.seqs)), "replayed": True}
+            reply, seqs = await self._forward(tenant, eid, meta, valid, logged.seqs, push_id)
+            ack = ack_json(reply, seqs)
+            if push_id is not None:
                 try:
-                    await asyncio.to_thread(self.store.unlog_rows, eid, seqs[0], seqs[-1])
-                except Exception:  # Redis is gone too: the push's own error is the one to report
-                    log.exception("rows %d..%d of %s not taken out of the log", seqs[0], seqs[-1], eid)
-                raise
+                    await self._io(self.store.record_ack, eid, push_id, ack)
+                except ApiError as exc:  # the rows are logged: a retry is answered with their seqs
+                    log.warning("the ack of push %r of %s not recorded: %s", push_id, eid, exc)
         m = self.gw.metrics
         m.data_rows_pushed.inc(len(valid))
         if reply.dropped:
@@ -246,7 +258,39 @@ class DataService:
             await self._io(self.store.add_event, eid, "rows_dropped",
                            {"dropped": reply.dropped, "dropped_seqs": list(reply.dropped_seqs),
                             "dropped_total": reply.dropped_total})
-        return ack_json(reply, seqs)
+        return {**ack, "replayed": False}
+
+    async def _forward(self, tenant: str, eid: str, meta: dict, valid: list[dict], seqs: list[int],
+                       push_id: str | None) -> tuple[engine_pb2.DataPushReply, list[int]]:
+        """DataPush the logged rows; (the replica's reply, the rows' final seqs).
+
+        A replica that has seen seqs the store no longer has (a Redis restarted without the tail
+        of its file) answers SEQS_BEHIND with its newest: the push is renumbered above it (the
+        store's counter lifted in the same step) and sent again, so the client never sees seqs
+        it did not send. A push that fails as a whole is taken out of the log again, so a rebuild
+        never ingests rows the client was told failed (and a retry does not add them twice).
+        """
+        try:
+            for _ in range(RENUMBER_TRIES):
+                request = engine_pb2.DataPushRequest(session_id=eid, rows=engine_rows(list(zip(seqs, valid))))
+                try:
+                    reply = await self._call("DataPush", request, tenant, eid, meta, locked=True, before_seq=seqs[0])
+                    return reply, seqs
+                except SeqsBehindError as exc:
+                    log.warning("data session %s: the replica has seen seq %d, the store numbered this push "
+                                "from %d (it lost writes): renumbered", eid, exc.last_seq, seqs[0])
+                    renumber = functools.partial(self.store.log_push, floor=exc.last_seq,
+                                                 replacing=(seqs[0], seqs[-1]))
+                    renumbered = await self._io(renumber, eid, valid, push_id)
+                    seqs = renumbered.seqs
+            raise ApiError("UNAVAILABLE", f"push to data session {meta['session_id']!r} kept being numbered "
+                                          "behind its replica (another gateway pushing at once?): retry")
+        except ApiError:
+            try:
+                await asyncio.to_thread(self.store.unlog_push, eid, seqs, push_id)
+            except Exception:  # Redis is gone too: the push's own error is the one to report
+                log.exception("rows %d..%d of %s not taken out of the log", seqs[0], seqs[-1], eid)
+            raise
 
     # -- queries ------------------------------------------------------------
 

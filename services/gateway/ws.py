@@ -213,7 +213,8 @@ async def _dispatch(service: GatewayService, session, message: dict) -> dict | N
         service._check_link(session)
         await session.link.cancel_generation()
     elif kind == "data_push":  # rows for a data session of this connection's tenant
-        ack = await service.data.push(session.tenant, message.get("session_id"), message.get("rows"))
+        ack = await service.data.push(session.tenant, message.get("session_id"), message.get("rows"),
+                                      message.get("push_id"))
         return {"type": "data_ack", "session_id": message["session_id"], **ack}
     else:
         raise ApiError("INVALID_ARGUMENT", f"unknown message type {kind!r}; valid: input, submit, cancel, data_push")

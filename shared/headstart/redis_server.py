@@ -4,10 +4,13 @@
 on a free port, in a scratch directory; waits until it answers PING; yields a
 `LocalRedis` (its `url` is `redis://127.0.0.1:PORT/0`) and stops it on exit.
 Without persistence by default (a cache, the tests); with `aof=True` it keeps
-an append-only file in its directory, fsynced every second (`appendfsync
-everysec`), so a restart of the server (a crash of its process included)
-loses no write it acknowledged: the data API's promise (headstart serve's
-embedded Redis, the chart's). The binary is taken from
+an append-only file in its directory, written and fsynced before each reply
+(`appendfsync always`), so a restart of the server (a crash of its process, or
+of the machine) loses no write it acknowledged: the data API's promise
+(headstart serve's embedded Redis, the chart's). `everysec` would not keep it:
+while a background fsync is slow, Redis 7.0 postpones writing its buffer (up
+to 2 s) yet still replies, and a crash then loses acknowledged writes; Redis
+7.0 has no WAITAOF to wait for the fsync instead. The binary is taken from
 $HEADSTART_REDIS_SERVER, else the first of `redis-server`, `valkey-server` on PATH.
 
     with local_redis() as server:
@@ -31,6 +34,8 @@ from headstart.processes import stop_process
 BINARIES = ("redis-server", "valkey-server")
 ENV_BINARY = "HEADSTART_REDIS_SERVER"
 HOST = "127.0.0.1"
+APPENDFSYNC = "always"  # a reply implies its write is on disk (module docstring)
+APPENDFSYNC_POLICIES = ("always", "everysec", "no")
 
 
 class RedisServerError(RuntimeError):
@@ -80,14 +85,16 @@ class LocalRedis:
 
     def __init__(
         self, binary: str, port: int, dir: Path, *, host: str = HOST, extra_args: Sequence[str] = (),
-        aof: bool = False,
+        aof: bool = False, appendfsync: str = APPENDFSYNC,
     ) -> None:
+        if appendfsync not in APPENDFSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {list(APPENDFSYNC_POLICIES)}, got {appendfsync!r}")
         self.binary = binary
         self.host = host
         self.port = port
         self.dir = dir
         self.extra_args = tuple(extra_args)
-        self.aof = aof
+        self.aof, self.appendfsync = aof, appendfsync
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -110,7 +117,7 @@ class LocalRedis:
         """
         if self.is_running:
             return
-        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.aof else ["--appendonly", "no"]
+        persistence = ["--appendonly", "yes", "--appendfsync", self.appendfsync] if self.aof else ["--appendonly", "no"]
         args = [
             self.binary, "--port", str(self.port), "--bind", self.host,
             "--save", "", *persistence, "--dir", str(self.dir), "--daemonize", "no",
@@ -171,6 +178,7 @@ def local_redis(
     extra_args: Sequence[str] = (),
     startup_timeout_s: float = 10.0,
     aof: bool = False,
+    appendfsync: str = APPENDFSYNC,
 ) -> Iterator[LocalRedis]:
     """A running local server for the duration of the block (see module docstring).
 
@@ -183,14 +191,16 @@ def local_redis(
         extra_args: more server options, e.g. `["--maxmemory", "4gb",
             "--maxmemory-policy", "allkeys-lru"]` (an evicted block is a miss;
             `RedisStore.clean_orphans` tidies the index).
-        aof: keep an append-only file (fsynced every second) in `dir`: acknowledged
-            writes survive a restart of the server.
+        aof: keep an append-only file (fsynced before each reply) in `dir`:
+            acknowledged writes survive a restart of the server.
+        appendfsync: the file's fsync policy ("always"; "everysec" only to measure what
+            "always" costs: it may lose acknowledged writes).
     """
     binary = binary or find_redis_binary()
     with tempfile.TemporaryDirectory(prefix="headstart-redis-") as tmp:
         workdir = Path(dir) if dir is not None else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        server = _start(binary, port, workdir, host, extra_args, startup_timeout_s, aof)
+        server = _start(binary, port, workdir, host, extra_args, startup_timeout_s, aof, appendfsync)
         try:
             yield server
         finally:
@@ -199,13 +209,14 @@ def local_redis(
 
 def _start(
     binary: str, port: int | None, workdir: Path, host: str, extra_args: Sequence[str], timeout_s: float,
-    aof: bool = False,
+    aof: bool = False, appendfsync: str = APPENDFSYNC,
 ) -> LocalRedis:
     """Start on `port`, or on a free port (3 tries: another process may take it first)."""
     attempts = 1 if port is not None else 3
     for attempt in range(attempts):
         chosen = port if port is not None else free_port(host)
-        server = LocalRedis(binary, chosen, workdir, host=host, extra_args=extra_args, aof=aof)
+        server = LocalRedis(binary, chosen, workdir, host=host, extra_args=extra_args, aof=aof,
+                            appendfsync=appendfsync)
         try:
             server.start(timeout_s)
             return server

@@ -11,7 +11,8 @@
 A row is `{"table": name, "values": {column: int | float | str | None}}`.
 `push_rows` sends them as one `PushRows` client stream in batches of
 `batch_rows` (each batch one message, validated and logged in order) and
-returns one ack for all of them.
+returns one ack for all of them; with a `push_id` a retried call adds no row
+twice.
 """
 
 from __future__ import annotations
@@ -50,12 +51,18 @@ def data_row(row: dict) -> headstart_pb2.DataRow:
                                  values={k: cell(v) for k, v in (row.get("values") or {}).items()})
 
 
-def push_requests(session_id: str, rows: Iterable[dict], batch_rows: int) -> list[headstart_pb2.PushRowsRequest]:
+def push_requests(session_id: str, rows: Iterable[dict], batch_rows: int,
+                  push_id: str | None = None) -> list[headstart_pb2.PushRowsRequest]:
     """`rows` as PushRows messages of at most `batch_rows` rows each (converted up front: a bad
-    value raises here, before anything is sent)."""
+    value raises here, before anything is sent). With `push_id`, message `i` carries the push id
+    `{push_id}#{i}`: the same call retried sends the same ids."""
+    if push_id is not None and (not isinstance(push_id, str) or not push_id):
+        raise ApiError("INVALID_ARGUMENT", "push_id must be a non-empty string")
     wire = [data_row(r) for r in rows]
-    return [headstart_pb2.PushRowsRequest(session_id=session_id, rows=wire[i:i + batch_rows])
-            for i in range(0, len(wire), max(1, batch_rows))]
+    starts = range(0, len(wire), max(1, batch_rows))
+    return [headstart_pb2.PushRowsRequest(session_id=session_id, rows=wire[start:start + batch_rows],
+                                          push_id=f"{push_id}#{i}" if push_id else "")
+            for i, start in enumerate(starts)]
 
 
 def query_request(session_id: str, question: str, max_new_tokens: int | None,
@@ -83,14 +90,20 @@ class DataMethods:
         """A new data session of `db` (retention "rebuild" | "shift"; None: the engine's defaults)."""
         return self._unary(self.stub.OpenData, open_request(db, retention, retention_tokens, buffer_rows))
 
-    def push_rows(self, session_id: str, rows: Iterable[dict],
-                  batch_rows: int = DEFAULT_BATCH_ROWS) -> headstart_pb2.DataPushAck:
+    def push_rows(self, session_id: str, rows: Iterable[dict], batch_rows: int = DEFAULT_BATCH_ROWS,
+                  push_id: str | None = None) -> headstart_pb2.DataPushAck:
         """Push rows (one PushRows stream); the ack has their seqs and the rows dropped.
+
+        Args:
+            push_id: names this push (unique per session, up to 120 characters). Call again with
+                the same rows and id after a timeout or UNAVAILABLE: the batches that were logged
+                are answered with their earlier seqs (`replayed_pushes`), the others pushed, none
+                twice (exactly once). Without it a retry may add rows twice (at least once).
 
         Raises:
             ApiError: INVALID_ARGUMENT naming the first bad row (batches before its own stay pushed).
         """
-        requests = push_requests(session_id, rows, batch_rows)
+        requests = push_requests(session_id, rows, batch_rows, push_id)
         try:
             return self.stub.PushRows(iter(requests), metadata=self.metadata, timeout=self.timeout_s)
         except grpc.RpcError as exc:
@@ -164,9 +177,10 @@ class AsyncDataMethods:
                         buffer_rows: int | None = None) -> headstart_pb2.OpenDataResponse:
         return await self._unary(self.stub.OpenData, open_request(db, retention, retention_tokens, buffer_rows))
 
-    async def push_rows(self, session_id: str, rows: Iterable[dict],
-                        batch_rows: int = DEFAULT_BATCH_ROWS) -> headstart_pb2.DataPushAck:
-        requests = push_requests(session_id, rows, batch_rows)
+    async def push_rows(self, session_id: str, rows: Iterable[dict], batch_rows: int = DEFAULT_BATCH_ROWS,
+                        push_id: str | None = None) -> headstart_pb2.DataPushAck:
+        """`DataMethods.push_rows`, awaited (`push_id`: a retry adds nothing twice)."""
+        requests = push_requests(session_id, rows, batch_rows, push_id)
         try:
             return await self.stub.PushRows(iter(requests), metadata=self.metadata, timeout=self.timeout_s)
         except grpc.RpcError as exc:

@@ -28,6 +28,8 @@ CODES: dict[str, tuple[grpc.StatusCode, int]] = {
     "CANCELLED": (grpc.StatusCode.CANCELLED, 499),
     "UNAUTHENTICATED": (grpc.StatusCode.UNAUTHENTICATED, 401),
     "UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, 503),
+    "STORE_FULL": (grpc.StatusCode.RESOURCE_EXHAUSTED, 503),  # the data store is at its maxmemory: nothing was written
+    "SEQS_BEHIND": (grpc.StatusCode.FAILED_PRECONDITION, 409),  # replica to gateway only (engine.errors.SeqsBehind)
     "INTERNAL": (grpc.StatusCode.INTERNAL, 500),
 }
 # NOTE: a gRPC status carries only the coarse status; the exact code rides in

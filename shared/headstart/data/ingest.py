@@ -19,7 +19,7 @@ from headstart.data.prompt import DataPrompt
 from headstart.data.rows import DataRow, validate_row
 from headstart.data.states import DataState
 from headstart.data.types import DataSettings, PushAck, RowEntry, VersionEvent
-from headstart.engine.errors import InvalidInput
+from headstart.engine.errors import InvalidInput, SeqsBehind
 from headstart.engine.sched.jobs import Call, Priority
 from headstart.engine.runner.rows import Row, RowResult
 
@@ -51,6 +51,7 @@ def check_seqs(seqs, count: int, last_seq: int) -> tuple[int, ...]:
     increasing, the first greater than `last_seq` (every seq seen so far).
 
     Raises:
+        SeqsBehind: the first is not above `last_seq` (carries it).
         InvalidInput: naming the first number out of order.
     """
     if not isinstance(seqs, (list, tuple)) or len(seqs) != count:
@@ -59,6 +60,9 @@ def check_seqs(seqs, count: int, last_seq: int) -> tuple[int, ...]:
     for index, seq in enumerate(seqs):
         if isinstance(seq, bool) or not isinstance(seq, int):
             raise InvalidInput(f"seqs[{index}]: {seq!r} is not an integer")
+        if seq <= previous and index == 0:
+            raise SeqsBehind(f"seqs[0]: {seq} is not greater than {previous}, the newest seq this session "
+                             "has seen (sequence numbers must increase across the session)", previous)
         if seq <= previous:
             raise InvalidInput(f"seqs[{index}]: {seq} is not greater than {previous} "
                                "(sequence numbers must increase across the session)")

@@ -20,6 +20,13 @@ class LiveStoreUnavailable(LiveStoreError):
     code = "UNAVAILABLE"
 
 
+class StoreFull(LiveStoreError):
+    """Redis is at its `maxmemory` and evicts nothing (`noeviction`, the data store's policy): the
+    write was refused whole (a script refused at its first write writes nothing)."""
+
+    code = "STORE_FULL"
+
+
 class FlashLimitExceeded(ResourceExhausted):
     """The session already has `max_flash` registered questions."""
 
@@ -30,7 +37,7 @@ def as_str(value: Any) -> str:
 
 
 def guarded(method):
-    """Raise the Redis failures of a store method as `LiveStoreUnavailable` / `LiveStoreError`."""
+    """Raise the Redis failures of a store method as `LiveStoreUnavailable` / `StoreFull` / `LiveStoreError`."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
@@ -38,6 +45,10 @@ def guarded(method):
             return method(self, *args, **kwargs)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise LiveStoreUnavailable(f"redis {method.__name__}: {exc}") from exc
+        except redis.ResponseError as exc:
+            if isinstance(exc, redis.OutOfMemoryError) or str(exc).startswith("OOM "):  # a script's write says it so
+                raise StoreFull(f"the data store is full (redis {method.__name__}: {exc})") from exc
+            raise LiveStoreError(f"redis {method.__name__}: {exc}") from exc
         except redis.RedisError as exc:
             raise LiveStoreError(f"redis {method.__name__}: {exc}") from exc
 

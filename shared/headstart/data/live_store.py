@@ -5,8 +5,10 @@ replicas (they publish each data version) and the flash worker (it consumes the
 versions and stores answers). Layout, with `P` the prefix and `S` the
 engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
 
-    P:data:S:seq         string  last row sequence number handed out (INCRBY)
+    P:data:S:seq         string  last row sequence number handed out
     P:data:S:rows        zset    JSON [seq, row] scored by seq: the rebuild source, newest `max_rows`
+    P:data:S:pushes      hash    push id -> the push's seqs and ack (a retry's answer)
+    P:data:S:push_ids    zset    push id scored by when it was logged (the oldest leave first)
     P:data:S:meta        string  JSON dict (db, tenant, settings: the gateway's)
     P:data:S:failed      string  why the session failed (set once by its replica; every call but
                                  describe and close is then SESSION_FAILED)
@@ -22,11 +24,13 @@ engine-level session id (tenant-scoped, `services/gateway/sessions.py`):
 
 Every check-then-write (a version moving forward, the flash bound, an answer
 never replaced by an older one) is one Lua script (`live_scripts`), so
-concurrent writers cannot interleave between the check and the write. The
+concurrent writers cannot interleave between the check and the write; so is a
+push's numbering and logging (`live_rows.RowsLog`, the rows-log half of the store). The
 versions stream's consumer side is `live_versions.VersionsConsumer`.
 
-Redis failures are raised as `LiveStoreUnavailable` (connection, timeout) or
-`LiveStoreError`, both `HeadstartError`s the edges map to a status.
+Redis failures are raised as `LiveStoreUnavailable` (connection, timeout),
+`StoreFull` (Redis at its maxmemory: it evicts nothing) or `LiveStoreError`,
+all `HeadstartError`s the edges map to a status.
 """
 
 from __future__ import annotations
@@ -43,15 +47,17 @@ from headstart.data.live_errors import (  # noqa: F401 (re-exported: the store's
     FlashLimitExceeded,
     LiveStoreError,
     LiveStoreUnavailable,
+    StoreFull,
     as_str,
     guarded,
 )
+from headstart.data.live_rows import LoggedPush, RowsLog  # noqa: F401 (re-exported)
 from headstart.data.live_versions import VERSIONS_GROUP, VersionEntry, VersionsConsumer  # noqa: F401
 from headstart.engine.errors import InvalidInput
 
 _EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 EVENT_KINDS = ("data_updated", "flash_ready", "rows_dropped", "session_failed")
-_SESSION_KEYS = ("seq", "rows", "meta", "failed", "version", "events", "flash", "flash_norm", "flash_seq",
+_SESSION_KEYS = ("seq", "rows", "pushes", "push_ids", "meta", "failed", "version", "events", "flash", "flash_norm", "flash_seq",
                  "answers", "answer_ver")
 
 
@@ -73,7 +79,7 @@ def normalize_question(question: str) -> str:
     return re.sub(r"\s+", " ", question).strip()
 
 
-class LiveStore(VersionsConsumer):
+class LiveStore(RowsLog, VersionsConsumer):
     """Data sessions' live state in one Redis (layout: module docstring).
 
     Args:
@@ -126,6 +132,7 @@ class LiveStore(VersionsConsumer):
         self._register_flash = self.client.register_script(scripts.REGISTER_FLASH)
         self._delete_flash = self.client.register_script(scripts.DELETE_FLASH)
         self._store_answer = self.client.register_script(scripts.STORE_ANSWER)
+        self._rows_scripts()
         self._group_ready = False
 
     def key(self, sid: str, name: str) -> str:
@@ -140,46 +147,6 @@ class LiveStore(VersionsConsumer):
     @guarded
     def ping(self) -> bool:
         return bool(self.client.ping())
-
-    # ---- rows log -------------------------------------------------------------------
-
-    @guarded
-    def next_seqs(self, sid: str, n: int) -> list[int]:
-        """`n` fresh, increasing sequence numbers for the session's next rows (one INCRBY)."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        last = int(self.client.incrby(self.key(sid, "seq"), n))
-        return list(range(last - n + 1, last + 1))
-
-    @guarded
-    def append_rows(self, sid: str, rows: list[tuple[int, dict]]) -> None:
-        """Persist rows (before the push is acked) and trim the log to `max_rows`.
-
-        Kept in seq order whatever order concurrent pushes arrive in; appending
-        the same (seq, row) again is a no-op (the member is the canonical JSON).
-        """
-        if not rows:
-            return
-        key = self.key(sid, "rows")
-        members = {json.dumps([int(seq), row], sort_keys=True, separators=(",", ":")): int(seq) for seq, row in rows}
-        pipe = self.client.pipeline(transaction=True)
-        pipe.zadd(key, members)
-        pipe.zremrangebyrank(key, 0, -(self.max_rows + 1))
-        pipe.execute()
-
-    @guarded
-    def unlog_rows(self, sid: str, first: int, last: int) -> None:
-        """Take rows `first..last` out of the log again (a push that failed as a whole)."""
-        self.client.zremrangebyscore(self.key(sid, "rows"), first, last)
-
-    @guarded
-    def rows(self, sid: str) -> list[tuple[int, dict]]:
-        """The kept rows, oldest first: `[(seq, {"table": ..., "values": {...}})]`."""
-        out = []
-        for member in self.client.zrange(self.key(sid, "rows"), 0, -1):
-            seq, row = json.loads(member)
-            out.append((int(seq), row))
-        return out
 
     # ---- session meta ---------------------------------------------------------------
 

@@ -34,6 +34,23 @@ class StaleSequence(InvalidInput):
     code = "STALE_SEQUENCE"
 
 
+class SeqsBehind(InvalidInput):
+    """A data push whose first sequence number is not above `last_seq`, the newest the session has
+    seen. Behind the gateway this means the store that numbered the rows lost writes the replica
+    had taken (a Redis restarted without the tail of its file): the gateway renumbers the push
+    above `last_seq` and sends it again; the client never sees this code."""
+
+    code = "SEQS_BEHIND"
+
+    def __init__(self, message: str, last_seq: int):
+        super().__init__(message)
+        self.last_seq = last_seq
+
+
+# The replica's newest seq rides in this trailing-metadata key beside a SEQS_BEHIND status.
+LAST_SEQ_METADATA_KEY = "headstart-last-seq"
+
+
 class SessionClosed(HeadstartError):
     code = "SESSION_CLOSED"
 

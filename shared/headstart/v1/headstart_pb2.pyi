@@ -181,26 +181,30 @@ class DataRow(_message.Message):
     def __init__(self, table: _Optional[str] = ..., values: _Optional[_Mapping[str, DataValue]] = ...) -> None: ...
 
 class PushRowsRequest(_message.Message):
-    __slots__ = ("session_id", "rows")
+    __slots__ = ("session_id", "rows", "push_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     rows: _containers.RepeatedCompositeFieldContainer[DataRow]
-    def __init__(self, session_id: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[DataRow, _Mapping]]] = ...) -> None: ...
+    push_id: str
+    def __init__(self, session_id: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[DataRow, _Mapping]]] = ..., push_id: _Optional[str] = ...) -> None: ...
 
 class DataPushAck(_message.Message):
-    __slots__ = ("seqs", "dropped", "dropped_seqs", "dropped_total", "buffered")
+    __slots__ = ("seqs", "dropped", "dropped_seqs", "dropped_total", "buffered", "replayed_pushes")
     SEQS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     DROPPED_SEQS_FIELD_NUMBER: _ClassVar[int]
     DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BUFFERED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_PUSHES_FIELD_NUMBER: _ClassVar[int]
     seqs: _containers.RepeatedScalarFieldContainer[int]
     dropped: int
     dropped_seqs: _containers.RepeatedScalarFieldContainer[int]
     dropped_total: int
     buffered: int
-    def __init__(self, seqs: _Optional[_Iterable[int]] = ..., dropped: _Optional[int] = ..., dropped_seqs: _Optional[_Iterable[int]] = ..., dropped_total: _Optional[int] = ..., buffered: _Optional[int] = ...) -> None: ...
+    replayed_pushes: int
+    def __init__(self, seqs: _Optional[_Iterable[int]] = ..., dropped: _Optional[int] = ..., dropped_seqs: _Optional[_Iterable[int]] = ..., dropped_total: _Optional[int] = ..., buffered: _Optional[int] = ..., replayed_pushes: _Optional[int] = ...) -> None: ...
 
 class QueryDataRequest(_message.Message):
     __slots__ = ("session_id", "question", "max_new_tokens", "execute")
