@@ -298,17 +298,19 @@ def build_catalogue(settings: EngineSettings, config: dict[str, Any] | None):
 
 def engine_app(settings: EngineSettings, num_replicas: int = 2, max_attached: int | None = None,
                num_cpus: float = 0.0, num_gpus: float = 0.0, secret: str | None = None,
-               catalogue: dict[str, Any] | None = None):
+               catalogue: dict[str, Any] | None = None, resources: dict[str, float] | None = None):
     """The bound Serve application: `num_replicas` sticky replicas of the engine.
 
     `secret`: what callers must send (see services/engine/guard.py; None: the
     replica's environment). `catalogue`: Catalogue keyword arguments (None: the
-    replica's environment, `Catalogue.from_env`)."""
+    replica's environment, `Catalogue.from_env`). `resources`: Ray custom
+    resources each replica asks for (its placement on a cluster's nodes)."""
     max_attached = max_attached or settings.max_sessions
     deployment = EngineDeployment.options(
         num_replicas=num_replicas,
         max_ongoing_requests=max_attached + ONGOING_HEADROOM,
-        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
+        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus,
+                           **({"resources": resources} if resources else {})},
         request_router_config=RequestRouterConfig(
             request_router_class=ROUTER_CLASS,
             # NOTE: no fallback to another replica under backpressure: that would
