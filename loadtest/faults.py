@@ -1,5 +1,7 @@
 """Faults injected into a load test of the local stack, and what the run must show after them (issue 29).
 
+(`node-kill`, a whole Ray node lost: loadtest/node_kill.py.)
+
 `redis-restart`: halfway through the run the stack's Redis is killed
 (SIGKILL: a crash) and kept down for `down_s`, then started again on its
 port from its append-only file. Afterwards:
@@ -27,7 +29,7 @@ import httpx
 
 from headstart.client.errors import CODES
 
-FAULTS = ("redis-restart",)
+FAULTS = ("redis-restart", "node-kill")  # node-kill: loadtest/node_kill.py
 SETTLE_S = 120.0  # how long the sessions may take to ingest what was pushed before the verdict
 
 

@@ -10,6 +10,7 @@ next attach (correct, only slower).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -200,7 +201,9 @@ class EngineDeployment:
         out = probe.snapshot().as_dict() | {"num_sessions": len(self.core.runtime.sessions),
                                              "evicted": self.core.runtime.sessions.evicted,
                                              "malloc": probe.malloc_stats(), "pid": os.getpid(),
-                                             "heap_trims": self.heap_trimmer.num_trims}
+                                             "heap_trims": self.heap_trimmer.num_trims,
+                                             "kv": dataclasses.asdict(self.core.runtime.sessions.kv_usage()),
+                                             "kv_bytes_per_token": self.core.runtime.kv_memory.bytes_per_token}
         if detail:
             out |= {"type_counts": probe.type_counts(), "thread_names": probe.thread_names(),
                     "allocated_blocks": probe.allocated_blocks(), "tables": replica_tables(self.core),
