@@ -112,11 +112,19 @@ def _ingested_version(http: httpx.Client, sid: str, headers: dict, want: int, se
     return version
 
 
+def is_typed(code: str | None) -> bool:
+    """One of the API's codes, as gRPC and REST name it or as the OpenAI edge does (OpenAI's own
+    name where it has one, else ours in lower case: services/gateway/openai_errors.py)."""
+    from services.gateway.openai_errors import OPENAI_CODE_NAMES
+
+    return bool(code) and (code in CODES or code.upper() in CODES or code in OPENAI_CODE_NAMES)
+
+
 def typed_errors(samples: list[dict]) -> dict:
     """The run's failed requests by code; `untyped`: those with none of the API's codes (a transport
     error, a timeout, a bare HTTP status)."""
     failed = [s for s in samples if s["error"]]
     codes = Counter(s.get("code") or s["error"] for s in failed)
-    untyped = [s for s in failed if s.get("code") not in CODES]
+    untyped = [s for s in failed if not is_typed(s.get("code"))]
     return {"errors": len(failed), "by_code": dict(sorted(codes.items())), "untyped": len(untyped),
             "untyped_kinds": dict(Counter(f"{s['user']}:{s['name']}:{s['error']}" for s in untyped))}

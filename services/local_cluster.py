@@ -5,7 +5,8 @@ and address. The head runs in this machine's network namespace; every other
 node in a network namespace of its own (`ip netns`), joined to the head by a
 veth pair on a private /24 behind a bridge, so a node has its own IP (Ray
 keys nodes by address) and the node's processes are exactly those in its
-namespace: `kill_node` SIGKILLs them all, as a machine that loses power.
+namespace: `kill_node` SIGKILLs them all, as a machine that loses power, and
+`restart_node` brings the node back.
 
 Each node gets `NODE_RESOURCE_PREFIX + index` (one unit: place an actor on a
 chosen node) and `REPLICA_SLOT` (`replica_slots` units: with one, replicas
@@ -144,6 +145,18 @@ class LocalCluster:
             _kill(pid)
         node.killed = True
         return pids
+
+    def restart_node(self, index: int) -> None:
+        """Start killed worker node `index` again (a fresh `ray start` in its namespace, same address
+        and resources) and wait until the cluster counts it alive."""
+        node = self.nodes[index]
+        if not node.killed:
+            raise ValueError(f"node {index} is running")
+        if node.process is not None:
+            node.process.wait(timeout=30)
+        self._start_node(node)
+        node.killed = False
+        self._wait_joined(len(self.nodes))
 
     def stop(self) -> None:
         """Kill every node's processes, remove the namespaces, links, token and temp files."""

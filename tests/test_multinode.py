@@ -7,8 +7,9 @@ by session id to the replica of either node, every call of a session to the
 same one, and a typed session's answer is the cold run's tokens wherever it
 lives. Last, the worker node is SIGKILLed (every process of its namespace) while
 a session on it is mid-typing: the session continues on the head's replica with
-the cold run's answer. Skipped where network namespaces cannot be made (not
-root, no iproute2).
+the cold run's answer; started again, the node gets its replica back, and killed
+once more mid-answer the session gets its whole answer (or a retryable error).
+Skipped where network namespaces cannot be made (not root, no iproute2).
 """
 
 from __future__ import annotations
@@ -147,3 +148,57 @@ def test_worker_node_killed_mid_typing_session_continues_on_the_head(two_nodes, 
     after = two_nodes.locate(engine_session_id(TENANT, session.session_id))
     assert two_nodes.node_of(after) == 0
     assert httpx.get(f"{two_nodes.http_url}/healthz", timeout=10).status_code == 200
+
+
+def _wait_replica_on(stack: TwoNodeStack, node: int, timeout_s: float = 300.0) -> None:
+    """Until Serve routes some session to a replica on `node` (one placed there again)."""
+    end, probe = time.monotonic() + timeout_s, 0
+    while time.monotonic() < end:
+        probe += 1
+        try:
+            if stack.node_of(stack.locate(f"back-{probe}")) == node:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"no replica on node {node} within {timeout_s:.0f} s")
+
+
+def test_worker_node_back_then_killed_mid_answer_answers_or_fails_retryably(two_nodes, tiny_runtime):
+    """The killed node started again gets its replica back; killed again while a session on it
+    streams its answer: the whole answer (as cold, no token twice) from the head, or a retryable
+    UNAVAILABLE, never a hang."""
+    two_nodes.cluster.restart_node(1)
+    _wait_replica_on(two_nodes, 1)
+    question, max_new = QUESTIONS[3], 160
+    expected = tiny_runtime.complete("world_1", question, "cold", max_new).token_ids
+    streamed, result, error = [], None, None
+    with HeadstartClient(two_nodes.grpc_target, token=TOKEN) as client:
+        session, before = _session_on(two_nodes, client, node=1)
+        with session:
+            for text in typed(question):
+                session.input(text)
+            session.wait_caught_up(60)
+            session.send_submit(question, max_new)
+            while not streamed:  # the answer has begun
+                event = session.next_event(60)
+                assert event.WhichOneof("kind") not in ("result", "error")
+                if event.WhichOneof("kind") == "tokens":
+                    streamed.append(event.tokens.text)
+            assert two_nodes.cluster.kill_node(1)
+            killed = time.monotonic()
+            while result is None and error is None:  # TimeoutError here = a hang
+                event = session.next_event(max(0.1, 120 - (time.monotonic() - killed)))
+                kind = event.WhichOneof("kind")
+                if kind == "tokens":
+                    streamed.append(event.tokens.text)
+                elif kind == "result":
+                    result = event.result
+                elif kind == "error":
+                    error = event.error
+    if result is not None:
+        assert list(result.token_ids) == list(expected)
+        assert "".join(streamed) == result.text  # resubmitted on the head's replica, no token twice
+        assert result.replica != before.replica
+    else:
+        assert error.code == "UNAVAILABLE", error  # retryable: the client may submit again

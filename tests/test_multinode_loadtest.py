@@ -32,3 +32,15 @@ def test_mixed_run_survives_the_loss_of_a_ray_node(tmp_path):
     assert faults["acked"]["acked_rows"] > 0 and faults["acked"]["lost_rows"] == 0
     assert faults["errors"]["untyped"] == 0, faults["errors"]
     assert "typed sessions open at the kill" in (out / "loadtest.md").read_text()
+
+
+def test_an_openai_shaped_code_is_typed_and_a_transport_error_is_not():
+    from loadtest.faults import typed_errors
+
+    def failed(code):
+        return {"user": "u", "name": "answer", "error": "ApiError", "code": code}
+
+    samples = [failed("UNAVAILABLE"), failed("unavailable"), failed("rate_limit_exceeded"), failed(None),
+               failed("Socket closed"), {"user": "u", "name": "answer", "error": None, "code": None}]
+    got = typed_errors(samples)
+    assert got["errors"] == 5 and got["untyped"] == 2, got
