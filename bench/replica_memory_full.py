@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--question-tokens", type=int, default=300)
     ap.add_argument("--max-new", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--trim", action="store_true", help="after each cycle's readings, RSS after malloc_trim(0) "
+                    "(allocator slack given back; each cycle then starts trimmed)")
     ap.add_argument("--out", type=Path, default=Path("bench-out/replica-memory-full"))
     args = ap.parse_args(argv)
     gguf_mib = _gguf_mib(args.model)
@@ -116,11 +118,13 @@ def main(argv: list[str] | None = None) -> None:
                     outcomes[got] = outcomes.get(got, 0) + 1
                 time.sleep(0.5)  # answer-ahead after the last answer ends
                 rss, peak = rss_mib(pid), peak_rss_mib(pid)
-                probe = handle.memory_probe.remote().result()
+                probe = handle.memory_probe.remote(trim=args.trim).result()
                 rows.append({"cycle": cycle, "outcomes": outcomes, "seconds": round(time.perf_counter() - started, 1),
                              "sessions": probe["num_sessions"], "evicted": probe["evicted"], "rss_mib": rss,
                              "peak_rss_mib": peak, "tensor_mib": probe["tensor_bytes"] / 2**20,
-                             "heap_in_use_mib": (probe.get("malloc") or {}).get("in_use_bytes", 0) / 2**20,
+                             "rss_trimmed_mib": probe.get("rss_trimmed_mib"),
+                             "heap_in_use_mib": (probe.get("malloc") or {}).get("in_use_mib", 0.0),
+                             "heap_free_held_mib": (probe.get("malloc") or {}).get("free_held_mib", 0.0),
                              **kv_row(probe)})
                 print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     finally:
@@ -136,10 +140,12 @@ def main(argv: list[str] | None = None) -> None:
     write_json(args.out / "replica_memory_full.json", {"config": vars(args) | {"out": str(args.out)}, "rows": rows,
                                                        "verdict": verdict})
     header = ["cycle", "sessions", "evicted", "KV used MiB", "blocks used MiB", "pool slabs MiB", "tensors MiB",
-              "RSS MiB", "peak RSS MiB"]
+              "heap in use MiB", "heap free kept MiB", "RSS MiB", "peak RSS MiB", "RSS after trim"]
     table = markdown_table(header, [[r["cycle"], r["sessions"], r["evicted"], f"{r['used_mib']:.1f}",
                                      f"{r['blocks_used_mib']:.1f}", f"{r['slabs_mib']:.1f}", f"{r['tensor_mib']:.1f}",
-                                     f"{r['rss_mib']:.1f}", f"{r['peak_rss_mib'] or 0:.1f}"] for r in rows])
+                                     f"{r['heap_in_use_mib']:.1f}", f"{r['heap_free_held_mib']:.1f}",
+                                     f"{r['rss_mib']:.1f}", f"{r['peak_rss_mib'] or 0:.1f}",
+                                     "" if r["rss_trimmed_mib"] is None else f"{r['rss_trimmed_mib']:.1f}"] for r in rows])
     text = table + (f"\n\npeak RSS {verdict['peak_rss_mib']} MiB; bar {BOUND} x GGUF {verdict['gguf_mib']} + budget "
                     f"{args.budget_mib} = {verdict['bound_mib']} MiB: {'within' if verdict['within'] else 'ABOVE'}; "
                     f"{verdict['ratio']} x (GGUF + budget)\n")
