@@ -214,7 +214,9 @@ class LocalCluster:
 
     def _start_node(self, node: ClusterNode) -> None:
         resources = {node.resource: 1, REPLICA_SLOT: self.replica_slots}
-        cmd = [str(Path(sys.executable).with_name("ray")), "start", "--block", "--disable-usage-stats",
+        # NOTE: this interpreter, not the `ray` script on PATH or beside it (a copied virtualenv's
+        # script names the interpreter it was made for): every node's workers run the driver's Python
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
                f"--node-ip-address={node.ip}", f"--num-cpus={self.cpus_per_node}",
                f"--resources={json.dumps(resources)}", f"--object-store-memory={self.object_store_mib << 20}",
                f"--temp-dir={self._temp}", f"--dashboard-agent-listen-port={_free_port(node.ip, node.netns)}"]
