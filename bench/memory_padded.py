@@ -17,6 +17,8 @@ from transformers import DynamicCache
 def padded_extend_rows(model, states, news) -> list[torch.Tensor]:
     """One padded forward over `states` extended by `news`; returns each row's
     last logits (the states are not changed: only the forward is measured)."""
+    # a GGUF model's module tree runs its forwards in the kernels: transformers' forward is its view
+    model = model.hf_view() if hasattr(model, "hf_view") else model
     device = next(model.parameters()).device
     lengths, counts = [s.num_tokens for s in states], [len(n) for n in news]
     batch, max_len, max_new = len(states), max(lengths), max(counts)

@@ -94,7 +94,7 @@ def demo(
         # NOTE: every option given: a command called as a function gets no typer defaults (OptionInfo objects)
         serve(model=model, dtype="float32", device="cpu", host="127.0.0.1", port=port, grpc_port=50051,
               replicas=1, token=[], redis_url=None, max_sessions=64, threads=threads, table_cache=table_cache,
-              openai_database="")
+              openai_database="", ray_address=None, replica_resource=None)
 
 
 def print_result(trace, result) -> None:

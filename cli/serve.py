@@ -26,6 +26,10 @@ def serve(
     table_cache: str = typer.Option("off", help=TABLE_CACHE_HELP),
     openai_database: str = typer.Option("", help="database of an OpenAI completion that names none "
                                         "(default: the request must name it, body field `database`)"),
+    ray_address: Optional[str] = typer.Option(None, help="join this Ray cluster (its GCS host:port) instead of "
+                                              "starting one; run on one of its nodes"),
+    replica_resource: Optional[str] = typer.Option(None, help="Ray custom resource each replica asks one unit "
+                                                   "of (one unit per node: one replica per node)"),
 ):
     """Start the local stack: Ray, the engine deployment, the gateway (and Redis). Ctrl-C stops it all."""
     # NOTE: imported here: `services` brings Ray Serve and FastAPI, which no other command needs at start.
@@ -34,4 +38,5 @@ def serve(
     check_table_cache(table_cache)
     serve_command(model=model, dtype=dtype, host=host, port=port, grpc_port=grpc_port, replicas=replicas,
                   tokens=token, device=device, redis_url=redis_url, max_sessions=max_sessions, threads=threads,
-                  table_cache=table_cache, openai_database=openai_database, block=True, say=typer.echo)
+                  table_cache=table_cache, openai_database=openai_database, block=True,
+                  ray_address=ray_address, replica_resource=replica_resource, say=typer.echo)

@@ -1,5 +1,7 @@
 """Faults injected into a load test of the local stack, and what the run must show after them (issue 29).
 
+(`node-kill`, a whole Ray node lost: loadtest/node_kill.py.)
+
 `redis-restart`: halfway through the run the stack's Redis is killed
 (SIGKILL: a crash) and kept down for `down_s`, then started again on its
 port from its append-only file. Afterwards:
@@ -27,7 +29,7 @@ import httpx
 
 from headstart.client.errors import CODES
 
-FAULTS = ("redis-restart",)
+FAULTS = ("redis-restart", "node-kill")  # node-kill: loadtest/node_kill.py
 SETTLE_S = 120.0  # how long the sessions may take to ingest what was pushed before the verdict
 
 
@@ -120,11 +122,19 @@ def _ingested_version(http: httpx.Client, sid: str, headers: dict, want: int, se
     return version, first_lag, None
 
 
+def is_typed(code: str | None) -> bool:
+    """One of the API's codes, as gRPC and REST name it or as the OpenAI edge does (OpenAI's own
+    name where it has one, else ours in lower case: services/gateway/openai_errors.py)."""
+    from services.gateway.openai_errors import OPENAI_CODE_NAMES
+
+    return bool(code) and (code in CODES or code.upper() in CODES or code in OPENAI_CODE_NAMES)
+
+
 def typed_errors(samples: list[dict]) -> dict:
     """The run's failed requests by code; `untyped`: those with none of the API's codes (a transport
     error, a timeout, a bare HTTP status)."""
     failed = [s for s in samples if s["error"]]
     codes = Counter(s.get("code") or s["error"] for s in failed)
-    untyped = [s for s in failed if s.get("code") not in CODES]
+    untyped = [s for s in failed if not is_typed(s.get("code"))]
     return {"errors": len(failed), "by_code": dict(sorted(codes.items())), "untyped": len(untyped),
             "untyped_kinds": dict(Counter(f"{s['user']}:{s['name']}:{s['error']}" for s in untyped))}

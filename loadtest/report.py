@@ -91,8 +91,15 @@ def data_table_rows(summary: dict[str, dict]) -> list[list]:
 
 def faults_text(faults: dict) -> str:
     """The faults injected (loadtest/faults.py) and what they cost."""
-    lines = [f"- {f['kind']}: killed at {f.get('killed_at_s', '?')} s, back at {f.get('back_at_s', '?')} s"
-             for f in faults["injected"]]
+    lines = [f"- {f['kind']}: killed at {f.get('killed_at_s', '?')} s, " + (
+             f"{f.get('processes', '?')} processes of Ray node {f.get('node')}" if f["kind"] == "node-kill"
+             else f"back at {f.get('back_at_s', '?')} s") for f in faults["injected"]]
+    if faults.get("sessions"):
+        s = faults["sessions"]
+        lines.append(f"- typed sessions open at the kill: {s['through_kill']} ({s['killed_mid_typing']} mid-typing, "
+                     f"{s['killed_mid_answer']} mid-answer): {s['continued']} continued, {s['lost']} lost "
+                     f"{s['lost_codes'] or ''}; answers identical to a cold run: {s['identical']} of {s['answered']} "
+                     f"({s['identical_through_kill']} of {s['answered_through_kill']} through the kill)")
     acked, errors = faults["acked"], faults["errors"]
     lines.append(f"- acknowledged rows lost: {acked['lost_rows']} of {acked['acked_rows']} "
                  f"({acked['sessions']} data sessions; behind their newest ack: {len(acked['sessions_behind'])}; "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from headstart.models.catalogue import DEFAULT_MODEL
 import ast
+import contextlib
 import os
 import re
 import subprocess
@@ -69,6 +70,8 @@ def loadtest_cli(
     host: Optional[str] = typer.Option(None, help="gateway HTTP URL to load (default: start the local stack)"),
     grpc_target: Optional[str] = typer.Option(None, help="gateway gRPC host:port (default: --host's host, port 50051)"),
     model: str = typer.Option(DEFAULT_MODEL, help="model of the local stack (when no --host)"),
+    dtype: str = typer.Option("float32", help="serving dtype of the local stack (float64: no near-ties, for "
+                                              "comparing answers with cold runs on random weights)"),
     users: Optional[int] = typer.Option(None, help="concurrent users (default: the scenario's)"),
     spawn_rate: Optional[float] = typer.Option(None, help="users started per second (default: the scenario's)"),
     time_limit: Optional[str] = typer.Option(None, "--time", help="run time, e.g. 60s, 2m (default: the scenario's)"),
@@ -88,7 +91,10 @@ def loadtest_cli(
     flash_push_interval: float = typer.Option(5.0, help="seconds between a flash subscriber's pushes"),
     faults: list[str] = typer.Option([], help="faults injected mid-run (local stack only): redis-restart = the "
                                               "stack's Redis killed halfway through, down --fault-down-s, restarted; "
-                                              "the run then fails on any lost acknowledged row or untyped error"),
+                                              "node-kill = the stack on two Ray nodes (needs root: network "
+                                              "namespaces), one replica each, the worker node SIGKILLed halfway "
+                                              "through; the run then fails on any lost acknowledged row or untyped "
+                                              "error (node-kill: or a lost session, or an answer unlike a cold run's)"),
     fault_down_s: float = typer.Option(5.0, help="how long a redis-restart keeps Redis down"),
     rate: float = typer.Option(1.0, help="open loop (scenario `open`): requests arriving per second"),
     arrival: str = typer.Option("poisson", help="open loop: fixed (every 1/rate s) or poisson"),
@@ -116,27 +122,34 @@ def loadtest_cli(
                             data_rows_per_push=data_rows_per_push, data_push_interval_s=data_push_interval,
                             flash_push_interval_s=flash_push_interval, rate=rate, arrival=arrival,
                             length_sets=list(lengths), max_in_flight=max_in_flight,
-                            acked_path=str((out / "acked.jsonl").resolve()) if faults else "")
+                            acked_path=str((out / "acked.jsonl").resolve()) if faults else "",
+                            answers_path=str((out / "answers.jsonl").resolve()) if faults else "")
     (out / "acked.jsonl").unlink(missing_ok=True)
+    (out / "answers.jsonl").unlink(missing_ok=True)
     meta = {"scenario": path.stem, "users": n_users, "spawn_rate": spawn, "run_time": run_time, "seed": seed,
             "max_new_tokens": max_new_tokens, "dbs": "+".join(db)}
     if path.stem == "open":
         meta.update(rate=rate, arrival=arrival, lengths=",".join(lengths))
-    stack = sampler = None
+    stack = sampler = cluster = on_cluster = None
+    cluster_exit = contextlib.ExitStack()
     try:
         if host is None:
+            if "node-kill" in faults:
+                replicas = max(2, replicas)
+                cluster, on_cluster = _start_cluster(replicas, cluster_exit)
+                meta.update(ray_nodes=len(cluster.nodes))
             stack, sampler = _start_local(settings, model, replicas, tenants,
-                                          max_sessions or defaults.get("max_sessions", 64), seconds)
+                                          max_sessions or defaults.get("max_sessions", 64), seconds, dtype, on_cluster)
             meta.update(flash_max_new_tokens=settings.max_new_tokens)
             host, settings.grpc_target = stack.http_url, stack.grpc_target
-            meta.update(model=model, replicas=replicas, tenants=tenants,
+            meta.update(model=model, dtype=dtype, replicas=replicas, tenants=tenants,
                         max_sessions=max_sessions or defaults.get("max_sessions", 64))
         else:
             settings.grpc_target = grpc_target or f"{re.sub(r'^[a-z]+://', '', host).split('/')[0].split(':')[0]}:50051"
             meta.update(host=host, tenants=len(token))
         if warmup:
             _warm_up(settings)
-        injected = [_start_fault(name, stack, seconds / 2, fault_down_s) for name in faults]
+        injected = [_start_fault(name, stack, seconds / 2, fault_down_s, cluster) for name in faults]
         rc = locust_rc = _run_locust(path, host, settings, n_users, spawn, run_time, seconds, out)
         if injected:
             meta["faults"], rc = _fault_verdict(injected, stack, settings, out)
@@ -144,6 +157,7 @@ def loadtest_cli(
         memory = sampler.stop() if sampler else None
         if stack is not None:
             stack.stop()
+        cluster_exit.close()
     from loadtest.memory import memory_trend
     from loadtest.report import write_report
 
@@ -161,12 +175,41 @@ def _check_faults(faults: list[str], host: str | None) -> None:
         raise ValueError(f"unknown fault(s) {unknown}; valid: {', '.join(FAULTS)}")
     if faults and host is not None:
         raise ValueError("--faults needs the local stack (it restarts the stack's own Redis): drop --host")
+    if "node-kill" in faults and "redis-restart" in faults:
+        raise ValueError("--faults node-kill and redis-restart: one at a time (node-kill's Redis is not embedded)")
+    if "node-kill" in faults:
+        from services.local_cluster import netns_unavailable
+
+        why = netns_unavailable()
+        if why:
+            raise ValueError(f"--faults node-kill runs the stack on two Ray nodes in network namespaces: {why}")
 
 
-def _start_fault(name: str, stack, at_s: float, down_s: float):
+def _start_fault(name: str, stack, at_s: float, down_s: float, cluster=None):
     from loadtest.faults import RedisRestart
+    from loadtest.node_kill import NodeKill
 
+    if name == "node-kill":
+        return NodeKill(cluster, at_s, say=typer.echo).start()
     return RedisRestart(stack, at_s, down_s, say=typer.echo).start()
+
+
+def _start_cluster(nodes: int, cluster_exit: contextlib.ExitStack):
+    """`nodes` Ray nodes on this machine, one replica slot each, and a Redis on the head's address
+    (every node dials it), both stopped by `cluster_exit`; this process becomes a client of the
+    cluster (its token auth). Returns (the cluster, serve_command's arguments to run on it)."""
+    from headstart.redis_server import local_redis
+    from services.local_cluster import REPLICA_SLOT, LocalCluster
+
+    typer.echo(f"starting a local Ray cluster of {nodes} nodes (network namespaces) ...")
+    cluster = cluster_exit.enter_context(LocalCluster(num_nodes=nodes, cpus_per_node=1))
+    os.environ.update(cluster.client_env())
+    # NOTE: Redis's protected mode refuses clients from a non-loopback address when it has no password;
+    # the bridge's /24 reaches only this machine and its namespaces, as loopback does
+    redis = cluster_exit.enter_context(local_redis(host=cluster.nodes[0].ip, aof=True,
+                                                   extra_args=("--protected-mode", "no")))
+    typer.echo(f"Ray cluster up at {cluster.address}: nodes " + ", ".join(n.ip for n in cluster.nodes))
+    return cluster, {"ray_address": cluster.address, "replica_resource": REPLICA_SLOT, "redis_url": redis.url}
 
 
 def _fault_verdict(injected: list, stack, settings: LoadSettings, out: Path) -> tuple[dict, int]:
@@ -181,15 +224,30 @@ def _fault_verdict(injected: list, stack, settings: LoadSettings, out: Path) -> 
     rows = check_acked(stack.http_url, stack.redis_url, tenants, acked_rows(out / "acked.jsonl"))
     errors = typed_errors(load_samples(out / "samples.jsonl"))
     verdict = {"injected": [f.record for f in injected], "acked": rows, "errors": errors}
-    ok = all(f.record["restarted"] for f in injected) and rows["lost_rows"] == 0 and not rows["sessions_behind"] \
-        and errors["untyped"] == 0
+    ok = all(f.record.get("restarted", f.record.get("killed")) for f in injected) and rows["lost_rows"] == 0 \
+        and not rows["sessions_behind"] and errors["untyped"] == 0
+    kill = next((f.record for f in injected if f.record["kind"] == "node-kill"), None)
+    if kill is not None:
+        from loadtest.node_kill import answer_records, check_sessions
+
+        sessions = check_sessions(settings.grpc_target, answer_records(out / "answers.jsonl"), kill.get("killed_t"),
+                                  settings.max_new_tokens)
+        verdict["sessions"] = sessions
+        ok = ok and sessions["lost"] == 0 and sessions["identical"] == sessions["answered"] \
+            and not sessions.get("cold_errors")
+        typer.echo(f"node-kill: {sessions['through_kill']} sessions open at the kill ({sessions['killed_mid_typing']} "
+                   f"mid-typing, {sessions['killed_mid_answer']} mid-answer): {sessions['continued']} continued, "
+                   f"{sessions['lost']} lost {sessions['lost_codes']}; answers identical to a cold run: "
+                   f"{sessions['identical']} of {sessions['answered']} ({sessions['identical_through_kill']} of "
+                   f"{sessions['answered_through_kill']} through the kill)")
     typer.echo(f"faults: {rows['lost_rows']} of {rows['acked_rows']} acknowledged rows lost "
                f"({rows['sessions']} sessions); {errors['errors']} failed requests, {errors['untyped']} untyped "
                f"{errors['by_code']}: {'PASS' if ok else 'FAIL'}")
     return verdict, 0 if ok else 1
 
 
-def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int, max_sessions: int, seconds: int):
+def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int, max_sessions: int, seconds: int,
+                 dtype: str = "float32", on_cluster: dict | None = None):
     from loadtest.memory import MemorySampler
     from services.launcher import serve_command
 
@@ -198,9 +256,9 @@ def _start_local(settings: LoadSettings, model: str, replicas: int, tenants: int
     # Flash answers as long as every other answer of the run: with random weights no answer
     # stops early, and the gateway's default (128) made each data version's flash answer
     # take 80 of 124 s of the 0.5B replica in a mixed run (issue 14).
-    stack = serve_command(model=model, port=0, grpc_port=0, replicas=replicas, tokens=specs,
+    stack = serve_command(model=model, dtype=dtype, port=0, grpc_port=0, replicas=replicas, tokens=specs,
                           max_sessions=max_sessions, default_max_new_tokens=settings.max_new_tokens, block=False,
-                          say=typer.echo)
+                          say=typer.echo, **(on_cluster or {}))
     long_run = seconds >= 600
     return stack, MemorySampler(period_s=10.0 if long_run else 2.0, probe=_replica_probe(),
                                 probe_period_s=60.0 if long_run else 10.0).start()

@@ -41,6 +41,8 @@ class LoadSettings:
         acked_path: JSON lines of every acknowledged push ({token, sid, seqs}); when set (a run
             with faults) the data users also leave their sessions open at the end, so the
             command can check that no acknowledged row was lost (loadtest/faults.py).
+        answers_path: JSON lines of every typed session's outcome (opened, submitted, ended, the
+            answer's token ids or the error; `loadtest.users.record_answer`); set in a run with faults.
         rate: the open-loop client's arrivals per second (`loadtest.completers.OpenLoopClient`).
         arrival: `fixed` (every 1/rate s) or `poisson` (exponential gaps of mean 1/rate).
         length_sets: `IN:OUT` (question tokens : answer tokens) pairs the open-loop requests take in turn.
@@ -64,6 +66,7 @@ class LoadSettings:
     flash_push_interval_s: float = 5.0
     flash_question: str = "How many cities are there?"
     acked_path: str = ""
+    answers_path: str = ""
     rate: float = 1.0
     arrival: str = "poisson"
     length_sets: list[str] = field(default_factory=lambda: ["32:16"])

@@ -56,6 +56,7 @@ _user_numbers = itertools.count()
 _questions: dict[str, list[str]] = {}
 _samples = open(SETTINGS.samples_path, "a", buffering=1) if SETTINGS.samples_path else None
 _acked = open(SETTINGS.acked_path, "a", buffering=1) if SETTINGS.acked_path else None
+_answers = open(SETTINGS.answers_path, "a", buffering=1) if SETTINGS.answers_path else None
 
 
 def _write_sample(user: str, name: str, ms: float | None, length: int = 0, error: str | None = None,
@@ -93,6 +94,17 @@ def record_acked(token: str | None, sid: str, seqs) -> None:
     """An acknowledged push, for the check that none of it was lost (runs with faults)."""
     if _acked is not None:
         _acked.write(json.dumps({"token": token or "", "sid": sid, "seqs": [int(s) for s in seqs]}) + "\n")
+
+
+def record_answer(user: "HeadstartUser", typing: "_Typing") -> None:
+    """A typed session's outcome (when it opened, was submitted, ended; its answer's token ids or its
+    error code), for the check that sessions continue through a fault with the cold run's answer."""
+    if _answers is not None:
+        r = typing.result or {"error": "TIMEOUT"}
+        _answers.write(json.dumps({"user": user.label, "token": user.token or "", "db": user.db,
+                                   "question": typing.text, "opened_t": typing.opened_t,
+                                   "submitted_t": typing.submitted_t, "ended_t": time.time(),
+                                   "token_ids": r.get("token_ids", []), "error": r.get("error")}) + "\n")
 
 
 def questions_of(db: str) -> list[str]:
@@ -163,6 +175,7 @@ class _Typing:
         self.clock: AnswerClock | None = None
         self.result: dict | None = None
         self.done = gevent.event.Event()
+        self.opened_t, self.submitted_t, self.text = time.time(), None, ""
 
     def on_progress(self, seq: int) -> None:
         for s in [s for s in self.sent if s <= seq]:
@@ -182,7 +195,9 @@ class _Typing:
     def report(self) -> None:
         """Fire the answer (or its failure) once the submit is answered or timed out."""
         self.clock = self.clock or AnswerClock()  # the stream broke before Enter: a failure at once
-        if not self.done.wait(SETTINGS.timeout_s):
+        answered = self.done.wait(SETTINGS.timeout_s)
+        record_answer(self.user, self)
+        if not answered:
             self.user.fire("answer", self.clock.started,
                            exception=TimeoutError(f"no result in {SETTINGS.timeout_s:g} s"))
             return
@@ -193,14 +208,14 @@ class _Typing:
         self.user.answered(self.clock, r["tokens"], computed=r["computed"])
 
     def replay(self, trace, send_input, send_submit) -> None:
-        start = time.perf_counter()
+        start, self.text = time.perf_counter(), trace.final_text
         for seq, event in enumerate(trace.events, 1):
             gevent.sleep(max(0.0, start + event.t - time.perf_counter()))
             self.sent[seq] = time.perf_counter()
             send_input(seq, event.text)
         gevent.sleep(max(0.0, start + trace.submit_t - time.perf_counter()))
         self.sent.clear()  # keystrokes the server never reported before Enter: not counted
-        self.clock = AnswerClock()
+        self.clock, self.submitted_t = AnswerClock(), time.time()
         send_submit(self.submit_seq, trace.final_text)
 
 
@@ -260,7 +275,8 @@ class WsTypist(HeadstartUser):
             elif kind == "token":
                 typing.on_token()
             elif kind == "done" and m["seq"] == typing.submit_seq:
-                typing.finish({"computed": m["computed_tokens_at_submit"], "tokens": len(m["token_ids"])})
+                typing.finish({"computed": m["computed_tokens_at_submit"], "tokens": len(m["token_ids"]),
+                               "token_ids": list(m["token_ids"])})
             elif kind == "error" and (m.get("seq") == typing.submit_seq or (not m.get("seq") and typing.clock)):
                 typing.finish({"error": m["code"], "message": m["message"]})
 
@@ -319,6 +335,7 @@ class GrpcTypist(GrpcUser):
                 if m.tokens.text:
                     typing.on_token()
             elif kind == "result" and m.result.seq == typing.submit_seq:
-                typing.finish({"computed": m.result.computed_tokens_at_submit, "tokens": len(m.result.token_ids)})
+                typing.finish({"computed": m.result.computed_tokens_at_submit, "tokens": len(m.result.token_ids),
+                               "token_ids": list(m.result.token_ids)})
             elif kind == "error" and (m.error.seq == typing.submit_seq or (not m.error.seq and typing.clock)):
                 typing.finish({"error": m.error.code, "message": m.error.message})

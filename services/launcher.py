@@ -1,7 +1,7 @@
 """`headstart serve`: the whole local stack in one command.
 
 Starts a local Ray (temp files under the run directory, Ray's token auth on:
-services/engine/ray_auth.py), the engine
+services/engine/ray_auth.py) or joins a running cluster (`--ray-address`), the engine
 deployment behind Serve's gRPC proxy, the gateway (page, REST, WebSocket,
 /metrics, public gRPC), the flash worker (`python -m services.flash`, a child
 process) and the Redis that data sessions need (rows log,
@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 from headstart.config import EngineSettings
 from services.engine.guard import configured_secret, generate_secret
-from services.engine.ray_stack import free_port, start_engine, start_ray, stop_engine
+from services.engine.ray_stack import connect_ray, free_port, start_engine, start_ray, stop_engine
 from services.flash.local import start_local_worker
 from services.gateway.app import GatewayServer
 from services.gateway.auth import parse_token_specs
@@ -69,6 +69,7 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
                   redis_url: str | None = None, max_sessions: int = 64, threads: int | None = None,
                   table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,
                   default_max_new_tokens: int | None = None, openai_database: str = "", block: bool = True,
+                  ray_address: str | None = None, replica_resource: str | None = None,
                   say=print) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
@@ -83,6 +84,10 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         default_max_new_tokens: the gateway's answer length when a request names none, and the
             flash worker's (None: the gateway's setting, $HEADSTART_GATEWAY_DEFAULT_MAX_NEW_TOKENS).
         openai_database: the database of an OpenAI completion that names none (empty: required).
+        ray_address: join the Ray cluster whose GCS is there (host:port) instead of starting one;
+            this process must run on one of its nodes (see `connect_ray`).
+        replica_resource: a Ray custom resource each replica asks one unit of (a cluster whose
+            nodes have one each gets one replica per node).
     """
     token_map = parse_token_specs(tokens or [])
     if not token_map and host not in LOOPBACK:
@@ -96,12 +101,20 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         previous = os.environ.get(REDIS_URL_ENV)
         os.environ[REDIS_URL_ENV] = redis_url  # replicas and tools started from here inherit it
         stack_exit.callback(_restore_env, REDIS_URL_ENV, previous)
-        temp = ray_temp_dir()
         threads = threads or default_replica_threads(device, replicas)
         per_replica = f", {threads} torch thread(s) each" if threads else ""
-        say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model}{per_replica} ...")
-        ray_auth = start_ray(temp)
-        stack_exit.callback(ray_auth.cleanup)  # runs after stop_engine (an ExitStack unwinds backwards)
+        if ray_address:
+            say(f"joining the Ray cluster at {ray_address}; {replicas} engine replica(s) of {model}{per_replica} ...")
+            if redis_server is not None:
+                say(f"note: the embedded Redis listens on {redis_server.url}: replicas on other nodes reach "
+                    "data sessions' store only through --redis with an address they can dial")
+            connect_ray(ray_address)
+        else:
+            temp = ray_temp_dir()
+            say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model}"
+                f"{per_replica} ...")
+            ray_auth = start_ray(temp)
+            stack_exit.callback(ray_auth.cleanup)  # runs after stop_engine (an ExitStack unwinds backwards)
         stack_exit.callback(stop_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
                                   table_cache=table_cache, redis_url=redis_url)
@@ -109,7 +122,9 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         secret = configured_secret() or generate_secret()
         engine = start_engine(settings, num_replicas=replicas, grpc_port=engine_grpc_port or free_port(),
                               num_gpus=1.0 if device.startswith("cuda") else 0.0, secret=secret,
-                              catalogue=catalogue_config())
+                              catalogue=catalogue_config(),
+                              resources={replica_resource: 1.0} if replica_resource else None)
+        say(f"engine replicas ready behind Serve's gRPC proxy: engine at {engine.grpc_target}")
         gateway = GatewayServer(GatewaySettings(
             host=host, port=port, grpc_host=host, grpc_port=grpc_port, engine_target=engine.grpc_target,
             engine_app=engine.app_name, tokens=token_map, engine_secret=secret,

@@ -17,7 +17,7 @@ pytest_plugins = ["tests.pg_fixture", "tests.redis_fixture", "tests.engine_fixtu
 # other: one cluster at a time, mostly waiting on its processes, beside the engine's CPU-bound
 # tests on the other worker. Every other file is a group of its own (its module fixtures, a loaded
 # model say, are built once).
-_STACK = re.compile(r"serve_engine|serve_stack|make_gateway|start_ray|ray_stack|_run_loadtest|local_stack|"
+_STACK = re.compile(r"serve_engine|serve_stack|make_gateway|start_ray|ray_stack|_run_loadtest|local_stack|local_cluster|"
                     r"^import ray|^from ray", re.MULTILINE)
 
 

@@ -10,6 +10,7 @@ next attach (correct, only slower).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -200,7 +201,9 @@ class EngineDeployment:
         out = probe.snapshot().as_dict() | {"num_sessions": len(self.core.runtime.sessions),
                                              "evicted": self.core.runtime.sessions.evicted,
                                              "malloc": probe.malloc_stats(), "pid": os.getpid(),
-                                             "heap_trims": self.heap_trimmer.num_trims}
+                                             "heap_trims": self.heap_trimmer.num_trims,
+                                             "kv": dataclasses.asdict(self.core.runtime.sessions.kv_usage()),
+                                             "kv_bytes_per_token": self.core.runtime.kv_memory.bytes_per_token}
         if detail:
             out |= {"type_counts": probe.type_counts(), "thread_names": probe.thread_names(),
                     "allocated_blocks": probe.allocated_blocks(), "tables": replica_tables(self.core),
@@ -309,17 +312,19 @@ def build_catalogue(settings: EngineSettings, config: dict[str, Any] | None):
 
 def engine_app(settings: EngineSettings, num_replicas: int = 2, max_attached: int | None = None,
                num_cpus: float = 0.0, num_gpus: float = 0.0, secret: str | None = None,
-               catalogue: dict[str, Any] | None = None):
+               catalogue: dict[str, Any] | None = None, resources: dict[str, float] | None = None):
     """The bound Serve application: `num_replicas` sticky replicas of the engine.
 
     `secret`: what callers must send (see services/engine/guard.py; None: the
     replica's environment). `catalogue`: Catalogue keyword arguments (None: the
-    replica's environment, `Catalogue.from_env`)."""
+    replica's environment, `Catalogue.from_env`). `resources`: Ray custom
+    resources each replica asks for (its placement on a cluster's nodes)."""
     max_attached = max_attached or settings.max_sessions
     deployment = EngineDeployment.options(
         num_replicas=num_replicas,
         max_ongoing_requests=max_attached + ONGOING_HEADROOM,
-        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
+        ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus,
+                           **({"resources": resources} if resources else {})},
         request_router_config=RequestRouterConfig(
             request_router_class=ROUTER_CLASS,
             # NOTE: no fallback to another replica under backpressure: that would

@@ -1,4 +1,4 @@
-"""Start a local Ray + Serve with the engine app behind Serve's gRPC proxy.
+"""Start a local Ray (or join a running cluster) + Serve with the engine app behind Serve's gRPC proxy.
 
 Used by `headstart serve` and by the integration tests (one start per test
 session). Ray's temp files go under a short folder (Ray's unix socket paths
@@ -138,16 +138,38 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
     return auth
 
 
+def connect_ray(address: str) -> None:
+    """ray.init into an existing cluster at `address` (its GCS, host:port) instead of starting one.
+
+    The cluster's own settings hold: its nodes' addresses (not forced onto
+    loopback) and its auth (a cluster with token auth: $RAY_AUTH_MODE=token
+    and $RAY_AUTH_TOKEN_PATH in this environment, as for any Ray client). This
+    process must run on one of its nodes: Serve's gRPC proxy that the gateway
+    dials is the one on this node, at the node's HEADSTART_ENGINE_BIND_HOST
+    (127.0.0.1 unless the node sets another)."""
+    import ray
+
+    from services.engine.ray_auth import MODE_ENV, _reload_ray_config
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get(MODE_ENV) == "token":
+        _reload_ray_config()  # Ray may be imported already, its config cached before the variables
+    ray.init(address=address, log_to_driver=False, ignore_reinit_error=True,
+             runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+
+
 def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int | None = None,
                  max_attached: int | None = None, num_cpus: float = 0.0, num_gpus: float = 0.0,
                  host: str = "127.0.0.1", secret: str | None = None,
-                 catalogue: dict[str, Any] | None = None) -> EngineStack:
+                 catalogue: dict[str, Any] | None = None, resources: dict[str, float] | None = None) -> EngineStack:
     """Start Serve (gRPC proxy on `grpc_port`, HTTP proxy on a free loopback
     port) and deploy the engine app; blocks until the replicas are ready.
 
     `secret`: the engine secret (default: $HEADSTART_ENGINE_SECRET, else a
     fresh one); `catalogue`: Catalogue keyword arguments (default: the
-    environment's, see headstart.schema.catalogue)."""
+    environment's, see headstart.schema.catalogue); `resources`: Ray custom
+    resources each replica asks for (e.g. one unit of a resource every node
+    has once: one replica per node)."""
     from ray import serve
     from ray.serve.config import gRPCOptions
 
@@ -157,7 +179,7 @@ def start_engine(settings: EngineSettings, num_replicas: int = 2, grpc_port: int
         grpc_options=gRPCOptions(port=grpc_port, grpc_servicer_functions=SERVICER_FUNCTIONS),
     )
     secret = configured_secret(secret) or generate_secret()
-    app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus, secret, catalogue)
+    app = engine_app(settings, num_replicas, max_attached, num_cpus, num_gpus, secret, catalogue, resources)
     serve.run(app, name=APP_NAME, route_prefix="/" + APP_NAME, blocking=False)
     stack = EngineStack(f"{host}:{grpc_port}", secret=secret)
     # replicas load their weights side by side on a small machine: a minute each

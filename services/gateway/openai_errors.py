@@ -14,6 +14,7 @@ from headstart.client.errors import ApiError, http_status
 _OPENAI_CODES = {"UNAUTHENTICATED": "invalid_api_key", "PROMPT_TOO_LONG": "context_length_exceeded",
                  "TEXT_TOO_LONG": "context_length_exceeded", "RATE_LIMITED": "rate_limit_exceeded",
                  "RESOURCE_EXHAUSTED": "rate_limit_exceeded"}
+OPENAI_CODE_NAMES = frozenset(_OPENAI_CODES.values())  # OpenAI's names; every other code is ours in lower case
 # OpenAI answers a prompt beyond the context with 400, not 413.
 _OPENAI_STATUS = {"PROMPT_TOO_LONG": 400, "TEXT_TOO_LONG": 400}
 

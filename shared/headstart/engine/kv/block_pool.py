@@ -47,6 +47,7 @@ import functools
 import logging
 import mmap
 import threading
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -188,18 +189,20 @@ class BlockPool:
                 self._lock.release()
 
     def _release_held(self, blocks: list[int]) -> None:
-        emptied = set()
+        freed = []
         for block in blocks:
             if self._refs[block] <= 0:
                 raise PoolError(f"block {block} is already free")
             self._refs[block] -= 1
             if not self._refs[block]:
                 bisect.insort(self._free, block)
-                emptied.add(block // self.slab_blocks)
-        for slab in emptied:
+                freed.append(block)
+        for slab in {block // self.slab_blocks for block in freed}:
             start = slab * self.slab_blocks
             if not any(self._refs[start:start + self.slab_blocks]):
-                self._slabs[slab] = None
+                self._slabs[slab] = None  # its own mapping: unmapped with its tensors (`_slab_tensor`)
+            elif self._slabs[slab]:  # the slab stays: its freed blocks' pages go back now, not at an idle trim
+                self._give_back(slab, _runs(sorted(b - start for b in freed if b // self.slab_blocks == slab)))
 
     def is_shared(self, block: int) -> bool:
         """Whether more than one table lists the block (it must not be written)."""
@@ -241,8 +244,8 @@ class BlockPool:
                 # normal tensors, not inference tensors (a slab made inside `inference_mode` would be one):
                 # blocks are written both inside and outside it
                 with torch.inference_mode(False):
-                    both = torch.empty((2, self.kv_heads, tokens + SLAB_PAD_TOKENS, self.head_dim),
-                                       dtype=self.dtype, device=self.device)
+                    both = _slab_tensor((2, self.kv_heads, tokens + SLAB_PAD_TOKENS, self.head_dim),
+                                        self.dtype, self.device)
                 slab[layer] = (both[0, :, :tokens], both[1, :, :tokens])
                 self._num_layers = max(self._num_layers, layer + 1)
             return slab[layer]
@@ -276,28 +279,30 @@ class BlockPool:
 
         Holds the pool's lock throughout, so no free block is allocated (and
         written) while its pages are dropped; blocks in use are never touched."""
+        with self._held():
+            return sum(self._give_back(index, _free_runs(self._refs[index * self.slab_blocks:
+                                                                    (index + 1) * self.slab_blocks]))
+                       for index, slab in enumerate(self._slabs) if slab)
+
+    def _give_back(self, slab: int, runs: list[tuple[int, int]]) -> int:
+        """madvise(MADV_DONTNEED) the whole pages of the runs [lo, hi) of free blocks of `slab` in
+        every layer and head (the lock held); the bytes given back (0: not CPU, or not Linux)."""
         madvise = _libc_madvise()
         if madvise is None or self.device.type != "cpu":
             return 0
         page, given = mmap.PAGESIZE, 0
-        with self._held():
-            for index, slab in enumerate(self._slabs):
-                if not slab:
-                    continue
-                first = index * self.slab_blocks
-                for lo, hi in _free_runs(self._refs[first:first + self.slab_blocks]):
-                    for tensors in slab:
-                        for t in tensors or ():
-                            per_head = t.stride(0) * t.element_size()
-                            for head in range(t.shape[0]):
-                                start = t.data_ptr() + head * per_head + lo * self.block_tokens * t.stride(1) \
-                                    * t.element_size()
-                                end = start + (hi - lo) * self.block_tokens * t.stride(1) * t.element_size()
-                                start = -(-start // page) * page  # whole pages inside the range only
-                                end = end // page * page
-                                if end > start and madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
-                                                           _MADV_DONTNEED) == 0:
-                                    given += end - start
+        for lo, hi in runs:
+            for tensors in self._slabs[slab]:
+                for t in tensors or ():
+                    per_head = t.stride(0) * t.element_size()
+                    per_block = self.block_tokens * t.stride(1) * t.element_size()
+                    for head in range(t.shape[0]):
+                        start = t.data_ptr() + head * per_head + lo * per_block
+                        end = (start + (hi - lo) * per_block) // page * page
+                        start = -(-start // page) * page  # whole pages inside the range only
+                        if end > start and madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                                                   _MADV_DONTNEED) == 0:
+                            given += end - start
         return given
 
     def copy_block(self, source: int, target: int, tokens: int) -> None:
@@ -327,6 +332,34 @@ def _libc_madvise():
     if fn is not None:
         fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
     return fn
+
+
+def _slab_tensor(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A slab layer's tensor. On the CPU, in an anonymous mapping of its own: its pages are
+    resident only once written, and it is unmapped when the tensor goes (torch's allocator
+    would take a few MiB from glibc, whose arenas keep a dropped slab's memory from the system)."""
+    if device.type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
+    count = 1
+    for n in shape:
+        count *= n
+    # NOTE: private: Python's default (MAP_SHARED) is shared memory, whose pages madvise cannot free
+    mapping = mmap.mmap(-1, count * torch.empty((), dtype=dtype).element_size(),
+                        flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with warnings.catch_warnings():  # "non-writable buffer" is not said of a writable mapping; kept quiet anyway
+        warnings.simplefilter("ignore")
+        return torch.frombuffer(mapping, dtype=dtype).view(shape)  # the tensor holds the mapping
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """(first, end) of each run of consecutive ids in sorted `ids`."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 def _free_runs(refs: list[int]) -> list[tuple[int, int]]:

@@ -89,6 +89,15 @@ class Scheduler:
         job.decode_step = bool(job.work.decoding())
         self._waiting.append(job)
 
+    def withdraw(self, job: Job) -> bool:
+        """Take one waiting job off the queue, finished as cancelled; False when it is not
+        waiting (running, or already finished)."""
+        if job.state is not JobState.WAITING or not any(j is job for j in self._waiting):
+            return False
+        self._waiting = [j for j in self._waiting if j is not job]
+        self._finish(job, Cancelled(f"job {job.name!r} was cancelled"))
+        return True
+
     def drain(self) -> list[Job]:
         """Take every waiting job off the queue (shutdown), marked FINISHED."""
         jobs, self._waiting = self._waiting, []

@@ -189,6 +189,17 @@ class ForwardWorker:
         self.enqueue(driver, priority, name).wait()
         return driver.value
 
+    def withdraw(self, job: Job) -> bool:
+        """Cancel a job that is still waiting and take it off the queue now (its owner's state
+        it refers to is free at once, not when the worker next plans). True: it will never
+        step again; False: it is running (its step in flight finishes) or finished."""
+        job.cancel()
+        with self._cv:
+            withdrawn = self.scheduler.withdraw(job)
+        if withdrawn:
+            job.done.set()
+        return withdrawn
+
     @property
     def num_queued(self) -> int:
         return self.scheduler.num_waiting

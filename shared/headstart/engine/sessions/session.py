@@ -171,18 +171,19 @@ class Session:
                 raise TimeoutError(f"session {self.session_id} still busy after {timeout} s")
 
     def close(self) -> None:
+        """No more work for it; its cache's blocks go back to the pool now, or, with a step in
+        flight, when that step ends (a queued job is taken off the worker's queue)."""
         with self._lock:
             self._set(S.CLOSED)
             if self._inflight is not None:
                 self._inflight.superseded = True
             self._cancel_recheck_locked()
-            if self._job is not None:
-                self._job.cancel()
-                # NOTE: the job's work refers back to this session: forgotten here, the pair is not a
-                # cycle, and the cache's blocks go back to the pool once the worker drops the job
-                self._job = None
-            if self._generation is not None:
-                self._generation.cancel()
+            job, gen, self._job = self._job, self._generation, None
+            if gen is not None:
+                gen.cancel()
+            if (job is None or self.worker.withdraw(job)) and self._inflight is None \
+                    and (gen is None or gen.done.is_set()):
+                self._kv, self._generation = KVState(), None  # nothing else reaches the cache now
 
     def is_idle(self) -> bool:
         """No extension queued and no generation running: safe to evict."""
