@@ -182,18 +182,23 @@ def test_a_redis_back_without_its_tail_renumbers_the_push_above_the_replica(repl
 
 
 def _fill(url: str) -> redis.Redis:
-    """Write filler keys until Redis refuses one (at its maxmemory), in ever smaller values so that
-    what is left is less than any push; the client (delete `filler:*` to free)."""
+    """Make Redis full: its maxmemory set to half what it uses (it evicts nothing, `noeviction`), so
+    every write is refused however much the server's own buffers shrink meanwhile (filling it to
+    the brim left it a few bytes over, and a later cron could bring it back under); the client
+    (`_unfill` gives the room back)."""
     client = redis.Redis.from_url(url)
-    keys = itertools.count()
-    for size in (65_536, 1024, 16):
-        try:
-            for _ in range(100_000):
-                client.set(f"filler:{next(keys)}", "x" * size)
-            raise AssertionError("Redis never refused a write: is maxmemory set?")
-        except redis.OutOfMemoryError:
-            continue
+    client.was_maxmemory = client.config_get("maxmemory")["maxmemory"]
+    client.set("filler", "x" * 65_536)
+    client.config_set("maxmemory", client.info("memory")["used_memory"] // 2)
+    with pytest.raises(redis.OutOfMemoryError):
+        client.set("filler:probe", "x")
     return client
+
+
+def _unfill(client: redis.Redis) -> None:
+    client.config_set("maxmemory", client.was_maxmemory)
+    client.delete("filler")
+    client.close()
 
 
 def test_a_full_store_answers_store_full_and_loses_nothing(replica, db_root, tmp_path):  # noqa: F811
@@ -226,8 +231,7 @@ def test_a_full_store_answers_store_full_and_loses_nothing(replica, db_root, tmp
             finally:
                 store.close()
         finally:
-            filler.delete(*filler.keys("filler:*"))
-            filler.close()
+            _unfill(filler)
         ack = ok(http.post(f"/v1/data/{sid}/rows", json={"rows": readings(2), "push_id": "full"}, headers=AUTH))
         assert ack["seqs"] == [4, 5] and not ack["replayed"]  # the refused push id was never logged
         wait_version(http, sid, 5)
