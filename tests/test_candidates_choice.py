@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from headstart.candidates import Candidate, CandidateLimits, CandidateRunner, RunOutcome, choose, result_key
-from headstart.candidates.choice import winning_key
+from headstart.eval.candidate_vote import winning_key
 from headstart.eval.records import ResultSet
 
 

@@ -9,7 +9,7 @@ answer's group.
 
 from headstart.candidates.choice import choose
 from headstart.candidates.records import Candidate, CheckedChoice, RunOutcome
-from headstart.candidates.result_key import result_key
+from headstart.eval.result_key import result_key
 from headstart.candidates.runner import CandidateLimits, CandidateRunner
 
 __all__ = ["Candidate", "CandidateLimits", "CandidateRunner", "CheckedChoice", "RunOutcome", "choose", "result_key"]

@@ -1,11 +1,11 @@
 """Choose among candidates by what their SQL returned.
 
-The rule (self-consistency over execution results): candidates whose SQL
-ran are grouped by their canonical result key; the largest group wins;
-a tie goes to the group holding the greedy answer, else to the group whose
-lowest index is lowest (sampled candidates are seeded per index, so the
-choice is reproducible). SQL that failed never wins while another ran; when
-every candidate failed, the greedy answer stands with its error.
+The rule (self-consistency over execution results, `headstart.eval.candidate_vote`,
+the evaluator's too): candidates whose SQL ran are grouped by their
+canonical result key; the largest group wins; a tie goes to the group
+holding the greedy answer, else to the group whose lowest index is lowest.
+SQL that failed never wins while another ran; when every candidate failed,
+the greedy answer stands with its error.
 """
 
 from __future__ import annotations
@@ -13,23 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from headstart.candidates.records import GREEDY_INDEX, CheckedChoice, RunOutcome
-
-
-def winning_key(keys: Sequence[str | None], greedy_position: int = 0) -> str | None:
-    """The key of the winning group among `keys` (None: failed), or None when all failed.
-
-    Shared by `choose` and the evaluator's rescoring, which holds only the keys."""
-    counts: dict[str, int] = {}
-    first_seen: dict[str, int] = {}
-    for position, key in enumerate(keys):
-        if key is None:
-            continue
-        counts[key] = counts.get(key, 0) + 1
-        first_seen.setdefault(key, position)
-    if not counts:
-        return None
-    greedy_key = keys[greedy_position] if 0 <= greedy_position < len(keys) else None
-    return max(counts, key=lambda k: (counts[k], k == greedy_key, -first_seen[k]))
+from headstart.eval.candidate_vote import winning_key
 
 
 def choose(outcomes: Sequence[RunOutcome]) -> CheckedChoice:

@@ -23,6 +23,13 @@ class Candidate:
     token_ids: tuple[int, ...] = ()
     finish_reason: str = "stop"
 
+    @classmethod
+    def of(cls, answer) -> "Candidate":
+        """The candidate of an engine's `CandidateAnswer` (its SQL extracted from its text)."""
+        from headstart.eval.extract import extract_sql
+
+        return cls(answer.index, answer.text, extract_sql(answer.text), tuple(answer.token_ids), answer.finish_reason)
+
 
 @dataclass(frozen=True)
 class RunOutcome:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from headstart.candidates.choice import choose
 from headstart.candidates.records import Candidate, CheckedChoice, RunOutcome
-from headstart.candidates.result_key import result_key
+from headstart.eval.result_key import result_key
 from headstart.eval.executors.base import ExecLimits
 from headstart.eval.executors.sqlite import SqliteExecutor
 

@@ -1,8 +1,9 @@
 """The canonical key of a query's result: equal answers share it, whatever their spelling.
 
-Values are the evaluator's canonical values (`headstart.eval.compare.canonical_value`:
+Values are the evaluator's canonical values (`compare.canonical_value`:
 NULL, 0/1 booleans, floats rounded to 9 significant digits), so the key
-agrees with how `headstart eval` compares results. Without a gold query to
+agrees with how `headstart eval` compares results. Execution-checked
+answers (`headstart.candidates`) group candidates by it. Without a gold query to
 say whether order matters, rows are a multiset; columns may come in any
 order (Spider's rule), so they are put in a canonical order first. Two
 empty results share a key whatever their columns, as the evaluator counts

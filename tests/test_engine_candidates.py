@@ -1,0 +1,102 @@
+"""Candidate sets: the greedy answer unchanged, the sampled ones reproducible, all rows of one forward.
+
+float64 `random:tiny` (tests/engine_fixture.py): the same logits give the
+same samples, so "the same candidates" cannot pass by luck.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from headstart.engine.errors import InvalidInput
+from headstart.engine.requests.candidates import CandidateParams
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.runtime import EngineRuntime
+from tests.typing_traces import QUESTIONS
+
+MAX_NEW = 10
+PARAMS = SamplingParams(max_new_tokens=MAX_NEW)
+
+
+def candidate_tokens(runtime, question: str, mode: str, cands: CandidateParams) -> dict[int, tuple[int, ...]]:
+    request = runtime.start_complete("world_1", question, mode, PARAMS, candidates=cands)
+    cset = request.candidates
+    assert cset is not None and cset.wait(120)
+    got = {c.index: c.token_ids for c in cset.candidates()}
+    assert sorted(got) == list(range(cands.k))
+    assert got[0] == tuple(request.result().token_ids)
+    return got
+
+
+def test_greedy_candidate_is_todays_answer(tiny_runtime):
+    question = QUESTIONS[0]
+    today = tiny_runtime.complete("world_1", question, "cold", MAX_NEW).token_ids
+    for mode in ("cold", "prefix"):
+        got = candidate_tokens(tiny_runtime, question, mode, CandidateParams(4, seed=3))
+        assert list(got[0]) == today
+
+
+def test_candidates_are_reproducible_and_seeded_per_index(tiny_runtime):
+    question = QUESTIONS[1]
+    four = candidate_tokens(tiny_runtime, question, "cold", CandidateParams(4, temperature=1.0, seed=11))
+    again = candidate_tokens(tiny_runtime, question, "prefix", CandidateParams(4, temperature=1.0, seed=11))
+    assert four == again  # another cache origin (P0 shared, not a cold prefill), the same candidates
+    two = candidate_tokens(tiny_runtime, question, "cold", CandidateParams(2, temperature=1.0, seed=11))
+    assert two == {0: four[0], 1: four[1]}  # K=2's candidates are K=4's first two
+    other = candidate_tokens(tiny_runtime, question, "cold", CandidateParams(4, temperature=1.0, seed=12))
+    assert other[0] == four[0] and other != four
+    assert len({four[i] for i in range(1, 4)} | {four[0]}) > 1  # sampling made other answers
+    assert all(len(tokens) <= MAX_NEW for tokens in four.values())
+
+
+def test_candidate_rows_share_one_forward(tiny_runtime, monkeypatch):
+    runner = tiny_runtime.runner
+    sizes: list[int] = []
+    original = runner.extend_rows
+
+    def counting(rows):
+        sizes.append(len(rows))
+        return original(rows)
+
+    monkeypatch.setattr(runner, "extend_rows", counting)
+    got = candidate_tokens(tiny_runtime, QUESTIONS[2], "cold", CandidateParams(4, temperature=1.0, seed=5))
+    monkeypatch.undo()
+    assert max(sizes) == 4  # the greedy decode step and three sampled ones, packed
+    decode_tokens = sum(len(t) for t in got.values())
+    # one prefill, then about one forward per token of the longest candidate, not one per candidate's token
+    assert len(sizes) <= 1 + max(len(t) for t in got.values()) + 1 < decode_tokens
+
+
+def test_one_candidate_is_todays_request(tiny_runtime):
+    request = tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS, candidates=CandidateParams(1))
+    assert request.candidates is None
+    request.result()
+
+
+def test_sampled_requests_get_no_candidates(tiny_runtime):
+    params = SamplingParams(max_new_tokens=4, temperature=0.5)
+    request = tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", params, candidates=CandidateParams(4))
+    assert request.candidates is None  # its answer is no greedy candidate
+    request.result()
+
+
+@pytest.mark.parametrize("bad", [CandidateParams(0), CandidateParams(17), CandidateParams(4, temperature=0.0),
+                                 CandidateParams(4, top_p=0.0), CandidateParams(4, temperature=float("nan"))])
+def test_bad_candidate_params_are_refused(tiny_runtime, bad):
+    with pytest.raises(InvalidInput):
+        tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS, candidates=bad)
+
+
+def test_setting_turns_candidates_on(tmp_path):
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", p0_cache_dir=tmp_path,
+                                          candidates=3, candidate_temperature=0.9)
+    try:
+        request = runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS)
+        assert request.candidates is not None and request.candidates.params.k == 3
+        assert request.candidates.wait(120)
+        assert sorted(c.index for c in request.candidates.candidates()) == [0, 1, 2]
+        float32_again = runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS).candidates
+        assert float32_again.wait(120)
+        assert [c.token_ids for c in float32_again.candidates()] == [c.token_ids for c in request.candidates.candidates()]
+    finally:
+        runtime.shutdown()
