@@ -100,3 +100,63 @@ def test_setting_turns_candidates_on(tmp_path):
         assert [c.token_ids for c in float32_again.candidates()] == [c.token_ids for c in request.candidates.candidates()]
     finally:
         runtime.shutdown()
+
+
+# -- sessions: candidates decoded during the pause ------------------------------------
+
+
+def session_candidates(runtime, question: str, cands: CandidateParams, edit: str | None = None,
+                       max_new: int = MAX_NEW):
+    """Type `question` (after `edit`, if given), pause until the answer-ahead and the pause's candidates
+    ran, submit: (the candidates by index, whether the pause's set was handed over)."""
+    session = runtime.open_session("world_1", "headstart", candidates=cands)
+    try:
+        seq = 1
+        if edit is not None:
+            session.update(seq, edit)
+            session.wait_idle(60, speculation=True)
+            seq += 1
+        session.update(seq, question)
+        session.wait_idle(60, speculation=True)
+        pause_set = session.candidates._set
+        if pause_set is not None:
+            pause_set.wait(60)  # nothing attached yet: waits for nothing, sampled ones run on
+        request = session.submit(seq + 1, question, SamplingParams(max_new_tokens=max_new), candidates=cands)
+        assert request.candidates is not None and request.candidates.wait(120)
+        got = {c.index: c.token_ids for c in request.candidates.candidates()}
+        assert got[0] == tuple(request.result().token_ids)
+        return got, request.candidates is pause_set
+    finally:
+        runtime.close_session(session.session_id)
+
+
+def test_session_candidates_match_a_cold_run(tiny_runtime):
+    cands = CandidateParams(4, temperature=1.0, seed=21)
+    question = QUESTIONS[3]
+    cold = candidate_tokens(tiny_runtime, question, "cold", cands)
+    # the pause's set forks with the session's answer-ahead budget; a submit asking another length reforks
+    got, handed = session_candidates(tiny_runtime, question, cands)
+    assert got == cold and not handed
+    ahead = tiny_runtime.limits.answer_ahead_tokens
+    got, handed = session_candidates(tiny_runtime, question, cands, max_new=ahead)
+    assert handed  # the candidates decoded during the pause went on into the answer
+    long_cold = tiny_runtime.start_complete("world_1", question, "cold", SamplingParams(max_new_tokens=ahead),
+                                            candidates=cands).candidates
+    assert long_cold.wait(300)
+    assert got == {c.index: c.token_ids for c in long_cold.candidates()}
+
+
+def test_a_text_change_cancels_the_pause_candidates(tiny_runtime):
+    cands = CandidateParams(3, temperature=1.0, seed=2)
+    session = tiny_runtime.open_session("world_1", "headstart", candidates=cands)
+    try:
+        session.update(1, QUESTIONS[0])
+        session.wait_idle(60, speculation=True)
+        first = session.candidates._set
+        assert first is not None and first.forked
+        session.update(2, QUESTIONS[1])
+        assert session.candidates._set is not first and first._cancelled
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    edited, _ = session_candidates(tiny_runtime, QUESTIONS[1], cands, edit=QUESTIONS[0])
+    assert edited == candidate_tokens(tiny_runtime, QUESTIONS[1], "cold", cands)

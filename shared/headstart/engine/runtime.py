@@ -213,9 +213,10 @@ class EngineRuntime:
     # -- sessions ------------------------------------------------------------
 
     def open_session(self, db: str, policy: str = "headstart", session_id: str | None = None,
-                     tenant: str | None = None) -> Session:
+                     tenant: str | None = None, candidates: CandidateParams | None = None) -> Session:
         """A new session on `db` starting from P0 (shared). Its jobs carry
-        `tenant`: the scheduler is fair across tenants within a class."""
+        `tenant`: the scheduler is fair across tenants within a class. Its
+        candidates (None: the settings') are decoded during pauses, beside the answer-ahead."""
         prompt = self.prompt_for(db)
         kwargs = {"debounce_s": self.settings.debounce_ms / 1000.0} if policy == PaperPolicy.name else {}
         confirm = make_policy(policy, **kwargs)
@@ -223,6 +224,7 @@ class EngineRuntime:
         session = Session(
             session_id or uuid.uuid4().hex, self.runner, TenantWorker(self.worker, tenant), prompt, confirm,
             base.share(), self.stop_ids, self.limits,
+            candidates=self.candidate_params(candidates, SamplingParams()),
         )
         self.sessions.add(session)
         return session

@@ -122,10 +122,10 @@ class EngineGenerator:
         from headstart.engine.requests.sampling import SamplingParams
 
         s = self.settings
-        if self.mode == "session":
-            raise EngineUnavailableError("candidates are decoded for the completion modes (cold, prefix, tables-*); "
-                                         "the session mode's are not built yet", code="engine_rejected")
         wanted = CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p, s.seed, wait_all=True)
+        if self.mode == "session":  # decoded during the typist's pauses, handed over at submit
+            result = self._call_greedy(question, wanted)
+            return result, result.extra.pop("candidate_answers")
         request = self.runtime.start_complete(self._db(question), question_text(question), engine_mode(self.mode),
                                               SamplingParams(max_new_tokens=s.max_new_tokens), candidates=wanted)
         result = request.result()
@@ -136,7 +136,7 @@ class EngineGenerator:
                    for c in request.candidates.candidates() if c.index > 0]
         return result, sampled
 
-    def _call_greedy(self, question: EvalQuestion) -> Any:
+    def _call_greedy(self, question: EvalQuestion, candidates: Any = None) -> Any:
         if self.mode == "session":
             from headstart.replay import replay_typed  # the engine (torch) only when a model mode runs
 
@@ -149,6 +149,7 @@ class EngineGenerator:
                 wpm=self.settings.wpm,
                 seed=question_seed(self.settings.seed, question.question_id),
                 max_new_tokens=self.settings.max_new_tokens,
+                candidates=candidates,
                 **timing,
             )
         return self.runtime.complete(

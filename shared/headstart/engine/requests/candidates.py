@@ -87,32 +87,46 @@ class CandidateSet:
 
     def __init__(self, params: CandidateParams, runner: ModelRunner, worker, prompt_ids: list[int],
                  stop_ids: set[int], detokenize: Callable[[list[int]], str], max_new_tokens: int,
-                 name: str = "candidates", tenant: str | None = None, priority: Priority = Priority.IDLE):
+                 name: str = "candidates", tenant: str | None = None, priority: Priority = Priority.IDLE,
+                 rides: Callable[[], bool] | None = None):
         params.validate()
         self.params, self.runner, self.worker = params, runner, worker
         self.prompt_ids, self.stop_ids, self._detokenize = prompt_ids, stop_ids, detokenize
         self.max_new_tokens, self.name, self.tenant, self.priority = max_new_tokens, name, tenant, priority
+        self._rides = rides  # the sampled candidates' riding hint (`SampledCandidate`)
         self.greedy: GenerationRequest | None = None
         self.sampled: list[SampledCandidate] = []
         self._lock = threading.Lock()
         self._cancelled = False
+        self._fork_job = None  # a fork in a job of its own (`fork_in_job`)
 
     def attach(self, greedy: GenerationRequest) -> None:
+        """The greedy answer's request (a session's candidates forked during a pause get it at submit)."""
         self.greedy = greedy
+
+    @property
+    def forked(self) -> bool:
+        with self._lock:
+            return bool(self.sampled)
 
     # -- worker side -----------------------------------------------------------
 
     def fork(self, state: KVState) -> None:
-        """Start the sampled candidates from `state` (the greedy request's
-        cache at its prefill end: the prompt and its logits). Worker thread."""
+        """Start the sampled candidates from `state`, the greedy answer's cache
+        (at its prefill end: the prompt and its logits; or further on). Worker thread."""
         started = []
         for index in range(1, self.params.k):
             with self._lock:
                 if self._cancelled:
                     break
             candidate = SampledCandidate(index, self.runner, state.share(), self.prompt_ids,
-                                         self.params.sampling(index, self.max_new_tokens), self.stop_ids)
-            if candidate.start():
+                                         self.params.sampling(index, self.max_new_tokens), self.stop_ids,
+                                         self._rides)
+            try:
+                more = candidate.start()
+            except ValueError as exc:  # the cache moved past another prompt: no candidates
+                candidate.error, candidate.finish_reason, candidate.state, more = exc, "error", None, False
+            if more:
                 try:
                     candidate.job = self.worker.enqueue(candidate, self.priority, f"{self.name}:candidate-{index}",
                                                         owner=f"candidates-{id(self)}-{index}", tenant=self.tenant)
@@ -123,11 +137,19 @@ class CandidateSet:
         with self._lock:
             self.sampled = started
 
+    def fork_in_job(self, state_of: Callable[[], KVState]) -> None:
+        """Fork from `state_of()` in a job of its own (a submit whose whole answer
+        was known ran no step to fork in); `wait` waits for it."""
+        self._fork_job = self.worker.enqueue(lambda: self.fork(state_of()) or False, Priority.SUBMIT,
+                                             f"{self.name}:fork", tenant=self.tenant)
+
     # -- caller side -----------------------------------------------------------
 
     def cancel(self) -> None:
         """End every candidate (the greedy request too); their next steps finish them."""
         with self._lock:
+            if self._cancelled:
+                return
             self._cancelled = True
             sampled = list(self.sampled)
         if self.greedy is not None:
@@ -142,6 +164,8 @@ class CandidateSet:
             return False
         if not all_candidates:
             return True
+        if self._fork_job is not None and not self._fork_job.done.wait(timeout):
+            return False
         with self._lock:
             jobs = [c.job for c in self.sampled if c.job is not None]
         return all(job.done.wait(timeout) for job in jobs)

@@ -141,8 +141,10 @@ class GenerationRequest(JobWork):
 
     def cancel(self) -> None:
         """Ask the request to end: its next step finishes it as CANCELLED
-        (the step in flight, if any, completes first)."""
+        (the step in flight, if any, completes first); its candidates end too."""
         self._cancel_asked = True
+        if self.candidates is not None:
+            self.candidates.cancel()
 
     def stream(self) -> Iterator[int]:
         """Token ids as they are generated; raises the request's error at the end."""
@@ -274,6 +276,8 @@ class GenerationRequest(JobWork):
         if ahead:  # the answer's first tokens are known: no forward pass
             self.cached_at_submit, self.ahead_used = len(target), len(ahead)
             self._set(RequestState.DECODE)
+            if self._on_prefilled is not None:  # candidates fork from the cache past the prompt
+                self._on_prefilled(kv)
             return all(self._emit(token) for token in ahead[len(self._known):])
         if self.cached_at_submit is None:
             self.cached_at_submit = common_prefix_len(kv.ids, target)

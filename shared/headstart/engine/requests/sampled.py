@@ -2,16 +2,20 @@
 
 `SampledCandidate` is the job of candidate `index` of a candidate set
 (`requests.candidates`): its cache starts as a share of the greedy
-request's at the end of its prefill (the prompt's blocks listed, not
-copied; its own blocks from its first write on: `kv.paged_cache`), its
-first token is sampled from the prompt's logits at the fork (no forward),
-and each further step is the one decode step (`requests.decode_step`)
-with its own seeded `Sampler`. Its decode steps are rows of the same
+answer's (the prompt's blocks listed, not copied; its own blocks from its
+first write on: `kv.paged_cache`). Forked at the prefill end, its first
+token is sampled from the prompt's logits at hand (no forward); forked
+later (the greedy answer already decoded ahead), its share is cropped to
+the prompt less its last token, and its first step is a decode step of
+that token, whose logits are the prompt's. Each further step is the one
+decode step (`requests.decode_step`) with its own seeded `Sampler`. Its decode steps are rows of the same
 packed forwards as the greedy answer's. It ends at an end-of-turn token or
 `max_new_tokens`.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 from headstart.engine.errors import Cancelled
 from headstart.engine.kv.state import KVState
@@ -26,13 +30,16 @@ class SampledCandidate(JobWork):
     """Candidate `index`'s decoding (worker thread, except `cancel` and `wait`).
 
     Args:
-        state: a share of the greedy request's cache at its prefill end (prompt + its logits).
+        state: a share of the greedy answer's cache, which starts with the prompt.
         params: sampled decoding (temperature, top-p, seed = the set's seed + index).
+        rides: whether its steps may ride in others' forwards now (the scheduler's
+            decode hint); None: always.
     """
 
     def __init__(self, index: int, runner: ModelRunner, state: KVState, prompt_ids: list[int],
-                 params: SamplingParams, stop_ids: set[int]):
+                 params: SamplingParams, stop_ids: set[int], rides: Callable[[], bool] | None = None):
         self.index, self.runner, self.state, self.params = index, runner, state, params
+        self.prompt_ids, self._rides = prompt_ids, rides
         self.stop_ids = stop_ids
         self.sampler = Sampler(params, prompt_ids, stop_ids)
         self.token_ids: list[int] = []
@@ -44,9 +51,17 @@ class SampledCandidate(JobWork):
         self._last: int | None = None  # the last token picked, not yet in the cache
 
     def start(self) -> bool:
-        """Pick the first token from the prompt's logits (worker thread, no forward).
-        Returns whether decode steps follow."""
+        """Pick the first token from the prompt's logits when they are at hand (no
+        forward), else crop the share for the step that computes them (worker
+        thread). Returns whether steps follow."""
+        n = len(self.prompt_ids)
+        if self.state.ids[:n] != self.prompt_ids:
+            raise ValueError("a candidate forks from a cache that starts with its prompt")
         try:
+            if self.state.num_tokens != n or self.state.last_logits is None:
+                self.state.crop(n - 1)
+                self._last = self.prompt_ids[-1]  # its decode step gives the prompt's logits
+                return True
             more = self._keep(self.sampler.pick(self.state.last_logits))
         except BaseException as exc:  # noqa: BLE001 - the candidate fails, never the greedy answer
             return self._end("error", exc)
@@ -59,7 +74,8 @@ class SampledCandidate(JobWork):
     # -- the scheduler's hints -------------------------------------------------
 
     def decoding(self) -> bool:
-        return True  # every step it is queued for is a decode step (`start` picked the first token)
+        """Every step is a one-token decode step; it rides in others' forwards when `rides` says so."""
+        return self._rides is None or bool(self._rides())
 
     def order_key(self) -> float:
         return 1.0  # as a decoding request's (`GenerationRequest.order_key`)
