@@ -160,3 +160,30 @@ def test_check_runs_off_the_calling_thread(db, runner):
 def test_unfinished_candidates_count_as_failed(db, runner):
     [out] = runner.run(db, [Candidate(0, "", "SELECT 1", finish_reason="cancelled")])
     assert out.error_code == "not_finished"
+
+
+# -- a request's checked answer ---------------------------------------------------------
+
+
+def test_checked_answer_of_an_engine_request(tiny_runtime):
+    from headstart.candidates import CheckedAnswers
+    from headstart.engine.requests.candidates import CandidateParams
+    from headstart.engine.requests.generation import SamplingParams
+    from headstart.paths import default_spider_dir
+
+    if not (default_spider_dir() / "database" / "world_1" / "world_1.sqlite").is_file():
+        pytest.skip("Spider's world_1 is not here")
+    checked = CheckedAnswers()
+    try:
+        params = SamplingParams(max_new_tokens=6)
+        request = tiny_runtime.start_complete("world_1", "How many cities?", "cold", params,
+                                              candidates=CandidateParams(3, seed=1, wait_all=True))
+        choice = checked.check("world_1", request).result(timeout=120)
+        # a random model writes no SQL: every candidate fails, the greedy answer stands with its error
+        assert (choice.num_candidates, choice.index, choice.agreed, choice.failed) == (3, 0, 0, (0, 1, 2))
+        assert choice.error
+        alone = tiny_runtime.start_complete("world_1", "How many cities?", "cold", params,
+                                            candidates=CandidateParams(1))
+        assert checked.check("world_1", alone).result(timeout=120).num_candidates == 1
+    finally:
+        checked.close()
