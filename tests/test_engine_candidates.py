@@ -160,3 +160,19 @@ def test_a_text_change_cancels_the_pause_candidates(tiny_runtime):
         tiny_runtime.close_session(session.session_id)
     edited, _ = session_candidates(tiny_runtime, QUESTIONS[1], cands, edit=QUESTIONS[0])
     assert edited == candidate_tokens(tiny_runtime, QUESTIONS[1], "cold", cands)
+
+
+@pytest.mark.parametrize("mode", ["cold", "session"])
+def test_replay_reports_candidates_and_the_checker(tiny_runtime, mode):
+    from headstart.replay_modes import replay_in_mode
+    from headstart.typist import Typist
+
+    trace = Typist(wpm=2000, seed=1).trace(QUESTIONS[0])
+    seen = []
+    result = replay_in_mode(tiny_runtime, "world_1", trace, mode, max_new_tokens=MAX_NEW, wait_typing=False,
+                            speed=50.0, candidates=CandidateParams(3, seed=4),
+                            checker=lambda request: seen.append(request) or {"checked_ms": 1.0})
+    assert result.extra["checked_ms"] == 1.0 and seen[0].candidates is not None
+    assert [a["index"] for a in result.extra["candidate_answers"]] == [1, 2]
+    cold = candidate_tokens(tiny_runtime, QUESTIONS[0], "cold", CandidateParams(3, seed=4))
+    assert [tuple(seen[0].candidates.candidates()[i].token_ids) for i in range(3)] == [cold[i] for i in range(3)]
