@@ -225,3 +225,18 @@ def test_openai_bad_candidates_are_400s_naming_the_field(serve_stack, extra, wor
             extra_body={"database": "world_1", **extra})
     error = exc.value.body
     assert error["param"] == "candidates" and words in error["message"], error
+
+
+def test_metrics_count_the_checked_answers(serve_stack):
+    def failed() -> float:
+        text = httpx.get(f"{serve_stack.http_url}/metrics", timeout=30).text
+        line = next((x for x in text.splitlines()
+                     if x.startswith('headstart_gateway_checked_answers_total{outcome="failed"}')), None)
+        return float(line.split()[-1]) if line else 0.0
+
+    before = failed()
+    body = {"db": "world_1", "question": QUESTION, "max_new_tokens": MAX_NEW, "candidates": 2}
+    r = httpx.post(f"{serve_stack.http_url}/v1/complete", json=body, headers={"authorization": "Bearer tok-alice"},
+                   timeout=120)
+    assert r.status_code == 200 and r.json()["choice"]["error"]
+    assert failed() == before + 1

@@ -46,6 +46,10 @@ class GatewayMetrics:
                                    ["edge"], registry=self.registry)
         self.completions = Counter("headstart_gateway_completions", "one-shot completions by how they ended",
                                    ["outcome"], registry=self.registry)
+        self.checked_answers = Counter("headstart_gateway_checked_answers", "execution-checked answers (candidates) "
+                                       "by outcome: greedy (the greedy SQL's result won), changed (another "
+                                       "candidate's), failed (no candidate's SQL ran)", ["outcome"],
+                                       registry=self.registry)
         # Data sessions (services/gateway/data_service.py)
         self.data_sessions_opened = Counter("headstart_gateway_data_sessions_opened", "data sessions opened",
                                             registry=self.registry)
@@ -78,6 +82,10 @@ class GatewayMetrics:
         if result.prompt_tokens:
             self.cached_ratio.labels(edge).observe(result.cached_tokens_at_submit / result.prompt_tokens)
         self.computed_at_submit.labels(edge).observe(result.computed_tokens_at_submit)
+
+    def observe_choice(self, choice) -> None:
+        """An engine Choice (types_pb2.Choice): which answer the check kept."""
+        self.checked_answers.labels("failed" if choice.error else "changed" if choice.index else "greedy").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -329,6 +329,8 @@ class GatewayService:
                 async for event in call:
                     if event.WhichOneof("kind") == "result":
                         self.metrics.observe_result("complete", event.result)
+                    elif event.WhichOneof("kind") == "choice":
+                        self.metrics.observe_choice(event.choice)
                     yield event
                 outcome = "done"
             except asyncio.CancelledError:
@@ -380,4 +382,6 @@ class GatewayService:
             if event.result.ttft_ms:
                 self.metrics.ttft.observe(event.result.ttft_ms)
             self.metrics.observe_result("session", event.result)
+        elif event.WhichOneof("kind") == "choice":
+            self.metrics.observe_choice(event.choice)
         session.deliver(event)
