@@ -182,7 +182,8 @@ class CandidateSet:
         out = []
         greedy = self.greedy
         if greedy is not None and greedy.done.is_set():
-            reason = "error" if greedy.error is not None else greedy.finish_reason
+            failed = greedy.error is not None and greedy.finish_reason != "cancelled"
+            reason = "error" if failed else greedy.finish_reason
             text = "" if greedy.error is not None else greedy.result().text
             out.append(CandidateAnswer(0, text, tuple(greedy.token_ids), reason))
         with self._lock:
