@@ -176,3 +176,29 @@ def test_replay_reports_candidates_and_the_checker(tiny_runtime, mode):
     assert [a["index"] for a in result.extra["candidate_answers"]] == [1, 2]
     cold = candidate_tokens(tiny_runtime, QUESTIONS[0], "cold", CandidateParams(3, seed=4))
     assert [tuple(seen[0].candidates.candidates()[i].token_ids) for i in range(3)] == [cold[i] for i in range(3)]
+
+
+def test_cancelling_the_request_ends_its_candidates(tiny_runtime):
+    params = SamplingParams(max_new_tokens=200)
+    request = tiny_runtime.start_complete("world_1", QUESTIONS[2], "cold", params,
+                                          candidates=CandidateParams(4, seed=9))
+    cset = request.candidates
+    while not cset.forked:  # the fork comes with the prefill
+        request.done.wait(0.01)
+    request.cancel()
+    assert cset.wait(60)
+    reasons = {c.index: c.finish_reason for c in cset.candidates()}
+    assert reasons[0] == "cancelled"
+    assert all(len(c.token_ids) < 200 for c in cset.candidates())  # none decoded to its end
+
+
+def test_closing_the_session_ends_the_pause_candidates(tiny_runtime):
+    session = tiny_runtime.open_session("world_1", "headstart", candidates=CandidateParams(3, seed=5))
+    session.update(1, QUESTIONS[0])
+    session.wait_idle(60, speculation=True)
+    pause = session.candidates._set
+    assert pause is not None and pause.forked
+    tiny_runtime.close_session(session.session_id)
+    assert pause._cancelled
+    for candidate in pause.sampled:
+        assert candidate.job.done.wait(60)

@@ -114,7 +114,6 @@ class CandidateSet:
     def fork(self, state: KVState) -> None:
         """Start the sampled candidates from `state`, the greedy answer's cache
         (at its prefill end: the prompt and its logits; or further on). Worker thread."""
-        started = []
         for index in range(1, self.params.k):
             with self._lock:
                 if self._cancelled:
@@ -133,9 +132,10 @@ class CandidateSet:
                 except BaseException as exc:  # noqa: BLE001 - a full queue fails the candidate, not the answer
                     candidate.cancel()
                     candidate.error, candidate.finish_reason, candidate.state = exc, "error", None
-            started.append(candidate)
-        with self._lock:
-            self.sampled = started
+            with self._lock:
+                self.sampled.append(candidate)
+                if self._cancelled:  # `cancel` ran meanwhile and did not see this one
+                    candidate.cancel()
 
     def fork_in_job(self, state_of: Callable[[], KVState]) -> None:
         """Fork from `state_of()` in a job of its own (a submit whose whole answer
@@ -182,7 +182,8 @@ class CandidateSet:
         out = []
         greedy = self.greedy
         if greedy is not None and greedy.done.is_set():
-            reason = "error" if greedy.error is not None else greedy.finish_reason
+            failed = greedy.error is not None and greedy.finish_reason != "cancelled"
+            reason = "error" if failed else greedy.finish_reason
             text = "" if greedy.error is not None else greedy.result().text
             out.append(CandidateAnswer(0, text, tuple(greedy.token_ids), reason))
         with self._lock:

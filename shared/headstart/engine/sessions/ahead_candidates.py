@@ -44,6 +44,9 @@ class AheadCandidates:
         """Fork the pause's candidates from `kv` (the prompt and its logits). Worker thread."""
         if self.params is None:
             return
+        with self._lock:
+            if self._set is not None and self._prompt == list(prompt_ids):
+                return  # the same question caught up again: its candidates run on
         cset = self._new_set(self.params, list(prompt_ids), self.max_new_tokens)
         self.cancel()
         cset.fork(kv)
