@@ -19,6 +19,9 @@ from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2, types_pb2
 
 MAX_TEMPERATURE = 2.0  # as the other sampling edges take it
+# the engine's bound (headstart.engine.requests.candidates.MAX_CANDIDATES; not imported: the gateway
+# loads no engine code); a gateway's `max_candidates` is at most this
+ENGINE_MAX_CANDIDATES = 16
 FIELDS = ("k", "temperature", "seed", "wait_all")
 
 

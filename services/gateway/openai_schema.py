@@ -23,9 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from headstart.client.errors import ApiError
-from headstart.engine.requests.candidates import MAX_CANDIDATES
 from headstart.v1 import types_pb2
-from services.gateway.candidates import candidates_from_json, is_greedy
+from services.gateway.candidates import ENGINE_MAX_CANDIDATES, candidates_from_json, is_greedy
 from services.gateway.openai_errors import OpenAIError, bad_param
 from services.gateway.openai_params import check_refused, choice_count, ignored_fields, sampling
 
@@ -152,7 +151,7 @@ def _candidates(data: dict, params: types_pb2.SamplingParams, n: int) -> types_p
     """headstart's `candidates` (a count or `{"k", "temperature", "seed", "wait_all"}`): one checked
     answer of the greedy one and k-1 samples; `n` keeps its OpenAI meaning (choices returned)."""
     try:
-        wire = candidates_from_json(data.get("candidates"), MAX_CANDIDATES)
+        wire = candidates_from_json(data.get("candidates"), ENGINE_MAX_CANDIDATES)  # the gateway's bound: later
     except ApiError as exc:
         raise bad_param("candidates", exc.message) from None
     if wire is not None and wire.k > 1:
