@@ -149,7 +149,7 @@ class EngineGenerator:
                 wpm=self.settings.wpm,
                 seed=question_seed(self.settings.seed, question.question_id),
                 max_new_tokens=self.settings.max_new_tokens,
-                candidates=candidates,
+                **({"candidates": candidates} if candidates is not None else {}),  # K=1: today's call
                 **timing,
             )
         return self.runtime.complete(
