@@ -10,7 +10,11 @@ the same typists asking llama.cpp on the same weights through its OpenAI API
 p50/p99, engine TTFT, the time to the last token (p50/p99, client side),
 both as ratios to llamacpp's at the same N, tokens computed at submit, and
 the per-keystroke gateway→replica round trip (from the gateway's snapshot
-acks). Writes serve.json, serve.md and serve.png
+acks). With `candidates` K > 1 every typist of ours asks for the checked
+answer (its session decodes the candidates during the pauses) and each row
+adds the time to it (`checked_client_total_p50_ms` / `_p99_ms`: submit sent
+→ `choice` received, beside the greedy answer's client total) and how often
+the check kept another SQL (`checked_changed_share`). Writes serve.json, serve.md and serve.png
 to `out_dir`. A benchmark, not a test: it never fails on a timing.
 """
 
@@ -59,7 +63,19 @@ def summarize(samples: list[Sample], rtts: list[float]) -> dict:
         "keystroke_rtt_p50_ms": percentile([r * 1000 for r in rtts], 50),
         "keystroke_rtt_p99_ms": percentile([r * 1000 for r in rtts], 99),
         "answer_tokens_p50": percentile([s.answer_tokens for s in ok if s.answer_tokens is not None], 50),
+        **_checked_summary(ok),
     }
+
+
+def _checked_summary(ok: list[Sample]) -> dict:
+    """The checked answers' figures (none without candidates): time to the choice, how often it changed."""
+    checked = [s for s in ok if s.checked_client_total_ms is not None]
+    if not checked:
+        return {}
+    return {"checked_client_total_p50_ms": percentile([s.checked_client_total_ms for s in checked], 50),
+            "checked_client_total_p99_ms": percentile([s.checked_client_total_ms for s in checked], 99),
+            "checked_num_candidates_mean": statistics.fmean(s.checked_num_candidates for s in checked),
+            "checked_changed_share": sum(bool(s.checked_changed) for s in checked) / len(checked)}
 
 
 def output_agreement(samples: list[dict]) -> dict:
@@ -75,18 +91,20 @@ def output_agreement(samples: list[dict]) -> dict:
 
 
 async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str], r: int, rounds: int, db: str,
-                 typist: Typist, max_new: int, token: str | None) -> list[Sample]:
+                 typist: Typist, max_new: int, token: str | None, candidates: int = 1) -> list[Sample]:
     """Round `r`: N typists each type one question (typist i: question i*rounds + r) and press Enter."""
     async def one(i: int) -> Sample:
         trace = typist.trace(questions[(i * rounds + r) % len(questions)])
         if path == "ws":
-            return await ws_typist(stack.http_url.replace("http", "ws", 1), token, db, trace, anticipate, max_new)
-        return await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new)
+            return await ws_typist(stack.http_url.replace("http", "ws", 1), token, db, trace, anticipate, max_new,
+                                   candidates)
+        return await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new, candidates)
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say, peer=None):
+async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say, peer=None,
+                      candidates: int = 1):
     """Rounds of the two modes alternate (anticipatory, prefix, prefix,
     anticipatory, ...), so a machine whose speed drifts during the run (a
     shared CPU does) weighs on both sides of each ratio alike. `peer`
@@ -109,7 +127,7 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
                         metrics.rtt_samples.clear()
                         started = time.perf_counter()
                         got.setdefault(key, []).extend(await _round(stack, path, anticipate, n, questions, r, rounds,
-                                                                    db, typist, max_new_tokens, None))
+                                                                    db, typist, max_new_tokens, None, candidates))
                         wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
                         rtts.setdefault(key, []).extend(metrics.rtt_samples)
             if peer:
@@ -135,9 +153,10 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
                     rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = MAX_ANSWER_TOKENS,
                     db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto",
-                    llamacpp_server: str = "auto") -> dict:
+                    llamacpp_server: str = "auto", candidates: int = 1) -> dict:
     """Run the benchmark on a local stack it starts and stops; returns the JSON it writes.
-    `llamacpp` (auto|on|off) and `llamacpp_server` (auto|cpp|python): the llama.cpp rows."""
+    `llamacpp` (auto|on|off) and `llamacpp_server` (auto|cpp|python): the llama.cpp rows.
+    `candidates` > 1: our typists ask for the checked answer (its time: the `checked_*` fields)."""
     from services.launcher import default_replica_threads, serve_command
 
     out_dir = Path(out_dir)
@@ -158,7 +177,7 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
             peer = PeerRows(server, prompt_builder(db), say=say)
         # NOTE: one event loop for every round: grpc.aio binds to the first loop it runs on.
         rows, samples = asyncio.run(_all_rounds(stack, concurrency, questions, rounds, db, typist,
-                                                max_new_tokens, say, peer))
+                                                max_new_tokens, say, peer, candidates))
     finally:
         if stack:
             stack.stop()
@@ -173,7 +192,7 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
                          "decode_defer_ms": engine.decode_defer_ms, "batch_scope": engine.batch_scope,
                          "max_batch_rows": engine.max_batch_rows, "cpu_blas_env": blas if device == "cpu" else {},
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
-                         "max_new_tokens": max_new_tokens, "db": db,
+                         "max_new_tokens": max_new_tokens, "db": db, "candidates": candidates,
                          "llamacpp": None if server is None else {
                              "gguf": server.gguf.name, "threads": server.threads, "server": server.kind,
                              "parallel": "N at each N" if server.kind == "cpp" else 1}},
@@ -208,7 +227,9 @@ def _fmt(value) -> str:
 def _format_row(row: dict) -> str:
     return (f"{row['mode']:>12} {row['path']:>4} N={row['n']:<3} TTFT p50 {_fmt(row['ttft_p50_ms'])} ms "
             f"p99 {_fmt(row['ttft_p99_ms'])} ms, computed@submit {_fmt(row['computed_at_submit_mean'])}, "
-            f"keystroke rtt p50 {_fmt(row['keystroke_rtt_p50_ms'])} ms, errors {row['num_errors']}")
+            f"keystroke rtt p50 {_fmt(row['keystroke_rtt_p50_ms'])} ms, errors {row['num_errors']}"
+            + (f", checked p50 {_fmt(row['checked_client_total_p50_ms'])} ms"
+               if row.get("checked_client_total_p50_ms") is not None else ""))
 
 
 def _ratio(row: dict, rows: list[dict], stat: str) -> str:
@@ -231,6 +252,23 @@ def _vs_prefix(row: dict, rows: list[dict]) -> str:
 
 
 def table(rows: list[dict]) -> str:
+    return _main_table(rows) + _checked_table(rows)
+
+
+def _checked_table(rows: list[dict]) -> str:
+    """The checked answers' columns, beside the greedy answer's client total (empty without candidates)."""
+    checked = [r for r in rows if r.get("checked_client_total_p50_ms") is not None]
+    if not checked:
+        return ""
+    head = ("\n| mode | path | N | greedy client total p50 ms | checked p50 ms | checked p99 ms | "
+            "candidates checked (mean) | changed by the check |\n|---|---|---|---|---|---|---|---|\n")
+    return head + "".join(
+        f"| {r['mode']} | {r['path']} | {r['n']} | {_fmt(r.get('client_total_p50_ms'))} | "
+        f"{_fmt(r['checked_client_total_p50_ms'])} | {_fmt(r['checked_client_total_p99_ms'])} | "
+        f"{r['checked_num_candidates_mean']:.1f} | {100 * r['checked_changed_share']:.0f}% |\n" for r in checked)
+
+
+def _main_table(rows: list[dict]) -> str:
     head = ("| mode | path | N | TTFT p50 ms | TTFT p99 ms | engine TTFT p50 ms | total p50 ms | client total p50 ms | "
             "client total p99 ms | client total p50 / prefix | TTFT p50 / llamacpp | client total p50 / llamacpp | "
             "computed@submit | answer tokens@submit | answer tokens p50 | keystroke RTT p50 ms | keystroke RTT p99 ms | "

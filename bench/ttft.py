@@ -24,9 +24,11 @@ import statistics
 import time
 from pathlib import Path
 
+from bench import ttft_checked
 from bench.common import markdown_table, spider_questions, summarize_ms, write_json
 from bench.peer_llamacpp import start_peer
 from headstart.build import build_runtime
+from headstart.candidates import CheckedAnswers
 from headstart.engine.runner.ops import KERNEL_SETS
 from headstart.engine.runtime import EngineRuntime
 from headstart.replay_modes import replay_in_mode
@@ -78,13 +80,15 @@ def _side_by_side_steps(runtime: EngineRuntime, peer_mode, db: str, first_ms: fl
 def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_rate: float, pause: float,
                    seed: int, dtype: str, device: str, threads: int | None, max_new_tokens: int, out: Path,
                    table_cache: str = "off", llamacpp: str = "auto", llamacpp_server: str = "auto",
-                   fast_path: str = "auto") -> dict:
+                   fast_path: str = "auto", candidates: int = 1, candidates_wait_all: bool = False) -> dict:
     """With `table_cache` on, prefix and the sessions start from table blocks
     (outputs may then differ from cold: block assembly changes attention).
     `llamacpp` (auto|on|off): the llama.cpp peer mode (auto: when available);
     `llamacpp_server` (auto|cpp|python): which llama.cpp server runs it.
     `fast_path`: the kernels of every mode's forwards (cold, prefix and the
-    sessions alike, `ModelRunner.set_fast_path`)."""
+    sessions alike, `ModelRunner.set_fast_path`). `candidates` > 1: each mode
+    decodes that many and the time to the checked answer is measured beside
+    the greedy one's (`bench.ttft_checked`)."""
     if fast_path not in KERNEL_SETS:
         raise ValueError(f"unknown --fast-path {fast_path!r}; valid: {', '.join(KERNEL_SETS)}")
     # first: `--llamacpp on` without a llama.cpp server fails at once
@@ -93,6 +97,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     runtime = build_runtime(model=model, dtype=dtype, device=device, threads=threads,
                             p0_cache_on_disk=False, table_cache=table_cache, fast_path=fast_path)
     print(f"fast path: {runtime.fast_path_choice.summary()}", flush=True)
+    checked = CheckedAnswers(runtime.settings.spider_dir) if candidates > 1 else None
+    cands = ttft_checked.candidate_params(candidates, candidates_wait_all, seed)
     peer_decode = None
     try:
         for db in dbs:  # resolve schemas and warm P0 before any clock starts
@@ -117,7 +123,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
             # llama.cpp stopped while our modes run (its idle threads poll for work on the same cores)
             with peer.paused() if peer else contextlib.nullcontext():
                 for mode in MODES:
-                    _run_mode(runtime, q, i, trace, mode, max_new_tokens, outputs, rows)
+                    checker = ttft_checked.make_checker(checked, q["db_id"], candidates_wait_all) if checked else None
+                    _run_mode(runtime, q, i, trace, mode, max_new_tokens, outputs, rows, cands, checker)
             for row in rows[-len(MODES):]:
                 row["identical_to_cold"] = outputs[row["mode"]] == outputs["cold"]
                 row["tokens_as_cold"] = _common_prefix(outputs[row["mode"]], outputs["cold"])
@@ -135,6 +142,8 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
             decode_ms = statistics.median(decode_rounds)
     finally:
         runtime.shutdown()
+        if checked is not None:
+            checked.close()
         if peer:
             peer.stop()
     if peer:
@@ -145,18 +154,21 @@ def run_ttft_bench(model: str, dbs: list[str], questions: int, wpm: float, typo_
     report = _report(rows, decode_ms, dict(model=model, dbs=dbs, questions=questions, wpm=wpm, typo_rate=typo_rate,
                                            pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                                            max_new_tokens=max_new_tokens, table_cache=table_cache,
-                                           llamacpp=llamacpp, fast_path=runtime.fast_path,
+                                           llamacpp=llamacpp, fast_path=runtime.fast_path, candidates=candidates,
+                                           candidates_wait_all=candidates_wait_all,
                                            fast_path_choice=runtime.fast_path_choice.to_dict()), peer_decode)
     _write(report, out)
     return report
 
 
-def _run_mode(runtime, q: dict, i: int, trace, mode: str, max_new_tokens: int, outputs: dict, rows: list) -> None:
+def _run_mode(runtime, q: dict, i: int, trace, mode: str, max_new_tokens: int, outputs: dict, rows: list,
+              candidates=None, checker=None) -> None:
     """One question in one of our modes: its row, and its tokens in `outputs`."""
     session_mode = mode in ("paper", "headstart")
     result = replay_in_mode(runtime, q["db_id"], trace, "session" if session_mode else mode,
                             policy=mode if session_mode else "headstart",
-                            max_new_tokens=max_new_tokens, wait_typing=False)
+                            max_new_tokens=max_new_tokens, wait_typing=False, candidates=candidates,
+                            checker=checker)
     outputs[mode] = result.token_ids
     rows.append({
         "question": i, "db_id": q["db_id"], "text": q["question"], "mode": mode,
@@ -171,9 +183,11 @@ def _run_mode(runtime, q: dict, i: int, trace, mode: str, max_new_tokens: int, o
             "answer_tokens_ready_at_submit", 0) > len(result.token_ids),
         "decode_forwards": result.extra.get("decode_forwards"),
         "typing_s": trace.submit_t, "keystrokes": len(trace.events),
+        **ttft_checked.row_fields(result.extra),
     })
+    checked = f"  checked {result.extra['checked_ms']:8.1f} ms" if "checked_ms" in result.extra else ""
     print(f"  q{i} {q['db_id']:8s} {mode:9s} ttft {result.ttft_ms:8.1f} ms  computed@submit "
-          f"{result.computed_tokens_at_submit:4d}  wasted {result.wasted_tokens:4d}", flush=True)
+          f"{result.computed_tokens_at_submit:4d}  wasted {result.wasted_tokens:4d}{checked}", flush=True)
 
 
 GGUF_OF_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -217,6 +231,7 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
             # answers identical to cold's, and the leading tokens shared with it (our modes only)
             "identical_to_cold_rate": _mean(r["identical_to_cold"] for r in mine if "tokens_as_cold" in r),
             "tokens_as_cold_mean": _mean(r["tokens_as_cold"] for r in mine if "tokens_as_cold" in r),
+            **ttft_checked.mode_stats(mine),
         }
     cold, prefix = modes["cold"]["p50_ms"], modes["prefix"]["p50_ms"]
     for stats in modes.values():
@@ -257,7 +272,8 @@ def _write(report: dict, out: Path) -> None:
               "p50/decode step", "computed@submit", "wasted tokens", "answer tokens ready", "complete at Enter",
               "answer tokens p50 (max)",
               "complete answer p50 ms", "complete p99 ms", "complete p50/prefix"] + (
-                  ["TTFT p50/llamacpp", "complete p50/llamacpp"] if vs_peer else [])
+                  ["TTFT p50/llamacpp", "complete p50/llamacpp"] if vs_peer else []) + (
+                  ttft_checked.HEADER if report["config"].get("candidates", 1) > 1 else [])
     rows = [[m, s["mean_ms"], s["p50_ms"], s["p90_ms"], s["p99_ms"], f"{s['p50_vs_cold']:.3f}",
              f"{s['p50_vs_prefix']:.3f}", f"{s['p50_vs_decode_step']:.3f}",
              f"{s['computed_tokens_at_submit_mean']:.1f}", f"{s['wasted_tokens_mean']:.1f}",
@@ -265,6 +281,8 @@ def _write(report: dict, out: Path) -> None:
              f"{s['answer_tokens_p50']:.0f} ({s['answer_tokens_max']})",
              s["total_p50_ms"], s["total_p99_ms"], f"{s['total_p50_vs_prefix']:.3f}"]
             + ([f"{s['p50_vs_llamacpp']:.3f}", f"{s['total_p50_vs_llamacpp']:.3f}"] if vs_peer else [])
+            + (ttft_checked.table_cells(s) or (["-"] * len(ttft_checked.HEADER))
+               if report["config"].get("candidates", 1) > 1 else [])
             for m, s in report["modes"].items()]
     peer_line = ("llamacpp mode: not run (no llama.cpp server available, or --llamacpp off)\n" if peer is None else
                  f"llamacpp ran on {peer['server']} ({peer['threads']} threads, {_peer_weights(peer)}); "
@@ -277,7 +295,10 @@ def _write(report: dict, out: Path) -> None:
     table = (f"TTFT, {c['model']} {c['dtype']} on {c['device']} ({c['threads']} threads, fast path "
              f"{c.get('fast_path', 'off')}), dbs {' '.join(c['dbs'])}, "
              f"{c['questions']} questions, {c['wpm']} wpm, typo rate {c['typo_rate']}, pause {c['pause']} s, "
-             f"seed {c['seed']}; answers end at EOS (cap {c['max_new_tokens']} tokens)\n\n"
+             f"seed {c['seed']}; answers end at EOS (cap {c['max_new_tokens']} tokens)"
+             + (f"; {c['candidates']} candidates, checked among "
+                + ("all" if c.get("candidates_wait_all") else "those ready with the greedy answer")
+                if c.get("candidates", 1) > 1 else "") + "\n\n"
              + markdown_table(header, rows) + _forwards_line(report) +
              f"\none decode step on a warm cache: {report['decode_step_ms']:.1f} ms"
              + (" (median of one sample per question, each right after llama.cpp's answer)"

@@ -36,6 +36,11 @@ def bench_ttft(
                                                      "build-server`), python (llama-cpp-python), auto (cpp when built)"),
     fast_path: str = typer.Option("auto", help="kernels of every mode's forwards (HEADSTART_FAST_PATH): "
                                   "off | auto | onednn | native | inductor"),
+    candidates: int = typer.Option(1, help="answers decoded per question (greedy + sampled): the time to the "
+                                   "execution-checked answer is measured beside the greedy one's"),
+    candidates_wait_all: bool = typer.Option(False, "--candidates-wait-all",
+                                             help="the checked answer waits for all candidates (else: those "
+                                             "ready when the greedy answer ends)"),
 ):
     """TTFT of cold, prefix, session(paper) and session(headstart), side by side (APITS Table III)."""
     from bench.ttft import run_ttft_bench
@@ -46,7 +51,8 @@ def bench_ttft(
         run_ttft_bench(model=model, dbs=split_values(db), questions=questions, wpm=wpm, typo_rate=typo_rate,
                        pause=pause, seed=seed, dtype=dtype, device=device, threads=threads,
                        max_new_tokens=max_new_tokens, out=out, table_cache=table_cache, llamacpp=llamacpp,
-                       fast_path=fast_path, llamacpp_server=llamacpp_server)
+                       fast_path=fast_path, llamacpp_server=llamacpp_server, candidates=candidates,
+                       candidates_wait_all=candidates_wait_all)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without the extra, or a bad choice
         fail(str(exc))
 
@@ -129,6 +135,8 @@ def bench_serve(
     llamacpp_server: str = typer.Option("auto", help="which llama.cpp server: cpp (llama-server with -np N at each N; "
                                                      "`headstart peer build-server`), python (llama-cpp-python, one "
                                                      "request at a time), auto (cpp when built)"),
+    candidates: int = typer.Option(1, min=1, max=16, help="K > 1: our typists ask for the execution-checked answer "
+                                   "(decoded during their pauses); rows add the time to it (checked_* fields)"),
 ):
     """N concurrent typists (WebSocket and gRPC) against the local stack, vs the prefix baseline."""
     from bench.serve import run_serve_bench
@@ -138,7 +146,7 @@ def bench_serve(
         run_serve_bench(out, model=model, dtype=dtype, device=device, replicas=replicas,
                         concurrency=tuple(concurrency), rounds=rounds, wpm=wpm, pause_s=pause,
                         max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo, llamacpp=llamacpp,
-                        llamacpp_server=llamacpp_server)
+                        llamacpp_server=llamacpp_server, candidates=candidates)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without a llama.cpp server, or a bad choice
         fail(str(exc))
 

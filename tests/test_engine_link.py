@@ -138,3 +138,40 @@ def test_a_submit_pending_across_a_reattach_is_sent_after_the_newest_text():
     kinds = [w.WhichOneof("kind") for w in new.writes]
     assert kinds == ["attach", "snapshot", "submit"]
     assert new.writes[1].snapshot.seq == 2 and new.writes[2].submit.seq == 2
+
+
+def test_a_submit_whose_choice_is_owed_is_resent_and_only_the_choice_forwarded():
+    """A Result with num_candidates > 1 leaves the submit pending: a break before its Choice
+    re-sends it (with its candidates), and of the re-run only the Choice reaches the client."""
+    forwarded: list[str] = []
+
+    async def scenario():
+        stub, latest = ScriptedStub(), {"seq": 2, "text": "Hi"}
+        link = EngineLink(stub, "app", "sid", "world_1", "headstart", lambda: (latest["seq"], latest["text"]),
+                          on_event=lambda event: forwarded.append(event.WhichOneof("kind")),
+                          candidates=types_pb2.CandidatesRequest(k=3))
+        start = asyncio.create_task(link.start())
+        await _until(lambda: stub.gates)
+        stub.gates[0].set()
+        await start
+        await link.send_submit(2, "Hi", types_pb2.SamplingParams(max_new_tokens=4),
+                               types_pb2.CandidatesRequest(k=3, wait_all=True), engine_pb2.CheckLimits(rows=5))
+        answer = [engine_pb2.EngineEvent(tokens=types_pb2.Tokens(text="SEL", token_ids=[1, 2])),
+                  engine_pb2.EngineEvent(result=types_pb2.Result(seq=2, num_candidates=3))]
+        for event in answer:
+            link._dispatch(event)
+        stub.calls[0].broken.set()  # the replica died before the Choice
+        await _until(lambda: len(stub.calls) == 2 and stub.calls[1].writes)
+        stub.gates[1].set()
+        await _until(lambda: link.num_reconnects == 1)
+        for event in [*answer, engine_pb2.EngineEvent(choice=types_pb2.Choice(seq=2, num_candidates=3))]:
+            link._dispatch(event)  # the re-sent submit's answer
+        pending = link._pending
+        await link.close()
+        return stub.calls, pending
+
+    (old, new), pending = asyncio.run(scenario())
+    assert old.writes[0].attach.candidates.k == 3 and new.writes[0].attach.candidates.k == 3
+    resent = new.writes[-1].submit
+    assert (resent.seq, resent.candidates.k, resent.candidates.wait_all, resent.check_limits.rows) == (2, 3, True, 5)
+    assert forwarded == ["tokens", "result", "choice"] and pending is None

@@ -14,8 +14,10 @@ from headstart.build import build_runtime
 from headstart.config import EngineSettings
 from headstart.engine.errors import InvalidInput, ResourceExhausted
 from headstart.engine.kv.memory import KVUsage
+from headstart.engine.requests.candidates import CandidateParams
 from headstart.engine.runtime import EngineRuntime
 from headstart.engine.sessions.session import Session
+from services.engine.checks import ReplicaChecks
 from services.engine.data_registry import DataRegistry
 
 POLICIES = ("headstart", "paper")
@@ -54,14 +56,17 @@ class ReplicaCore:
         self._lock = threading.Lock()
         # data sessions (services/engine/data_service.py): on the same runtime, keyed apart from typing sessions
         self.data_sessions = DataRegistry(settings.max_sessions)
+        # the checked answers' SQL runs (services/engine/checks.py): threads of their own
+        self.checks = ReplicaChecks(settings.spider_dir)
 
     def can_attach(self, session_id: str) -> bool:
         with self._lock:
             return session_id in self._attached or len(self._attached) < self.max_attached
 
-    def attach(self, session_id: str, db: str, policy: str = "headstart", tenant: str | None = None) -> AttachResult:
+    def attach(self, session_id: str, db: str, policy: str = "headstart", tenant: str | None = None,
+               candidates: CandidateParams | None = None) -> AttachResult:
         """Take a stream slot and return the session, building it when absent
-        (its jobs carry `tenant`).
+        (its jobs carry `tenant`; its pauses decode `candidates`, None: the settings').
 
         Raises:
             InvalidInput: empty id or unknown policy.
@@ -85,8 +90,8 @@ class ReplicaCore:
                     return AttachResult(session, rebuilt=False)
             if not self.runtime.worker.can_enqueue():
                 raise ResourceExhausted(f"forward queue full ({self.runtime.worker.max_queued} jobs)")
-            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id, tenant=tenant),
-                                rebuilt=True)
+            return AttachResult(self.runtime.open_session(db, policy, session_id=session_id, tenant=tenant,
+                                                          candidates=candidates), rebuilt=True)
         except BaseException:
             self.detach(session_id)
             raise
@@ -137,4 +142,5 @@ class ReplicaCore:
 
     def shutdown(self) -> None:
         self.data_sessions.close_all()
+        self.checks.close()
         self.runtime.shutdown()

@@ -23,12 +23,13 @@ from headstart.engine.requests.generation import SamplingParams
 from headstart.heap import trim_heap
 from headstart.v1 import engine_pb2
 from services.engine import events
+from services.engine.checks import answer_events, candidates_of
 from services.engine.core import ReplicaCore
 from services.engine.completes import CompleteRegistry
 from services.engine.data_events import VersionPublisher
 from services.engine.data_service import DataService
 from services.engine.direct import start_direct_ingress
-from services.engine.generate import generation_events, start_cancellable
+from services.engine.generate import start_cancellable
 from services.engine.guard import EngineGuard, EngineUnauthenticated, configured_secret, tenant_of
 from services.engine.heap_trim import HeapTrimmer
 from services.engine.kv_metrics import ReplicaKVGauge, block_values, kv_values
@@ -118,16 +119,19 @@ class EngineDeployment:
             try:
                 spec = await self._prepare(request.db)
                 params: SamplingParams = sampling_params(request.params)
+                candidates = candidates_of(request.candidates, self.core.runtime.settings)
                 tenant = tenant_of(_metadata(grpc_context))
                 gen = await start_cancellable(lambda: self.core.runtime.start_complete(
-                    spec, request.question, request.mode or "prefix", params, tables=tables, tenant=tenant))
+                    spec, request.question, request.mode or "prefix", params, tables=tables, tenant=tenant,
+                    candidates=candidates))
             except Exception as exc:
                 yield events.from_exception(exc)
                 return
             if rid:
                 self.completes.started(rid, gen)
             decode = self.core.runtime.prompt_for(spec, tables).decode
-            async for event in generation_events(gen, decode, self.replica, 0):
+            async for event in answer_events(gen, decode, self.replica, 0, self.core.checks, spec,
+                                             request.check_limits, request.candidates.wait_all):
                 yield event
         finally:
             if rid:

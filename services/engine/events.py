@@ -34,7 +34,8 @@ def token_logprob(lp, decode) -> types_pb2.TokenLogprob:
         top=[types_pb2.TopLogprob(token_id=t, token=decode([t]), logprob=v) for t, v in lp.top])
 
 
-def result(res: SubmitResult, replica: str, seq: int) -> engine_pb2.EngineEvent:
+def result(res: SubmitResult, replica: str, seq: int, num_candidates: int = 0) -> engine_pb2.EngineEvent:
+    """The Result of an answer; `num_candidates` > 1: a Choice follows it."""
     return engine_pb2.EngineEvent(result=types_pb2.Result(
         sql=extract_sql(res.text), text=res.text, token_ids=res.token_ids, ttft_ms=res.ttft_ms,
         total_ms=res.total_ms, prompt_tokens=res.prompt_tokens,
@@ -42,6 +43,7 @@ def result(res: SubmitResult, replica: str, seq: int) -> engine_pb2.EngineEvent:
         computed_tokens_at_submit=res.computed_tokens_at_submit, wasted_tokens=res.wasted_tokens,
         finish_reason=res.finish_reason, replica=replica, seq=seq,
         answer_tokens_at_submit=int(res.extra.get("answer_tokens_ready_at_submit", 0)),
+        num_candidates=num_candidates,
     ))
 
 

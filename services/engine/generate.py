@@ -37,7 +37,8 @@ def _pump(request: GenerationRequest, decode: Callable[[list[int]], str], replic
         tail = deltas.flush(result.text)
         if tail:
             post(events.tokens(tail, []))
-        post(events.result(result, replica, seq))
+        cset = request.candidates
+        post(events.result(result, replica, seq, cset.params.k if cset is not None else 0))
     except BaseException as exc:  # the request's error (Cancelled, PromptTooLong, ...)
         post(events.from_exception(exc, seq))
     finally:
@@ -78,4 +79,7 @@ async def generation_events(request: GenerationRequest, decode: Callable[[list[i
         while (item := await queue.get()) is not _END:
             yield item
     finally:
-        request.cancel()  # no-op when finished; stops the work when the consumer went away
+        # stops the work when the consumer went away; a finished request's candidates go on
+        # (their check awaits them: services/engine/checks.py)
+        if not request.done.is_set():
+            request.cancel()

@@ -18,8 +18,8 @@ from headstart.engine.requests.generation import SamplingParams
 from headstart.engine.sessions.session import Session
 from headstart.v1 import engine_pb2, types_pb2
 from services.engine import events
+from services.engine.checks import answer_events, candidates_of
 from services.engine.core import ReplicaCore
-from services.engine.generate import generation_events
 
 _END = object()
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -48,6 +48,7 @@ class SessionStream:
         self._prepare = prepare  # catalogue name -> loaded spec (None: the name is the spec)
         self._out: asyncio.Queue = asyncio.Queue()
         self._session: Session | None = None
+        self._spec = ""  # the session's database (its candidates' SQL runs there)
         self._gen_task: asyncio.Task | None = None
         self._gen_seq = 0
 
@@ -96,12 +97,14 @@ class SessionStream:
     async def _attach(self, attach: engine_pb2.Attach) -> bool:
         try:
             spec = await self._prepare(attach.db) if self._prepare is not None else attach.db
+            candidates = candidates_of(attach.candidates, self.core.runtime.settings)
             result = await asyncio.to_thread(self.core.attach, attach.session_id, spec, attach.policy or "headstart",
-                                             self.tenant)
+                                             self.tenant, candidates)
         except Exception as exc:
             self._post(events.from_exception(exc, attach.seq))
             return False
         self._session = session = result.session
+        self._spec = spec
         loop = asyncio.get_running_loop()
 
         def on_progress(seq: int, cached: int, prompt_tokens: int) -> None:  # worker thread: never block
@@ -135,13 +138,17 @@ class SessionStream:
             return
         try:
             params = sampling_params(submit.params)
-            request = self._session.submit(submit.seq, submit.text, params)
+            asked = candidates_of(submit.candidates, self.core.runtime.settings)  # None: the session's
+            request = self._session.submit(submit.seq, submit.text, params, candidates=asked)
         except Exception as exc:
             self._post(events.from_exception(exc, submit.seq))
             return
         self._gen_seq = submit.seq
         decode = self._session.prompt.decode
-        self._gen_task = asyncio.create_task(self._forward(generation_events(request, decode, self.replica, submit.seq)))
+        # the tokens, the Result, then (with candidates) the Choice: the answer runs until its Choice
+        self._gen_task = asyncio.create_task(self._forward(answer_events(
+            request, decode, self.replica, submit.seq, self.core.checks, self._spec, submit.check_limits,
+            submit.candidates.wait_all)))
 
     # -- generation ---------------------------------------------------------
 

@@ -33,7 +33,10 @@ class PendingSubmit:
     seq: int
     text: str
     params: types_pb2.SamplingParams
+    candidates: types_pb2.CandidatesRequest | None = None
+    check_limits: engine_pb2.CheckLimits | None = None
     forwarded_tokens: int = 0
+    result_forwarded: bool = False  # its Result is out; a Choice is still owed (num_candidates > 1)
 
 
 class EngineLink:
@@ -43,8 +46,10 @@ class EngineLink:
                  policy: str, latest: Callable[[], tuple[int, str]],
                  on_event: Callable[[engine_pb2.EngineEvent], None],
                  on_ack_rtt: Callable[[float], None] = lambda s: None, reconnect_timeout_s: float = 60.0,
-                 extra_metadata: tuple[tuple[str, str], ...] = (), direct: DirectChannels | None = None):
+                 extra_metadata: tuple[tuple[str, str], ...] = (), direct: DirectChannels | None = None,
+                 candidates: types_pb2.CandidatesRequest | None = None):
         self.stub, self.db, self.policy = stub, db, policy
+        self.candidates = candidates  # the session's, decoded during pauses (None: the engine's default)
         self._direct = direct  # None: always through Serve's proxy
         self.path = ""  # how the current stream reached its replica: direct or proxy
         # extra_metadata: the engine secret (services/engine/guard.py)
@@ -60,6 +65,7 @@ class EngineLink:
         self.failed = False  # reconnecting gave up: the session must be reopened
         self._pending: PendingSubmit | None = None
         self._skip_tokens = 0
+        self._skip_result = False  # a resent submit's Result was forwarded already
         self._sent_at: dict[int, float] = {}
         self._sent_seq = 0  # the newest snapshot seq written to the current call (attach included)
 
@@ -75,9 +81,11 @@ class EngineLink:
         if await self._write(engine_pb2.EngineRequest(snapshot=engine_pb2.Snapshot(seq=seq, text=text))):
             self._sent_seq = max(self._sent_seq, seq)
 
-    async def send_submit(self, seq: int, text: str, params: types_pb2.SamplingParams) -> None:
-        self._pending = PendingSubmit(seq, text, params)
-        self._skip_tokens = 0
+    async def send_submit(self, seq: int, text: str, params: types_pb2.SamplingParams,
+                          candidates: types_pb2.CandidatesRequest | None = None,
+                          check_limits: engine_pb2.CheckLimits | None = None) -> None:
+        self._pending = PendingSubmit(seq, text, params, candidates, check_limits)
+        self._skip_tokens, self._skip_result = 0, False
         await self._write(self._submit_request(self._pending))
 
     async def cancel_generation(self) -> None:
@@ -96,7 +104,8 @@ class EngineLink:
 
     async def _open(self) -> None:
         seq, text = self._latest()
-        attach = engine_pb2.Attach(session_id=self.engine_session_id, db=self.db, policy=self.policy, seq=seq, text=text)
+        attach = engine_pb2.Attach(session_id=self.engine_session_id, db=self.db, policy=self.policy, seq=seq, text=text,
+                                   candidates=self.candidates)
         call = first = None
         # Serve's proxy routes (Locate is sticky like every call of the session); the stream
         # itself goes straight to that replica's port when it has one (services/engine/direct.py)
@@ -126,6 +135,7 @@ class EngineLink:
         await self._send_newest()
         if self._pending is not None:  # a submit the broken stream never answered
             self._skip_tokens = self._pending.forwarded_tokens
+            self._skip_result = self._pending.result_forwarded
             await call.write(self._submit_request(self._pending))
 
     async def _attach(self, stub, attach: engine_pb2.Attach):
@@ -200,7 +210,16 @@ class EngineLink:
                 self._skip_tokens -= n
                 return
             self._pending.forwarded_tokens += n
-        elif kind == "result" or (kind == "error" and self._pending is not None and event.error.seq == self._pending.seq):
+        elif kind == "result":
+            if self._skip_result:  # the answer of a resent submit: only its Choice is news
+                self._skip_result = False
+                return
+            if self._pending is not None and event.result.num_candidates > 1:
+                self._pending.result_forwarded = True  # a Choice follows: resent if the stream breaks first
+            else:
+                self._pending = None
+        elif kind == "choice" or (kind == "error" and self._pending is not None
+                                  and event.error.seq == self._pending.seq):
             self._pending = None
         self._on_event(event)
 
@@ -220,7 +239,8 @@ class EngineLink:
 
     @staticmethod
     def _submit_request(p: PendingSubmit) -> engine_pb2.EngineRequest:
-        return engine_pb2.EngineRequest(submit=engine_pb2.EngineSubmit(seq=p.seq, text=p.text, params=p.params))
+        return engine_pb2.EngineRequest(submit=engine_pb2.EngineSubmit(
+            seq=p.seq, text=p.text, params=p.params, candidates=p.candidates, check_limits=p.check_limits))
 
 
 def _error(code: str, message: str) -> engine_pb2.EngineEvent:

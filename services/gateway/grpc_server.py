@@ -29,7 +29,7 @@ _INPUT_DONE = object()
 
 def to_type_response(event: engine_pb2.EngineEvent) -> headstart_pb2.TypeResponse | None:
     kind = event.WhichOneof("kind")
-    if kind in ("progress", "tokens", "result", "error"):
+    if kind in ("progress", "tokens", "result", "error", "choice"):
         return headstart_pb2.TypeResponse(**{kind: getattr(event, kind)})
     return None
 
@@ -39,7 +39,8 @@ def _error_event(exc: ApiError) -> engine_pb2.EngineEvent:
 
 
 class _Pending:
-    """The seq of the submit a Type stream still owes a result for (0: none)."""
+    """The seq of the submit a Type stream still owes a result (or, after a Result with
+    num_candidates > 1, a Choice) for (0: none)."""
 
     seq: int = 0
 
@@ -74,7 +75,9 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
         try:
             first = await self._first(request_iterator)
             sid = first.open.session_id
-            session = self.service.get(tenant, sid) if sid else await self.service.open(tenant, first.open.db, True)
+            candidates = first.open.candidates if first.open.HasField("candidates") else None
+            session = self.service.get(tenant, sid) if sid else await self.service.open(tenant, first.open.db, True,
+                                                                                         candidates)
         except ApiError as exc:
             await self._abort(context, exc)
             return
@@ -101,7 +104,9 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
                         code="SESSION_MOVED", message="another connection attached to this session"))
                     return
                 kind = event.WhichOneof("kind")
-                if kind == "result" or (kind == "error" and event.error.seq == pending.seq):
+                if kind == "result" and event.result.num_candidates > 1:
+                    pass  # its Choice is still owed
+                elif kind in ("result", "choice") or (kind == "error" and event.error.seq == pending.seq):
                     pending.seq = 0
                 elif kind == "error" and event.error.code == "UNAVAILABLE":
                     pending.seq = 0  # the engine is gone: no result will come
@@ -143,7 +148,8 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
                         s = request.submit
                         pending.seq = s.seq  # before the write: the result may come back at once
                         await self.service.submit(session, s.seq, s.text, s.params.max_new_tokens or None,
-                                                  sampling_of(s.params))
+                                                  sampling_of(s.params),
+                                                  s.candidates if s.HasField("candidates") else None)
                     else:
                         raise ApiError("INVALID_ARGUMENT", f"unexpected {kind!r} after open")
                 except ApiError as exc:
@@ -161,11 +167,13 @@ class HeadstartServicer(DataServicerMixin, headstart_pb2_grpc.HeadstartServicer)
             params = request.params
             async for event in self.service.complete(tenant, request.db, request.question,
                                                      params.max_new_tokens or None, request.mode or "prefix",
-                                                     list(request.tables), sampling=sampling_of(params)):
+                                                     list(request.tables), sampling=sampling_of(params),
+                                                     candidates=request.candidates
+                                                     if request.HasField("candidates") else None):
                 kind = event.WhichOneof("kind")
                 if kind == "error":
                     raise ApiError(event.error.code, event.error.message)
-                if kind in ("tokens", "result"):
+                if kind in ("tokens", "result", "choice"):
                     yield headstart_pb2.CompleteResponse(**{kind: getattr(event, kind)})
         except ApiError as exc:
             await self._abort(context, exc)

@@ -52,6 +52,10 @@ class GatewayMetrics:
                                    ["edge"], registry=self.registry)
         self.completions = Counter("headstart_gateway_completions", "one-shot completions by how they ended",
                                    ["outcome"], registry=self.registry)
+        self.checked_answers = Counter("headstart_gateway_checked_answers", "execution-checked answers (candidates) "
+                                       "by outcome: greedy (the greedy SQL's result won), changed (another "
+                                       "candidate's), failed (no candidate's SQL ran)", ["outcome"],
+                                       registry=self.registry)
         # Data sessions (services/gateway/data_service.py)
         self.data_sessions_opened = Counter("headstart_gateway_data_sessions_opened", "data sessions opened",
                                             registry=self.registry)
@@ -88,6 +92,10 @@ class GatewayMetrics:
     def observe_ttft(self, ttft_ms: float) -> None:
         """An engine result's TTFT (the wire carries milliseconds; the metric is in seconds)."""
         self.ttft.observe(ttft_ms / 1000.0)
+
+    def observe_choice(self, choice) -> None:
+        """An engine Choice (types_pb2.Choice): which answer the check kept."""
+        self.checked_answers.labels("failed" if choice.error else "changed" if choice.index else "greedy").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,7 +11,10 @@ and optionally a typing session (`session`); `openai_schema.py` reads it,
 `openai_params.py` its generation parameters, `openai_runs.py` runs its
 choices on the engine, `openai_responses.py` builds the answer. `stream:
 true` answers with server-sent events ending in `data: [DONE]`;
-`stream_options.include_usage` adds a last chunk with `usage`. The same
+`stream_options.include_usage` adds a last chunk with `usage`. headstart's
+extra body field `candidates` asks for an execution-checked answer: the
+response (or, streaming, a last chunk with no choices) carries `choice`
+(services/gateway/candidates.py), `n` keeps its OpenAI meaning. The same
 bearer tokens as every other edge; errors in OpenAI's shape
 (`openai_errors.py`). Request fields nobody read are named in the response
 header `x-headstart-ignored-params`.
@@ -28,6 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from headstart.client.errors import ApiError
 from headstart.v1 import types_pb2
+from services.gateway.candidates import choice_json
 from services.gateway.limits import check_size, check_text
 from services.gateway.openai_errors import OpenAIError, bad_param
 from services.gateway.openai_responses import chunk, full_response, logprobs_body, new_id, usage_chunk
@@ -128,6 +132,10 @@ def _check_limits(call: CompletionCall, chat: bool, service: GatewayService) -> 
     limit = service.settings.max_new_tokens_limit
     if call.max_tokens is not None and call.max_tokens > limit:
         raise bad_param(call.max_tokens_param, f"at most {limit} new tokens")
+    max_k = service.settings.max_candidates
+    if call.candidates is not None and call.candidates.k > max_k:
+        raise bad_param("candidates", f"candidates k must be an integer between 1 and {max_k}, "
+                                      f"not {call.candidates.k}")
     try:
         check_text(call.question, service.settings.max_text_chars)
     except ApiError as exc:
@@ -160,9 +168,11 @@ async def _answer(call: CompletionCall, chat: bool, events: AsyncIterator[Choice
         if call.stream:
             return StreamingResponse(_sse(call, chat, response_id, first, events), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", **headers})
-        results, logprobs = await _final_results(call.n, first, events)
-        return JSONResponse(full_response(call, chat, results, response_id,
-                                          logprobs if call.sampling.logprobs else None), headers=headers)
+        results, logprobs, choice = await _final_results(call.n, first, events)
+        body = full_response(call, chat, results, response_id, logprobs if call.sampling.logprobs else None)
+        if choice is not None:  # headstart's extra field: the checked answer with its rows
+            body["choice"] = choice_json(choice)
+        return JSONResponse(body, headers=headers)
     except OpenAIError as exc:
         await events.aclose()
         return exc
@@ -177,9 +187,12 @@ async def _first_event(events: AsyncIterator[ChoiceEvent]) -> ChoiceEvent:
 
 
 async def _final_results(n: int, first: ChoiceEvent, events: AsyncIterator[ChoiceEvent]
-                         ) -> tuple[list[types_pb2.Result], list[list[types_pb2.TokenLogprob]]]:
-    """Every choice's Result and token log-probabilities (empty when not asked), in index order."""
+                         ) -> tuple[list[types_pb2.Result], list[list[types_pb2.TokenLogprob]],
+                                    types_pb2.Choice | None]:
+    """Every choice's Result and token log-probabilities (empty when not asked), in index order,
+    and the checked answer's Choice (None: no candidates)."""
     results: dict[int, types_pb2.Result] = {}
+    choice: types_pb2.Choice | None = None
     logprobs: list[list[types_pb2.TokenLogprob]] = [[] for _ in range(n)]
     item: ChoiceEvent | None = first
     async with contextlib.aclosing(events):
@@ -190,10 +203,14 @@ async def _final_results(n: int, first: ChoiceEvent, events: AsyncIterator[Choic
                 results[index] = event.result
             elif kind == "tokens":
                 logprobs[index].extend(event.tokens.logprobs)
+            elif kind == "choice":
+                choice = event.choice
             item = await anext(events, None)
     if len(results) != n:
         raise OpenAIError(500, "the engine ended a choice without a result", "internal")
-    return [results[i] for i in range(n)], logprobs
+    if choice is None and results[0].num_candidates > 1:
+        raise OpenAIError(500, "the engine ended the answer without its checked choice", "internal")
+    return [results[i] for i in range(n)], logprobs, choice
 
 
 async def _sse(call: CompletionCall, chat: bool, response_id: str, first: ChoiceEvent,
@@ -234,6 +251,9 @@ async def _sse(call: CompletionCall, chat: bool, response_id: str, first: Choice
                     results[index] = event.result
                     yield data(chunk(response_id, call, chat, index, finish_reason=event.result.finish_reason or "stop",
                                      logprobs=logprobs_of(index) if pending[index] else None))
+                elif kind == "choice":  # the checked answer: a chunk of no choices with headstart's `choice`
+                    yield data(chunk(response_id, call, chat, index) | {"choices": [],
+                                                                        "choice": choice_json(event.choice)})
                 item = await anext(events, None)
         except OpenAIError as exc:
             yield data(exc.body())

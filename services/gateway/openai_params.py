@@ -72,7 +72,7 @@ HARMLESS = frozenset({"user", "metadata", "store", "service_tier", "parallel_too
 READ = frozenset({"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "stream", "stream_options",
                   "database", "session", "temperature", "top_p", "top_k", "seed", "n", "stop", "presence_penalty",
                   "frequency_penalty", "repetition_penalty", "ignore_eos", "min_tokens", "logprobs",
-                  "top_logprobs"})
+                  "top_logprobs", "candidates"})
 MAX_TOP_LOGPROBS = 20  # chat (OpenAI's bound)
 MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' `logprobs` (OpenAI's bound)
 

@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from headstart.client.errors import ApiError
-from headstart.v1 import engine_pb2
+from headstart.v1 import engine_pb2, types_pb2
 from services.gateway.openai_errors import OpenAIError
 from services.gateway.openai_params import for_choice
 from services.gateway.openai_schema import CompletionCall, Target
@@ -33,7 +33,8 @@ async def choice_events(service: GatewayService, tenant: str, call: CompletionCa
                         target: Target) -> AsyncIterator[ChoiceEvent]:
     """Tokens and results of every choice, interleaved as they come; each choice ends with its Result."""
     if target.session is not None:
-        events = service.answer_on_session(tenant, target.session, call.question, call.max_tokens, call.sampling)
+        events = service.answer_on_session(tenant, target.session, call.question, call.max_tokens, call.sampling,
+                                           call.candidates)
         async with contextlib.aclosing(_checked(events)) as checked:
             async for event in checked:
                 yield 0, event
@@ -50,7 +51,12 @@ async def choice_events(service: GatewayService, tenant: str, call: CompletionCa
 def _complete(service: GatewayService, tenant: str, call: CompletionCall, target: Target,
               index: int) -> AsyncIterator[engine_pb2.EngineEvent]:
     return service.complete(tenant, target.db, call.question, call.max_tokens, "prefix", None,
-                            sampling=for_choice(call.sampling, index))
+                            sampling=for_choice(call.sampling, index), candidates=_candidates(call))
+
+
+def _candidates(call: CompletionCall) -> types_pb2.CandidatesRequest | None:
+    """The call's candidates; with n > 1, none (k 1): n choices are n answers, not one checked one."""
+    return call.candidates if call.n == 1 else types_pb2.CandidatesRequest(k=1)
 
 
 async def _checked(events: AsyncIterator[engine_pb2.EngineEvent]) -> AsyncIterator[engine_pb2.EngineEvent]:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from headstart.client.errors import ApiError
 from headstart.v1 import types_pb2
+from services.gateway.candidates import ENGINE_MAX_CANDIDATES, candidates_from_json, is_greedy
 from services.gateway.openai_errors import OpenAIError, bad_param
 from services.gateway.openai_params import check_refused, choice_count, ignored_fields, sampling
 
@@ -45,6 +47,8 @@ class CompletionCall:
     include_usage: bool
     max_tokens_param: str = "max_tokens"  # the name the client used (for errors)
     ignored: list[str] = field(default_factory=list)  # fields nobody read (a response header)
+    # headstart's extra field: an execution-checked answer (its `choice` comes back beside `choices`)
+    candidates: types_pb2.CandidatesRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -138,8 +142,25 @@ def _call(data: dict, question: str, max_tokens: object, max_param: str, max_n: 
     if not isinstance(options, dict):
         raise bad_param("stream_options", "stream_options must be an object")
     params, _ = sampling(data, max_tokens, chat)
+    candidates = _candidates(data, params, n)
     return CompletionCall(model, database, session, question, max_tokens, params, n, stream,
-                          bool(options.get("include_usage")), max_param, ignored_fields(data))
+                          bool(options.get("include_usage")), max_param, ignored_fields(data), candidates)
+
+
+def _candidates(data: dict, params: types_pb2.SamplingParams, n: int) -> types_pb2.CandidatesRequest | None:
+    """headstart's `candidates` (a count or `{"k", "temperature", "seed", "wait_all"}`): one checked
+    answer of the greedy one and k-1 samples; `n` keeps its OpenAI meaning (choices returned)."""
+    try:
+        wire = candidates_from_json(data.get("candidates"), ENGINE_MAX_CANDIDATES)  # the gateway's bound: later
+    except ApiError as exc:
+        raise bad_param("candidates", exc.message) from None
+    if wire is not None and wire.k > 1:
+        if n > 1:
+            raise bad_param("candidates", "candidates check one answer: n must be 1 with candidates > 1")
+        if not is_greedy(params):
+            raise bad_param("candidates", "candidates need the greedy answer (temperature 0, no penalties, "
+                                          "no logprobs); the sampled candidates take candidates.temperature")
+    return wire
 
 
 def _optional_str(data: dict, name: str) -> str | None:

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from headstart.client.errors import ApiError, http_status
+from services.gateway.candidates import candidates_from_json, choice_json
 from services.gateway.limits import check_size
 from services.gateway.service import GatewayService
 
@@ -76,7 +77,9 @@ def build_router(service: GatewayService) -> APIRouter:
 
     @router.post("/v1/sessions")
     async def open_session(request: Request):
-        session = await service.open(tenant(request), (await body(request)).get("db"), ephemeral=False)
+        data = await body(request)
+        candidates = candidates_from_json(data.get("candidates"), service.settings.max_candidates)
+        session = await service.open(tenant(request), data.get("db"), ephemeral=False, candidates=candidates)
         return {"session_id": session.session_id, "db": session.db}
 
     @router.delete("/v1/sessions/{session_id}")
@@ -88,27 +91,38 @@ def build_router(service: GatewayService) -> APIRouter:
     async def complete(request: Request):
         who = tenant(request)
         data = await body(request)
+        candidates = candidates_from_json(data.get("candidates"), service.settings.max_candidates)
 
         async def generate():
-            result = None
+            result = choice = None
             async for event in service.complete(who, data.get("db"), data.get("question"),
                                                 data.get("max_new_tokens"), data.get("mode", "prefix"),
-                                                data.get("tables")):
-                if event.WhichOneof("kind") == "error":
+                                                data.get("tables"), candidates=candidates):
+                kind = event.WhichOneof("kind")
+                if kind == "error":
                     raise ApiError(event.error.code, event.error.message)
-                if event.WhichOneof("kind") == "result":
+                if kind == "result":
                     result = event.result
+                elif kind == "choice":
+                    choice = event.choice
             if result is None:
                 raise ApiError("UNAVAILABLE", "the engine ended the completion without a result")
-            return result
+            if result.num_candidates > 1 and choice is None:
+                raise ApiError("UNAVAILABLE", "the engine ended the completion without its checked choice")
+            return result, choice
 
         # The client may leave before the answer: then stop generating (WebSocket and gRPC do the same).
-        left, r = await cancel_on_disconnect(request, generate())
+        left, answer = await cancel_on_disconnect(request, generate())
         if left:
             service.metrics.disconnects.labels(EDGE).inc()
             return Response(status_code=499)  # nobody reads it: the client is gone
-        return {"sql": r.sql, "text": r.text, "token_ids": list(r.token_ids), "ttft_ms": r.ttft_ms,
-                "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens, "finish_reason": r.finish_reason}
+        r, choice = answer
+        body_out = {"sql": r.sql, "text": r.text, "token_ids": list(r.token_ids), "ttft_ms": r.ttft_ms,
+                    "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens, "finish_reason": r.finish_reason,
+                    "num_candidates": r.num_candidates}
+        if choice is not None:  # the checked answer, with the chosen SQL's first rows
+            body_out["choice"] = choice_json(choice)
+        return body_out
 
     @router.post("/v1/execute")
     async def execute(request: Request):

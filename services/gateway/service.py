@@ -18,6 +18,7 @@ from headstart.schema.catalogue import Catalogue
 from headstart.v1 import engine_pb2, engine_pb2_grpc, types_pb2
 from services.engine.guard import SECRET_METADATA_KEY, TENANT_METADATA_KEY, configured_secret
 from services.gateway.auth import Authenticator
+from services.gateway.candidates import check_limits, checked_candidates
 from services.gateway.data_service import DataService
 from services.gateway.databases import DatabaseInfo, RunLimits, list_catalogue, lookup, sqlite_file
 from services.gateway.engine_direct import DirectChannels
@@ -104,23 +105,27 @@ class GatewayService:
 
     # -- sessions -----------------------------------------------------------
 
-    async def open(self, tenant: str, db: str, ephemeral: bool) -> GatewaySession:
-        """Create a session and attach it on a replica (admission happens there).
+    async def open(self, tenant: str, db: str, ephemeral: bool,
+                   candidates: types_pb2.CandidatesRequest | None = None) -> GatewaySession:
+        """Create a session and attach it on a replica (admission happens there); its pauses
+        decode `candidates` (None: the engine's default).
 
         Raises:
             ApiError: INVALID_ARGUMENT, NOT_FOUND (unknown db), RESOURCE_EXHAUSTED.
         """
         lookup(self.catalogue, db)
+        candidates = self.candidates(candidates)
         for attempt in range(OPEN_ATTEMPTS):
             try:
-                return await self._open_once(tenant, db, ephemeral)
+                return await self._open_once(tenant, db, ephemeral, candidates)
             except ApiError as exc:
                 if exc.code != "RESOURCE_EXHAUSTED" or attempt == OPEN_ATTEMPTS - 1 \
                         or self.sessions.count(tenant) >= self.quotas.session_share:
                     raise
         raise AssertionError("unreachable")
 
-    async def _open_once(self, tenant: str, db: str, ephemeral: bool) -> GatewaySession:
+    async def _open_once(self, tenant: str, db: str, ephemeral: bool,
+                         candidates: types_pb2.CandidatesRequest | None = None) -> GatewaySession:
         session = self.sessions.create(tenant, db, ephemeral)
         if ephemeral:
             session.attach_listener()  # its connection listens from the first event on
@@ -129,6 +134,7 @@ class GatewayService:
             self.settings.policy, session.latest, lambda ev: self._deliver(session, ev),
             self.metrics.observe_rtt, self.settings.reconnect_timeout_s,
             extra_metadata=(*self._engine_md[1:], (TENANT_METADATA_KEY, tenant)), direct=self.direct,
+            candidates=candidates,
         )
         try:
             await link.start()
@@ -210,8 +216,10 @@ class GatewayService:
         return True
 
     async def submit(self, session: GatewaySession, seq: object, text: object, max_new_tokens: object = None,
-                     sampling: types_pb2.SamplingParams | None = None) -> None:
-        """Enter on a typing session: answer `text` (the engine's events go to the session's readers)."""
+                     sampling: types_pb2.SamplingParams | None = None,
+                     candidates: types_pb2.CandidatesRequest | None = None) -> None:
+        """Enter on a typing session: answer `text` (the engine's events go to the session's readers).
+        `candidates` (None: the session's): with k > 1 a Choice follows the Result."""
         seq, text = check_seq(seq, session.seq), check_text(text, self.settings.max_text_chars)
         self._check_link(session)
         if seq < session.seq:
@@ -219,16 +227,19 @@ class GatewayService:
         params = self.params(max_new_tokens)
         if sampling is not None:
             params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
+        candidates = self.candidates(candidates, params)
         self.quotas.work.spend(session.tenant, new_chars(session.text, text))
         session.touch()
         session.seq, session.text, session.submitted_seq = seq, text, seq
-        await session.link.send_submit(seq, text, params)
+        await session.link.send_submit(seq, text, params, candidates, check_limits(self.settings))
 
     async def answer_on_session(self, tenant: str, session_id: str, question: object, max_new_tokens: object = None,
-                                sampling: types_pb2.SamplingParams | None = None
+                                sampling: types_pb2.SamplingParams | None = None,
+                                candidates: types_pb2.CandidatesRequest | None = None
                                 ) -> AsyncIterator[engine_pb2.EngineEvent]:
         """Submit `question` on a typing session of `tenant` and yield that answer's
-        events: tokens, then the result (an OpenAI completion naming the session).
+        events: tokens, then the result, then its choice when it decoded candidates
+        (an OpenAI completion naming the session).
 
         The submit takes the next sequence number (a typing client's next
         snapshot with the same number is dropped as not newer: harmless, the
@@ -243,7 +254,8 @@ class GatewayService:
         tap = session.add_tap()
         try:
             seq = session.seq + 1
-            await self.submit(session, seq, question, max_new_tokens, sampling)
+            await self.submit(session, seq, question, max_new_tokens, sampling, candidates)
+            choice_owed = False
             while True:
                 event = await tap.get()
                 if event is SESSION_ENDED:
@@ -253,11 +265,22 @@ class GatewayService:
                     yield event
                 elif kind == "result" and event.result.seq == seq:
                     yield event
+                    choice_owed = event.result.num_candidates > 1
+                    if not choice_owed:
+                        return
+                elif kind == "choice" and choice_owed and event.choice.seq == seq:
+                    yield event
                     return
                 elif kind == "error" and event.error.seq in (seq, 0):
                     raise ApiError(event.error.code, event.error.message, seq)
         finally:
             session.remove_tap(tap)
+
+    def candidates(self, wire: types_pb2.CandidatesRequest | None,
+                   params: types_pb2.SamplingParams | None = None) -> types_pb2.CandidatesRequest | None:
+        """`wire` checked against this gateway's `max_candidates` and the answer's sampling
+        `params` (INVALID_ARGUMENT when out of range or not greedy)."""
+        return None if wire is None else checked_candidates(wire, self.settings.max_candidates, params)
 
     def params(self, max_new_tokens: object) -> types_pb2.SamplingParams:
         if max_new_tokens is None or max_new_tokens == 0:
@@ -271,8 +294,11 @@ class GatewayService:
 
     async def complete(self, tenant: str, db: str, question: object, max_new_tokens: object = None,
                        mode: str = "prefix", tables: object = None,
-                       sampling: types_pb2.SamplingParams | None = None) -> AsyncIterator[engine_pb2.EngineEvent]:
-        """Tokens events then a Result (or one Error) from any replica.
+                       sampling: types_pb2.SamplingParams | None = None,
+                       candidates: types_pb2.CandidatesRequest | None = None
+                       ) -> AsyncIterator[engine_pb2.EngineEvent]:
+        """Tokens events then a Result (or one Error) from any replica; with `candidates`
+        (k > 1; None: the engine's default) a Choice after the Result.
 
         `tables` (None or []: the whole schema) prompts with those tables of
         `db` in that order; a name the database lacks comes back as an Error
@@ -287,11 +313,13 @@ class GatewayService:
         params = self.params(max_new_tokens)
         if sampling is not None:
             params.MergeFrom(sampling)  # proto3: its unset max_new_tokens (0) leaves ours
+        candidates = self.candidates(candidates, params)
         # NOTE: the request id is also its routing key (metadata session_id), so the
         # CancelComplete sent when the client leaves reaches the replica running it
         rid = uuid.uuid4().hex
         request = engine_pb2.EngineCompleteRequest(db=db, question=question, params=params,
-                                                   mode=mode, tables=tables or [], request_id=rid)
+                                                   mode=mode, tables=tables or [], request_id=rid,
+                                                   candidates=candidates, check_limits=check_limits(self.settings))
         async with self.quotas.completes.slot(tenant):
             self.quotas.work.spend(tenant, len(question))
             call = self._stub.Complete(request, metadata=(*self._engine_md, (TENANT_METADATA_KEY, tenant),
@@ -301,6 +329,8 @@ class GatewayService:
                 async for event in call:
                     if event.WhichOneof("kind") == "result":
                         self.metrics.observe_result("complete", event.result)
+                    elif event.WhichOneof("kind") == "choice":
+                        self.metrics.observe_choice(event.choice)
                     yield event
                 outcome = "done"
             except asyncio.CancelledError:
@@ -352,4 +382,6 @@ class GatewayService:
             if event.result.ttft_ms:
                 self.metrics.observe_ttft(event.result.ttft_ms)
             self.metrics.observe_result("session", event.result)
+        elif event.WhichOneof("kind") == "choice":
+            self.metrics.observe_choice(event.choice)
         session.deliver(event)

@@ -34,6 +34,8 @@ class GatewaySettings(BaseSettings):
     reconnect_timeout_s: float = Field(60.0, gt=0, description="how long a broken engine stream is retried")
     execute_row_limit: int = Field(20, ge=1, description="rows returned by the page's read-only Run")
     execute_timeout_s: float = Field(5.0, gt=0, description="a Run's deadline (then CANCELLED)")
+    max_candidates: int = Field(8, ge=1, le=16, description="most candidates (`candidates`) one submit or "
+                                "completion may ask for (each is a row of the engine's forwards)")
     spider_dir: Path | None = Field(None, description="Spider data dir (default ../shared/data/spider)")
     # -- the OpenAI-compatible API (services/gateway/openai_api.py) ----------
     served_model: str = Field("headstart", min_length=1, description="the model id GET /v1/models lists and a "

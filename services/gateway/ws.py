@@ -1,11 +1,13 @@
 """The browser edge: `GET /v1/sessions/ws?db=DB` (protocol in docs/api.md, "WebSocket protocol").
 
 Client → server: {"type":"input","seq":n,"text":...}, {"type":"submit","seq":n,
-"text":...,"max_new_tokens":k}, {"type":"cancel"}, and rows for a data session
+"text":...,"max_new_tokens":k,"candidates":K}, {"type":"cancel"}, and rows for a data session
 {"type":"data_push","session_id":...,"rows":[...]} (also on a connection
-opened with `?data=1`, which has no typing session). Server → client: ready,
-progress, token, done, data_ack, error (each with a "type"). A bad message gets an
-error reply and the connection stays open; the session closes with it.
+opened with `?data=1`, which has no typing session). `?candidates=K` on the URL
+gives a new session candidates decoded during the pauses. Server → client: ready,
+progress, token, done, choice (the checked answer with its rows, after done),
+data_ack, error (each with a "type"). A bad message gets an error reply and the
+connection stays open; the session closes with it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from headstart.client.errors import ApiError
 from headstart.v1 import engine_pb2
 from services.gateway.auth import websocket_token
+from services.gateway.candidates import candidates_from_json, choice_json
 from services.gateway.limits import RateLimiter, check_size
 from services.gateway.service import GatewayService
 from services.gateway.sessions import TAKEN_OVER
@@ -45,7 +48,10 @@ def event_json(event: engine_pb2.EngineEvent) -> dict | None:
                 "ttft_ms": r.ttft_ms, "total_ms": r.total_ms, "prompt_tokens": r.prompt_tokens,
                 "cached_tokens_at_submit": r.cached_tokens_at_submit,
                 "computed_tokens_at_submit": r.computed_tokens_at_submit,
-                "answer_tokens_at_submit": r.answer_tokens_at_submit, "finish_reason": r.finish_reason}
+                "answer_tokens_at_submit": r.answer_tokens_at_submit, "finish_reason": r.finish_reason,
+                "num_candidates": r.num_candidates}
+    if kind == "choice":
+        return {"type": "choice", **choice_json(event.choice)}
     if kind == "error":
         return error_json(event.error.code, event.error.message, event.error.seq)
     return None
@@ -117,7 +123,8 @@ async def _serve_socket(ws: WebSocket, service: GatewayService, tenant: str) -> 
         return
     try:
         sid, db = ws.query_params.get("session"), ws.query_params.get("db", "")
-        session = service.get(tenant, sid) if sid else await service.open(tenant, db, ephemeral=True)
+        candidates = _query_candidates(ws.query_params.get("candidates"), service.settings.max_candidates)
+        session = service.get(tenant, sid) if sid else await service.open(tenant, db, True, candidates)
     except ApiError as exc:
         await _refuse(ws, service, exc)
         return
@@ -149,6 +156,17 @@ async def _serve_socket(ws: WebSocket, service: GatewayService, tenant: str) -> 
             await ws.close(CLOSE_CODES["SESSION_MOVED"])
         except Exception:  # the client left meanwhile
             pass
+
+
+def _query_candidates(value: str | None, max_k: int):
+    """`?candidates=K`: a new session's candidates (absent: the engine's default)."""
+    if value is None:
+        return None
+    try:
+        k = int(value)
+    except ValueError:
+        raise ApiError("INVALID_ARGUMENT", f"candidates must be an integer between 1 and {max_k}") from None
+    return candidates_from_json(k, max_k)
 
 
 async def _send_events(ws: WebSocket, events: asyncio.Queue) -> None:
@@ -208,7 +226,8 @@ async def _dispatch(service: GatewayService, session, message: dict) -> dict | N
     if kind == "input":
         await service.input(session, message.get("seq"), message.get("text"))
     elif kind == "submit":
-        await service.submit(session, message.get("seq"), message.get("text"), message.get("max_new_tokens"))
+        await service.submit(session, message.get("seq"), message.get("text"), message.get("max_new_tokens"),
+                             candidates=candidates_from_json(message.get("candidates"), service.settings.max_candidates))
     elif kind == "cancel":
         service._check_link(session)
         await session.link.cancel_generation()

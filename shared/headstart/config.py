@@ -117,6 +117,12 @@ class EngineSettings(BaseSettings):
     answer_ahead_tokens: int = Field(
         MAX_ANSWER_TOKENS, ge=0, description="greedy answer tokens decoded while the user pauses, up to the "
         "answer's end (0 = off)")
+    candidates: int = Field(
+        1, ge=1, le=16, description="answers decoded per request, the greedy one and candidates-1 sampled ones as "
+        "rows of the same forwards; the checked answer is the SQL whose result most candidates share (1 = the "
+        "greedy answer alone)")
+    candidate_temperature: float = Field(0.7, gt=0, description="the sampled candidates' temperature")
+    candidate_top_p: float = Field(1.0, gt=0, le=1, description="the sampled candidates' top-p")
     draft_tokens: int | None = Field(
         None, ge=0, le=16, description="prompt-lookup draft tokens verified per greedy decode step (speculative "
         "decoding from the prompt: the same tokens, fewer forwards; the quantized kernels only). None: 1 at every "

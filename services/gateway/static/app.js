@@ -1,10 +1,13 @@
-// The typing page: one WebSocket per database (protocol in docs/api.md).
+// The typing page: one WebSocket per database (protocol in docs/api.md). With candidates (the
+// server's HEADSTART_CANDIDATES, or ?candidates=K; &wait_all=1 waits for all K at Enter) the checked
+// answer follows the greedy one as a `choice` message: its SQL replaces the greedy SQL and its rows
+// show without a Run click.
 "use strict";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 // The bearer token lives in this variable only: never in the URL, localStorage or a cookie.
 let token = "";
-let ws = null, seq = 0, submittedSeq = 0, sql = "";
+let ws = null, seq = 0, submittedSeq = 0, sql = "", decoded = 0;
 // Whether the gateway wants a token (GET /healthz says); data.js awaits it too.
 const authRequired = fetch("/healthz").then((r) => r.json()).then((h) => h.auth);
 
@@ -56,7 +59,12 @@ function connect() {
   const url = new URL("/v1/sessions/ws", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   url.searchParams.set("db", db);
-  seq = 0; submittedSeq = 0;
+  if (params.has("candidates")) url.searchParams.set("candidates", params.get("candidates"));
+  seq = 0; submittedSeq = 0; sql = "";
+  // another database: nothing of the last one's answer stays on the page
+  $("question").value = ""; $("sql").textContent = ""; $("rows").replaceChildren();
+  $("ttft").textContent = ""; $("computed").textContent = ""; $("checked").textContent = "";
+  $("run").disabled = true; setError("");
   $("status").textContent = "connecting…";
   $("question").disabled = true;
   ws = new WebSocket(url, wsProtocols());
@@ -76,8 +84,14 @@ function onKey(ev) {
   submittedSeq = ++seq;
   sql = "";
   $("sql").textContent = ""; $("ttft").textContent = "generating…"; $("computed").textContent = "";
-  $("rows").innerHTML = ""; $("run").disabled = true; setError("");
-  send({ type: "submit", seq: submittedSeq, text, max_new_tokens: 128 });
+  $("checked").textContent = ""; $("rows").replaceChildren(); $("run").disabled = true; setError("");
+  // the cap the engine decodes ahead with during a pause (HEADSTART_ANSWER_AHEAD_TOKENS' default): a
+  // submit with the same cap takes the pause's candidates instead of decoding them again (answers end at EOS)
+  const submit = { type: "submit", seq: submittedSeq, text, max_new_tokens: 256 };
+  if (params.has("candidates")) {
+    submit.candidates = { k: Number(params.get("candidates")), wait_all: params.get("wait_all") === "1" };
+  }
+  send(submit);
 }
 
 function onMessage(m) {
@@ -102,6 +116,22 @@ function onMessage(m) {
       $("computed").textContent = `${m.computed_tokens_at_submit} tokens computed at submit ` +
         `(${m.cached_tokens_at_submit} of ${m.prompt_tokens} cached)`;
       $("run").disabled = $("db").selectedOptions[0]?.dataset.canExecute !== "true";
+      decoded = m.num_candidates;
+      if (decoded > 1) $("checked").textContent = `checking ${decoded} candidates…`;
+      break;
+    case "choice":  // the checked answer of the submit: its SQL and rows, no Run click
+      if (m.seq !== submittedSeq) break;
+      $("sql").textContent = m.sql;
+      if (m.error) {
+        $("checked").textContent = `no candidate's SQL ran (${m.num_candidates} checked)`;
+        setError(m.error);
+      } else {
+        // without wait_all the choice is among the candidates ready when the greedy answer ended
+        const late = decoded - m.num_candidates;
+        $("checked").textContent = `${m.agreed} of ${m.num_candidates} candidates agree` +
+          (late > 0 ? ` (${late} not ready at Enter)` : "");
+        showRows(m.columns, m.rows, m.truncated);
+      }
       break;
     case "error":
       setError(`${m.code}: ${m.message}`);
@@ -117,14 +147,21 @@ async function runSql() {
   });
   const body = await resp.json();
   if (!resp.ok) { setError(`${body.code}: ${body.message}`); return; }
+  showRows(body.columns, body.rows, body.truncated);
+}
+
+// A result as a table (a Run's, or a checked answer's first rows).
+function showRows(columns, rows, truncated) {
   const table = document.createElement("table");
   const head = table.insertRow();
-  for (const c of body.columns) head.appendChild(Object.assign(document.createElement("th"), { textContent: c }));
-  for (const row of body.rows) {
+  for (const c of columns) head.appendChild(Object.assign(document.createElement("th"), { textContent: c }));
+  for (const row of rows) {
     const tr = table.insertRow();
     for (const v of row) tr.insertCell().textContent = v === null ? "NULL" : String(v);
   }
-  $("rows").replaceChildren(table);
+  const parts = [table];
+  if (truncated) parts.push(Object.assign(document.createElement("div"), { className: "meta", textContent: "(more rows)" }));
+  $("rows").replaceChildren(...parts);
 }
 
 start();

@@ -10,7 +10,8 @@ import grpc
 
 from headstart.client.data import AsyncDataMethods
 from headstart.client.errors import ApiError, from_rpc_error, is_transport_failure
-from headstart.client.sync import auth_metadata, complete_request, complete_result, submit_request
+from headstart.client.checked import CheckedAnswer, candidates_request
+from headstart.client.sync import AnswerReader, auth_metadata, complete_request, complete_result, submit_request
 from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
 
 
@@ -47,8 +48,25 @@ class AsyncHeadstartClient(AsyncDataMethods):
             raise from_rpc_error(exc) from None
         raise ApiError("INTERNAL", "the stream ended without a result")
 
-    async def typing(self, db: str = "", session_id: str = "") -> "AsyncTypingSession":
+    async def complete_checked(self, db: str, question: str, candidates: object = None,
+                               max_new_tokens: int | None = None, mode: str = "prefix",
+                               on_text: Callable[[str], None] | None = None,
+                               tables: list[str] | None = None) -> CheckedAnswer:
+        """`HeadstartClient.complete_checked`, awaited."""
+        request = complete_request(db, question, max_new_tokens, mode, tables, candidates)
+        reader = AnswerReader(on_text)
+        try:
+            async for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
+                if reader.take(response):
+                    return reader.answer()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        raise ApiError("INTERNAL", "the stream ended without a result" if reader.result is None
+                       else "the stream ended without the checked choice")
+
+    async def typing(self, db: str = "", session_id: str = "", candidates: object = None) -> "AsyncTypingSession":
         session = AsyncTypingSession(self.stub, self.metadata, self.timeout_s, self.reconnect_timeout_s)
+        session.candidates = candidates_request(candidates)
         await session.open(db, session_id)
         return session
 
@@ -84,8 +102,10 @@ class AsyncTypingSession:
         self._closing = False
         self._lock = asyncio.Lock()
         self._input: tuple[int, str] | None = None
-        self._pending: tuple[int, str, int | None] | None = None
+        self._pending: tuple | None = None  # submit_request's args of a submit awaiting its result (or choice)
         self._forwarded = self._skip = 0
+        self._result_out = self._skip_result = False  # its Result delivered (a Choice owed) / to skip
+        self.candidates: types_pb2.CandidatesRequest | None = None  # a new session's (OpenStream)
         self._resume_id = self.session_id = self.db = ""
 
     async def open(self, db: str, session_id: str) -> None:
@@ -115,11 +135,24 @@ class AsyncTypingSession:
             elif kind == "error" and response.error.seq in (seq, 0):
                 raise ApiError(response.error.code, response.error.message, response.error.seq)
 
-    async def send_submit(self, text: str, max_new_tokens: int | None = None) -> int:
+    async def submit_checked(self, text: str, candidates: object = None, max_new_tokens: int | None = None,
+                             on_text: Callable[[str], None] | None = None) -> CheckedAnswer:
+        """`TypingSession.submit_checked`, awaited."""
+        seq = await self.send_submit(text, max_new_tokens, candidates)
+        reader = AnswerReader(on_text)
+        while True:
+            response = await self.next_event()
+            if response.WhichOneof("kind") == "error" and response.error.seq in (seq, 0):
+                raise ApiError(response.error.code, response.error.message, response.error.seq)
+            if reader.take(response):
+                return reader.answer()
+
+    async def send_submit(self, text: str, max_new_tokens: int | None = None, candidates: object = None) -> int:
         """Send a submit without waiting for it (read with `next_event`); returns its seq."""
         self.seq += 1
-        self._pending, self._forwarded, self._skip = (self.seq, text, max_new_tokens), 0, 0
-        await self._write(submit_request(self.seq, text, max_new_tokens))
+        self._pending, self._forwarded, self._skip = (self.seq, text, max_new_tokens, candidates), 0, 0
+        self._result_out = self._skip_result = False
+        await self._write(submit_request(*self._pending))
         return self.seq
 
     async def next_event(self) -> headstart_pb2.TypeResponse:
@@ -158,13 +191,13 @@ class AsyncTypingSession:
     async def _open_stream(self) -> headstart_pb2.Ready:
         call = self._stub.Type(metadata=self._metadata)
         self._call = call
-        await call.write(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(session_id=self._resume_id,
-                                                                                 db=self.db)))
+        await call.write(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(
+            session_id=self._resume_id, db=self.db, candidates=self.candidates)))
         if self._input is not None:
             seq, text = self._input
             await call.write(headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=seq, text=text)))
         if self._pending is not None:
-            self._skip = self._forwarded
+            self._skip, self._skip_result = self._forwarded, self._result_out
             await call.write(submit_request(*self._pending))
         first = await asyncio.wait_for(call.read(), self.timeout_s)
         if first is grpc.aio.EOF:
@@ -202,8 +235,13 @@ class AsyncTypingSession:
                 self._skip -= n
                 return True
             self._forwarded += n
-        elif kind == "result" or (kind == "error" and self._pending is not None
-                                  and item.error.seq == self._pending[0]):
+        elif kind == "result" and self._skip_result:  # delivered before the reconnect
+            self._skip_result = False
+            return True
+        elif kind == "result" and self._pending is not None and item.result.num_candidates > 1:
+            self._result_out = True  # its Choice is owed: a reconnect re-sends the submit for it
+        elif kind in ("result", "choice") or (kind == "error" and self._pending is not None
+                                              and item.error.seq == self._pending[0]):
             self._pending = None
         return False
 

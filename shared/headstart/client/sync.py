@@ -9,6 +9,7 @@ from typing import Callable
 
 import grpc
 
+from headstart.client.checked import CheckedAnswer, candidates_request
 from headstart.client.data import DataMethods
 from headstart.client.errors import ApiError, from_rpc_error, is_transport_failure
 from headstart.v1 import headstart_pb2, headstart_pb2_grpc, types_pb2
@@ -21,15 +22,39 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def submit_request(seq: int, text: str, max_new_tokens: int | None) -> headstart_pb2.TypeRequest:
+def submit_request(seq: int, text: str, max_new_tokens: int | None,
+                   candidates: object = None) -> headstart_pb2.TypeRequest:
     params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
-    return headstart_pb2.TypeRequest(submit=headstart_pb2.Submit(seq=seq, text=text, params=params))
+    return headstart_pb2.TypeRequest(submit=headstart_pb2.Submit(seq=seq, text=text, params=params,
+                                                                 candidates=candidates_request(candidates)))
 
 
 def complete_request(db: str, question: str, max_new_tokens: int | None, mode: str,
-                     tables: list[str] | None) -> headstart_pb2.CompleteRequest:
+                     tables: list[str] | None, candidates: object = None) -> headstart_pb2.CompleteRequest:
     params = types_pb2.SamplingParams(max_new_tokens=max_new_tokens or 0)
-    return headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode, tables=tables or [])
+    return headstart_pb2.CompleteRequest(db=db, question=question, params=params, mode=mode, tables=tables or [],
+                                         candidates=candidates_request(candidates))
+
+
+class AnswerReader:
+    """Collects one answer's messages: its Result, then its Choice when the Result says one follows."""
+
+    def __init__(self, on_text: Callable[[str], None] | None = None):
+        self.on_text, self.result, self.choice = on_text, None, None
+
+    def take(self, response) -> bool:
+        """One `Complete`/`Type` message; True once the answer is whole."""
+        kind = response.WhichOneof("kind")
+        if kind == "tokens" and self.on_text:
+            self.on_text(response.tokens.text)
+        elif kind == "result":
+            self.result = response.result
+        elif kind == "choice":
+            self.choice = response.choice
+        return self.result is not None and (self.result.num_candidates < 2 or self.choice is not None)
+
+    def answer(self) -> CheckedAnswer:
+        return CheckedAnswer(self.result, self.choice)
 
 
 def complete_result(response: headstart_pb2.CompleteResponse,
@@ -80,9 +105,28 @@ class HeadstartClient(DataMethods):
             raise from_rpc_error(exc) from None
         raise ApiError("INTERNAL", "the stream ended without a result")
 
-    def typing(self, db: str = "", session_id: str = "") -> "TypingSession":
-        """Open a `Type` stream: on a new session for `db`, or on an open session."""
-        return TypingSession(self.stub, self.metadata, db, session_id, self.timeout_s, self.reconnect_timeout_s)
+    def complete_checked(self, db: str, question: str, candidates: object = None,
+                         max_new_tokens: int | None = None, mode: str = "prefix",
+                         on_text: Callable[[str], None] | None = None,
+                         tables: list[str] | None = None) -> CheckedAnswer:
+        """A completion with `candidates` (headstart.client.checked): the greedy Result and,
+        when k > 1, the execution-checked Choice with its rows."""
+        request = complete_request(db, question, max_new_tokens, mode, tables, candidates)
+        reader = AnswerReader(on_text)
+        try:
+            for response in self.stub.Complete(request, metadata=self.metadata, timeout=self.timeout_s):
+                if reader.take(response):
+                    return reader.answer()
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        raise ApiError("INTERNAL", "the stream ended without a result" if reader.result is None
+                       else "the stream ended without the checked choice")
+
+    def typing(self, db: str = "", session_id: str = "", candidates: object = None) -> "TypingSession":
+        """Open a `Type` stream: on a new session for `db` (whose pauses decode `candidates`;
+        None: the server's default), or on an open session."""
+        return TypingSession(self.stub, self.metadata, db, session_id, self.timeout_s, self.reconnect_timeout_s,
+                             candidates)
 
     def close(self) -> None:
         self.channel.close()
@@ -115,8 +159,10 @@ class TypingSession:
     (NOT_FOUND when the gateway forgot it). `num_reconnects` counts them.
     """
 
-    def __init__(self, stub, metadata, db: str, session_id: str, timeout_s: float, reconnect_timeout_s: float = 30.0):
+    def __init__(self, stub, metadata, db: str, session_id: str, timeout_s: float, reconnect_timeout_s: float = 30.0,
+                 candidates: object = None):
         self.timeout_s, self.reconnect_timeout_s = timeout_s, reconnect_timeout_s
+        self.candidates = candidates_request(candidates)  # the new session's (OpenStream)
         self.seq = 0
         self.progress: types_pb2.Progress | None = None
         self.errors: list[ApiError] = []
@@ -125,8 +171,9 @@ class TypingSession:
         self._lock = threading.Lock()
         self._closing = False
         self._input: tuple[int, str] | None = None  # the newest snapshot: what a reconnect re-sends
-        self._pending: tuple[int, str, int | None] | None = None  # a submit awaiting its result
+        self._pending: tuple | None = None  # a submit awaiting its result (or its choice): submit_request's args
         self._forwarded = self._skip = 0  # answer tokens delivered / to skip after a re-submit
+        self._result_out = self._skip_result = False  # its Result delivered (a Choice owed) / to skip
         self._events: queue.Queue = queue.Queue()
         self.db = db
         try:
@@ -157,12 +204,26 @@ class TypingSession:
             elif kind == "error" and response.error.seq in (seq, 0):
                 raise ApiError(response.error.code, response.error.message, response.error.seq)
 
-    def send_submit(self, text: str, max_new_tokens: int | None = None) -> int:
+    def submit_checked(self, text: str, candidates: object = None, max_new_tokens: int | None = None,
+                       on_text: Callable[[str], None] | None = None) -> CheckedAnswer:
+        """Send the final text with `candidates` (None: the session's) and wait for its Result and,
+        when it decoded candidates, its Choice; raises ApiError for its error."""
+        seq = self.send_submit(text, max_new_tokens, candidates)
+        reader = AnswerReader(on_text)
+        while True:
+            response = self.next_event(self.timeout_s)
+            if response.WhichOneof("kind") == "error" and response.error.seq in (seq, 0):
+                raise ApiError(response.error.code, response.error.message, response.error.seq)
+            if reader.take(response):
+                return reader.answer()
+
+    def send_submit(self, text: str, max_new_tokens: int | None = None, candidates: object = None) -> int:
         """Send a submit without waiting (read its messages with `next_event`); returns its seq."""
         with self._lock:
             self.seq += 1
-            self._pending, self._forwarded, self._skip = (self.seq, text, max_new_tokens), 0, 0
-            self._requests.put(submit_request(self.seq, text, max_new_tokens))
+            self._pending, self._forwarded, self._skip = (self.seq, text, max_new_tokens, candidates), 0, 0
+            self._result_out = self._skip_result = False
+            self._requests.put(submit_request(*self._pending))
             return self.seq
 
     def wait_caught_up(self, timeout_s: float = 30.0) -> types_pb2.Progress:
@@ -213,14 +274,14 @@ class TypingSession:
         """A new `Type` call: open, then the newest snapshot and a pending submit; returns Ready."""
         with self._lock:
             requests: queue.Queue = queue.Queue()
-            requests.put(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(session_id=self._resume_id,
-                                                                                 db=self.db)))
+            requests.put(headstart_pb2.TypeRequest(open=headstart_pb2.OpenStream(
+                session_id=self._resume_id, db=self.db, candidates=self.candidates)))
             if self._input is not None:
                 seq, text = self._input
                 requests.put(headstart_pb2.TypeRequest(input=headstart_pb2.Input(seq=seq, text=text)))
             if self._pending is not None:
                 requests.put(submit_request(*self._pending))
-                self._skip = self._forwarded
+                self._skip, self._skip_result = self._forwarded, self._result_out
             self._requests = requests
             self._call = self._stub.Type(iter(requests.get, _STOP), metadata=self._metadata)
             call = self._call
@@ -277,6 +338,12 @@ class TypingSession:
                     self._skip -= n
                     return
                 self._forwarded += n
-            elif kind == "result" or (kind == "error" and pending is not None and response.error.seq == pending[0]):
+            elif kind == "result" and self._skip_result:  # delivered before the reconnect
+                self._skip_result = False
+                return
+            elif kind == "result" and pending is not None and response.result.num_candidates > 1:
+                self._result_out = True  # its Choice is owed: a reconnect re-sends the submit for it
+            elif kind in ("result", "choice") or (kind == "error" and pending is not None
+                                                  and response.error.seq == pending[0]):
                 self._pending = None
         self._events.put(response)

@@ -20,6 +20,7 @@ import torch
 
 from headstart.config import EngineSettings
 from headstart.engine.errors import HeadstartError, InvalidInput, PromptTooLong
+from headstart.engine.requests.candidates import CandidateParams, CandidateSet
 from headstart.engine.requests.generation import GenerationRequest, SamplingParams, SubmitResult
 from headstart.engine.kv.state import KVState
 from headstart.engine.kv.memory import KVMemory
@@ -212,9 +213,10 @@ class EngineRuntime:
     # -- sessions ------------------------------------------------------------
 
     def open_session(self, db: str, policy: str = "headstart", session_id: str | None = None,
-                     tenant: str | None = None) -> Session:
+                     tenant: str | None = None, candidates: CandidateParams | None = None) -> Session:
         """A new session on `db` starting from P0 (shared). Its jobs carry
-        `tenant`: the scheduler is fair across tenants within a class."""
+        `tenant`: the scheduler is fair across tenants within a class. Its
+        candidates (None: the settings') are decoded during pauses, beside the answer-ahead."""
         prompt = self.prompt_for(db)
         kwargs = {"debounce_s": self.settings.debounce_ms / 1000.0} if policy == PaperPolicy.name else {}
         confirm = make_policy(policy, **kwargs)
@@ -222,6 +224,7 @@ class EngineRuntime:
         session = Session(
             session_id or uuid.uuid4().hex, self.runner, TenantWorker(self.worker, tenant), prompt, confirm,
             base.share(), self.stop_ids, self.limits,
+            candidates=self.candidate_params(candidates, SamplingParams()),
         )
         self.sessions.add(session)
         return session
@@ -230,12 +233,17 @@ class EngineRuntime:
 
     def start_complete(self, db: str, question: str, mode: str = "prefix",
                        params: SamplingParams = SamplingParams(), priority: Priority = Priority.POOL,
-                       tables: Sequence[str] | None = None, tenant: str | None = None) -> GenerationRequest:
+                       tables: Sequence[str] | None = None, tenant: str | None = None,
+                       candidates: CandidateParams | None = None) -> GenerationRequest:
         """Queue a completion with no typing: `cold` prefills everything at
         submit, `prefix` starts from the prefix source's head of the prompt
         (a warm P0, what prefix caching gives, or the prompt's table blocks).
         `tables` restricts the schema to those tables in that order. The
-        TTFT clock starts here, for every mode and source."""
+        TTFT clock starts here, for every mode and source.
+
+        `candidates` (None: the settings' `candidates`) with k > 1 and plain
+        greedy `params`: the request is the greedy answer of a `CandidateSet`
+        (its `candidates`), whose sampled candidates fork at its prefill end."""
         started = time.perf_counter()  # TTFT counts tokenization and the lookup too
         if mode not in MODES:
             raise InvalidInput(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
@@ -247,21 +255,37 @@ class EngineRuntime:
         hit = self.prefix_source.lookup(db, prompt, ids) if mode == "prefix" else PrefixHit(KVState, 0)
         label = f"{mode}:{self.prefix_source.name}" if mode == "prefix" else mode
         return self.start_from_hit(prompt, ids, params, hit, priority, f"{label}:{db}", started=started,
-                                   tenant=tenant, chunk_tokens=len(ids) if mode == "cold" else None)
+                                   tenant=tenant, chunk_tokens=len(ids) if mode == "cold" else None,
+                                   candidates=self.candidate_params(candidates, params))
+
+    def candidate_params(self, asked: CandidateParams | None, params: SamplingParams) -> CandidateParams | None:
+        """The candidates a request decodes: as asked, else the settings'; None for one
+        (or for a request that is not plain greedy: its answer is not the greedy candidate)."""
+        s = self.settings
+        wanted = asked or CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p)
+        wanted.validate()
+        return wanted if wanted.k > 1 and params.plain_greedy else None
 
     def start_from_hit(self, prompt: PromptBuilder, ids: list[int], params: SamplingParams, hit: PrefixHit,
                        priority: Priority, name: str, *, started: float | None = None, tenant: str | None = None,
-                       chunk_tokens: int | None = None) -> GenerationRequest:
+                       chunk_tokens: int | None = None, candidates: CandidateParams | None = None) -> GenerationRequest:
         """Queue a generation request over `ids` starting from `hit`, as a job
         with an owner (so its steps batch like any request's), its tenant and
-        the hit's table blocks (the scheduler's reranking hint)."""
+        the hit's table blocks (the scheduler's reranking hint); with
+        `candidates`, the greedy answer of a candidate set."""
         release = hit.release
+        cset = None if candidates is None else CandidateSet(
+            candidates, self.runner, self.worker, ids, self.stop_ids, prompt.decode, params.max_new_tokens,
+            name=name, tenant=tenant)
         request = GenerationRequest(
             self.runner, prompt.decode, ids, params, self.stop_ids,
             chunk_tokens=chunk_tokens or self.limits.chunk_tokens, prepare=hit.prepare, started=started,
             expected_cached=hit.cached_tokens, on_finish=(lambda _request: release()) if release else None,
-            draft_tokens=self.draft_tokens,
+            draft_tokens=self.draft_tokens, on_prefilled=cset.fork if cset is not None else None,
         )
+        if cset is not None:
+            cset.attach(request)
+            request.candidates = cset
         try:
             request.enqueue_on(self.worker, priority, name, owner=f"request-{id(request)}", tenant=tenant,
                                table_blocks=hit.table_blocks or None)
@@ -274,7 +298,8 @@ class EngineRuntime:
     def complete(self, db: str, question: str, mode: str = "prefix", max_new_tokens: int = 128,
                  tables: Sequence[str] | None = None, **sampling) -> SubmitResult:
         params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
-        return self.start_complete(db, question, mode, params, tables=tables).result()
+        return self.start_complete(db, question, mode, params, tables=tables,
+                                   candidates=CandidateParams(1)).result()
 
     def close_session(self, session_id: str) -> None:
         self.sessions.remove(session_id)

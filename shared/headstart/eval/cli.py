@@ -19,7 +19,8 @@ import typer
 
 from headstart.eval.compare import get_rule
 from headstart.eval.compare_runs import compare_runs
-from headstart.eval.dataset import load_dataset
+from headstart.eval.checked import CHECKED_HEADER, CHECKED_RULE, checked_row, checked_summary
+from headstart.eval.dataset import load_dataset, seeded_subset
 from headstart.eval.errors import ConfigError
 from headstart.eval.executors import EXECUTOR_NAMES, ExecLimits, build_executor
 from headstart.eval.generators import GENERATORS, MODES, GeneratorSettings, build_generator
@@ -57,11 +58,21 @@ def eval_command(
     row_limit: int = 100_000,
     progress: bool = False,
     resume: bool = False,
+    candidates: int = 1,
+    candidate_temperature: float = 0.7,
+    candidate_top_p: float = 1.0,
+    sample: int | None = None,
+    sample_seed: int = 0,
 ) -> dict[str, Any]:
     """Evaluate `mode` on `dataset`; write the report under `out`; return the summary.
 
     Each answer is appended to `out`/rows.jsonl as it is scored (`row_log`);
-    `resume=True` goes on from a killed run's log with the same settings.
+    `resume=True` goes on from a killed run's log with the same settings
+    (which questions are asked, `dbs`, `limit`, `sample`, may differ: a row
+    is an answer to its question, so a sample's rows count in the full run).
+    `candidates` > 1 decodes that many answers per question and reports the
+    execution-checked EX beside the greedy one (`eval.checked`). `sample`
+    asks `sample` questions drawn with `sample_seed` (`dataset.seeded_subset`).
 
     Raises ConfigError / DatasetError (bad options), EngineUnavailableError (a
     model mode without the engine), ExecutorError / LocalPostgresError.
@@ -75,42 +86,55 @@ def eval_command(
         raise ConfigError(f"mode {mode!r} needs --model (a model dir, hub id or random:<preset>)")
     limits = ExecLimits(timeout_s=timeout_s, row_limit=row_limit)
     dbs = [db.strip() for entry in dbs or [] for db in entry.split(",") if db.strip()] or None
+    if candidates < 1 or (candidates > 1 and mode == "gold"):
+        raise ConfigError("--candidates is 1 or more, and more than 1 only for a model mode")
     data = load_dataset(dataset, db_dir=db_dir, dbs=dbs, limit=limit)
+    if sample is not None:
+        data = seeded_subset(data, sample, sample_seed)
     settings = GeneratorSettings(
         model=model, dtype=dtype, device=device, threads=threads, max_new_tokens=max_new_tokens,
         wpm=wpm, seed=seed, speed=speed, db_by_path=dataset != "spider-dev" or db_dir is not None,
+        candidates=candidates, candidate_temperature=candidate_temperature, candidate_top_p=candidate_top_p,
     )
     answers_depend_on = {
         "mode": mode, "dataset": dataset, "model": model or None, "db_dir": str(data.db_dir) if data.db_dir else None,
-        "dbs": dbs, "limit": limit, "executor": executor, "rules": rules, "pg_schema_prefix": pg_schema_prefix,
+        "executor": executor, "rules": rules, "pg_schema_prefix": pg_schema_prefix,
         "dtype": dtype, "device": device, "max_new_tokens": max_new_tokens, "wpm": wpm, "seed": seed, "speed": speed,
         "timeout_s": timeout_s, "row_limit": row_limit,
+        **({"candidates": candidates, "candidate_temperature": candidate_temperature,
+            "candidate_top_p": candidate_top_p} if candidates > 1 else {}),
     }
+    selection = {"dbs": dbs, "limit": limit, "sample": sample, "sample_seed": sample_seed if sample else None}
     log = RowLog(Path(out), answers_depend_on, resume=resume)
     with ExitStack() as stack:
         stack.callback(log.close)
         dsn = _postgres_dsn(stack, postgres_dsn) if executor == "postgres" else None
         runner = build_executor(executor, limits, dsn, pg_schema_prefix)
         stack.callback(runner.close)
-        if len(log.done) < len(data.questions):  # a finished log needs no model
+        if len(set(log.done) & {q.index for q in data.questions}) < len(data.questions):  # else: no model needed
             generator = build_generator(mode, settings)
             stack.callback(generator.close)
         else:
             generator = _NothingLeft()
-        progress_row = _progress_printer(len(data.questions), log.done) if progress else None
+        asked = {q.index for q in data.questions}
+        done = {i: row for i, row in log.done.items() if i in asked}  # a resumed run may hold other questions too
+        progress_row = _progress_printer(len(data.questions), done) if progress else None
 
         def on_row(row: QuestionResult) -> None:
             log.append(row)
             if progress_row is not None:
                 progress_row(row)
 
-        rows = run_eval(data.questions, generator, runner, rule, on_row=on_row, done=log.done)
+        rows = run_eval(data.questions, generator, runner, rule, on_row=on_row, done=done)
         notes = list(getattr(runner, "notes", []))
     summary = summarize(rows)
+    checked = checked_summary(rows)
+    if checked is not None:
+        summary["checked"] = checked
     if mode == "gold":
         summary["gold_sanity_passed"] = summary["n"] > 0 and summary["num_correct"] == summary["n"]
     config = {
-        **answers_depend_on, "postgres": _postgres_label(executor, postgres_dsn),
+        **answers_depend_on, **selection, "postgres": _postgres_label(executor, postgres_dsn),
         "elapsed_s": round(log.elapsed_s(), 3), "segments": log.segment + 1, "resumed_rows": len(log.done),
         "threads": threads, "executor_notes": notes,
     }
@@ -159,15 +183,18 @@ def _postgres_dsn(stack: ExitStack, given: str | None) -> str:
 def _progress_printer(total: int, done: dict[int, QuestionResult] | None = None):
     done = done or {}
     already = len(done)
-    counts = {"done": already, "correct": sum(bool(r.correct) for r in done.values())}
+    counts = {"done": already, "correct": sum(bool(r.correct) for r in done.values()),
+              "checked": sum(bool((r.extra.get("checked") or {}).get("correct")) for r in done.values())}
     if already:
         print(f"[{already}/{total}] resumed from the row log", file=sys.stderr, flush=True)
 
     def on_row(row: QuestionResult) -> None:
         counts["done"] += 1
         counts["correct"] += bool(row.correct)
+        counts["checked"] += bool((row.extra.get("checked") or {}).get("correct"))
         if counts["done"] % 50 == 0 or counts["done"] == total:
-            print(f"[{counts['done']}/{total}] correct so far: {counts['correct']}", file=sys.stderr, flush=True)
+            checked = f", checked: {counts['checked']}" if row.extra.get("checked") is not None else ""
+            print(f"[{counts['done']}/{total}] correct so far: {counts['correct']}{checked}", file=sys.stderr, flush=True)
 
     return on_row
 
@@ -201,6 +228,12 @@ def eval_cli(
     timeout_s: float = typer.Option(30.0, help="per-query timeout, gold and predicted"),
     row_limit: int = typer.Option(100_000, help="most rows a query may return"),
     resume: bool = typer.Option(False, "--resume", help="go on from OUT/rows.jsonl, a killed run's answers (same options)"),
+    candidates: int = typer.Option(1, help="answers per question: the greedy one and candidates-1 sampled ones; "
+                                   "reports the execution-checked EX beside the greedy EX"),
+    candidate_temperature: float = typer.Option(0.7, help="the sampled candidates' temperature"),
+    candidate_top_p: float = typer.Option(1.0, help="the sampled candidates' top-p"),
+    sample: Optional[int] = typer.Option(None, help="N questions drawn with --sample-seed (after --dbs/--limit)"),
+    sample_seed: int = typer.Option(0, help="the seed of --sample"),
 ) -> None:
     """Evaluate a serving mode on spider-dev | bird-dev | FILE.json: accuracy, exact match, TTFT."""
     from headstart.eval.errors import EvalError
@@ -212,12 +245,16 @@ def eval_cli(
             executor=executor, rules=rules, postgres_dsn=postgres_dsn, pg_schema_prefix=pg_schema_prefix,
             dtype=dtype, device=device,
             threads=threads, max_new_tokens=max_new_tokens, wpm=wpm, seed=seed, speed=speed,
-            timeout_s=timeout_s, row_limit=row_limit, progress=True, resume=resume,
+            timeout_s=timeout_s, row_limit=row_limit, progress=True, resume=resume, candidates=candidates,
+            candidate_temperature=candidate_temperature, candidate_top_p=candidate_top_p, sample=sample,
+            sample_seed=sample_seed,
         )
     except EvalError as exc:
         typer.secho(f"error [{exc.code}]: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
     typer.echo("\n".join([HEADLINE_HEADER, HEADLINE_RULE, headline_row(mode, summary)]))
+    if "checked" in summary:
+        typer.echo("\n".join(["", CHECKED_HEADER, CHECKED_RULE, checked_row(summary["checked"])]))
     typer.echo(f"skipped {summary['skipped']} ({summary['skip_reasons']}), gold errors {summary['gold_errors']}")
     typer.echo(f"wrote {out}/eval.json, eval.md, eval.png")
     if summary.get("gold_sanity_passed") is False:
@@ -244,6 +281,8 @@ def rescore_cli(
     run: Path = typer.Argument(..., help="a run folder (or its eval.json) to score again"),
     rules: str = typer.Option("spider-official", help="the rule set to score it under: spider | spider-official | bird"),
     out: Path = typer.Option(Path("out/eval-rescored"), help="folder for the rescored eval.json, eval.md, eval.png"),
+    candidates: Optional[int] = typer.Option(None, help="score a --candidates K run as if it had decoded k <= K "
+                                             "(its first k candidates: they are seeded per index)"),
 ) -> None:
     """Score a finished run's recorded answers again under other rules (nothing is generated again)."""
     from headstart.eval.errors import EvalError
@@ -251,9 +290,11 @@ def rescore_cli(
     from headstart.eval.rescore import rescore_command
 
     try:
-        summary = rescore_command(run, rules, out)
+        summary = rescore_command(run, rules, out, candidates)
     except EvalError as exc:
         typer.secho(f"error [{exc.code}]: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None
     typer.echo("\n".join([HEADLINE_HEADER, HEADLINE_RULE, headline_row(summary["config"]["mode"], summary)]))
+    if "checked" in summary:
+        typer.echo("\n".join(["", CHECKED_HEADER, CHECKED_RULE, checked_row(summary["checked"])]))
     typer.echo(f"wrote {out}/eval.json, eval.md, eval.png ({rules} rules)")

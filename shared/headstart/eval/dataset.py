@@ -151,3 +151,17 @@ def _filter(questions: list[EvalQuestion], dbs: list[str] | None, limit: int | N
         wanted = set(dbs)
         questions = [q for q in questions if q.db_id in wanted]
     return questions[:limit] if limit is not None else questions
+
+
+def seeded_subset(dataset: Dataset, size: int, seed: int) -> Dataset:
+    """`size` questions drawn with `random.Random(seed)` (sha-free and stable across processes),
+    kept in file order; the whole dataset when it has no more."""
+    import dataclasses
+    import random
+
+    if size <= 0:
+        raise ConfigError(f"--sample must be a positive number of questions, got {size}")
+    if size >= len(dataset.questions):
+        return dataset
+    picked = sorted(random.Random(seed).sample(range(len(dataset.questions)), size))
+    return dataclasses.replace(dataset, questions=tuple(dataset.questions[i] for i in picked))

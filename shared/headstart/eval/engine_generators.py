@@ -19,6 +19,7 @@ when present, `.prompt_tokens`, `.cached_tokens_at_submit`,
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 from headstart.eval.errors import EngineUnavailableError
@@ -90,7 +91,7 @@ class EngineGenerator:
             ) from exc
 
     def generate(self, question: EvalQuestion) -> Generation:
-        result = self._call(question)
+        result, sampled = self._call(question)
         extra: dict[str, Any] = {"num_tokens": len(result.token_ids),
                                  # the answer's tokens, comparable across modes and runs (session = cold)
                                  "tokens_sha256": hashlib.sha256(repr(list(result.token_ids)).encode()).hexdigest()}
@@ -98,6 +99,8 @@ class EngineGenerator:
         extra.update(getattr(result, "extra", None) or {})  # decode forwards, answer tokens ready at submit
         if self.mode == "session":
             extra["typist_seed"] = question_seed(self.settings.seed, question.question_id)
+        if sampled is not None:  # the harness runs and scores each (`harness.score_candidates`)
+            extra["candidate_answers"] = sampled
         return Generation(text=result.text, ttft_ms=result.ttft_ms, extra=extra)
 
     def close(self) -> None:
@@ -108,7 +111,32 @@ class EngineGenerator:
             return str(question.db_path)
         return question.db_id
 
-    def _call(self, question: EvalQuestion) -> Any:
+    def _call(self, question: EvalQuestion) -> tuple[Any, list[dict] | None]:
+        """The greedy answer's result, and the sampled candidates' answers (None without candidates)."""
+        if self.settings.candidates > 1:
+            return self._call_candidates(question)
+        return self._call_greedy(question), None
+
+    def _call_candidates(self, question: EvalQuestion) -> tuple[Any, list[dict]]:
+        from headstart.engine.requests.candidates import CandidateParams
+        from headstart.engine.requests.sampling import SamplingParams
+
+        s = self.settings
+        wanted = CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p, s.seed, wait_all=True)
+        if self.mode == "session":  # decoded during the typist's pauses, handed over at submit
+            result = self._call_greedy(question, wanted)
+            return result, result.extra.pop("candidate_answers")
+        request = self.runtime.start_complete(self._db(question), question_text(question), engine_mode(self.mode),
+                                              SamplingParams(max_new_tokens=s.max_new_tokens), candidates=wanted)
+        result = request.result()
+        request.candidates.wait()
+        # every candidate decoded: when a checked answer could be chosen (the SQL runs come on top)
+        result.extra["candidates_done_ms"] = (time.perf_counter() - request.started) * 1000.0
+        sampled = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids)}
+                   for c in request.candidates.candidates() if c.index > 0]
+        return result, sampled
+
+    def _call_greedy(self, question: EvalQuestion, candidates: Any = None) -> Any:
         if self.mode == "session":
             from headstart.replay import replay_typed  # the engine (torch) only when a model mode runs
 
@@ -121,6 +149,7 @@ class EngineGenerator:
                 wpm=self.settings.wpm,
                 seed=question_seed(self.settings.seed, question.question_id),
                 max_new_tokens=self.settings.max_new_tokens,
+                **({"candidates": candidates} if candidates is not None else {}),  # K=1: today's call
                 **timing,
             )
         return self.runtime.complete(

@@ -16,6 +16,9 @@ class GeneratorSettings:
     (`speed` > 1 replays typing faster than real time; None = the engine's
     default, real time). `db_by_path` names databases to the engine by their
     SQLite path instead of their Spider id (datasets outside shared/spider).
+    `candidates` > 1 decodes that many answers per question (the greedy one
+    and sampled ones at `candidate_temperature`/`candidate_top_p`, candidate
+    i seeded `seed + i`) for the execution-checked EX.
     """
 
     model: str = ""
@@ -27,3 +30,6 @@ class GeneratorSettings:
     seed: int = 0
     speed: float | None = None
     db_by_path: bool = False
+    candidates: int = 1
+    candidate_temperature: float = 0.7
+    candidate_top_p: float = 1.0

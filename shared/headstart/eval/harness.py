@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Mapping
 
+from headstart.eval.checked import checked_of, outcome_entry, score_candidates
 from headstart.eval.compare import ResultComparator
 from headstart.eval.exact_match import exact_match
 from headstart.eval.executors.base import Executor
@@ -99,4 +100,9 @@ def score_question(
     row.correct = bool(pred.ok and gold.result is not None and pred.result is not None
                        and rule.equal(gold.result, pred.result, gold_sql))
     row.exact = exact_match(question.gold_sql, row.pred_sql, executor.known_names(question.db_id, question.db_path))
+    answers = row.extra.get("candidate_answers")
+    if answers is not None:  # --candidates: each one run and scored, then the vote
+        greedy = outcome_entry(0, row.pred_sql, pred, row.correct)
+        row.extra["candidates"] = score_candidates(question, answers, greedy, gold, gold_sql, executor, rule)
+        row.extra["checked"] = checked_of(row.extra["candidates"])
     return row

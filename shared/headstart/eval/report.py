@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from headstart.eval.checked import CHECKED_HEADER, CHECKED_RULE, checked_row
 from headstart.eval.errors import DatasetError
 from headstart.eval.plots import plot_runs
 from headstart.eval.records import QuestionResult
@@ -61,12 +62,19 @@ def run_markdown(config: dict[str, Any], summary: dict[str, Any]) -> str:
         f"Gold errors (left out of n): {summary['gold_errors']}",
         f"Prediction errors: {summary['pred_error_codes'] or 'none'}",
         "",
+        *(_checked_lines(summary["checked"]) if summary.get("checked") else []),
         "| database | n | execution | exact |",
         "|---|---:|---:|---:|",
     ]
     for db, m in summary["per_db"].items():
         lines.append(f"| {db} | {m['n']} | {pct(m['execution_accuracy'])} | {pct(m['exact_match'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _checked_lines(checked: dict[str, Any]) -> list[str]:
+    """Greedy vs execution-checked EX on the same questions (`eval.checked`)."""
+    return ["Execution-checked answers (the largest group of equal results among the candidates):", "",
+            CHECKED_HEADER, CHECKED_RULE, checked_row(checked), ""]
 
 
 HEADLINE_HEADER = (

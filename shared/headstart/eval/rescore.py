@@ -6,6 +6,9 @@ run's recorded answers (`RecordedGenerator`: each question's raw answer
 text, TTFT and details as generated) through the same harness with another
 rule set, on the same questions (re-loaded from the run's own config), and
 writes a new run folder whose config says where its answers came from.
+With `candidates=k`, a run made with `--candidates K` (k <= K) is scored
+as if it had decoded k: candidate i is seeded `seed + i`, so K's first k
+are exactly what `--candidates k` decodes.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from headstart.eval.checked import checked_summary
 from headstart.eval.compare import get_rule
-from headstart.eval.dataset import load_dataset
+from headstart.eval.dataset import load_dataset, seeded_subset
 from headstart.eval.errors import DatasetError
 from headstart.eval.executors import ExecLimits, build_executor
 from headstart.eval.harness import run_eval
@@ -28,9 +32,14 @@ from headstart.eval.summary import summarize
 class RecordedGenerator:
     """Answers with what a finished run generated for each question (by question id)."""
 
-    def __init__(self, run: dict[str, Any]):
+    def __init__(self, run: dict[str, Any], candidates: int | None = None):
         self.mode = run["config"].get("mode", "recorded")
         self._answers = {q["question_id"]: q for q in run["questions"] if q.get("status") != "skipped"}
+        self.candidates = candidates  # keep the first k candidates (None: all recorded)
+        if candidates is not None:
+            recorded = run["config"].get("candidates", 1)
+            if not 1 <= candidates <= recorded:
+                raise DatasetError(f"--candidates {candidates}: the run decoded {recorded} (rescore takes 1..{recorded})")
 
     def warmup(self, question: EvalQuestion) -> None:
         return None
@@ -39,15 +48,21 @@ class RecordedGenerator:
         recorded = self._answers.get(question.question_id)
         if recorded is None:
             raise DatasetError(f"the run has no answer for question {question.question_id}")
-        return Generation(text=recorded.get("pred_text", ""), ttft_ms=recorded.get("ttft_ms"),
-                          extra=recorded.get("extra") or {})
+        extra = {k: v for k, v in (recorded.get("extra") or {}).items() if k not in ("candidates", "checked")}
+        if self.candidates is not None:
+            answers = [a for a in extra.get("candidate_answers", []) if a["index"] < self.candidates]
+            extra.pop("candidate_answers", None)
+            if self.candidates > 1:
+                extra["candidate_answers"] = answers
+        return Generation(text=recorded.get("pred_text", ""), ttft_ms=recorded.get("ttft_ms"), extra=extra)
 
     def close(self) -> None:
         return None
 
 
-def rescore_command(run: Path, rules: str, out: Path) -> dict[str, Any]:
-    """The run at `run` scored under `rules`, written under `out`; returns the summary."""
+def rescore_command(run: Path, rules: str, out: Path, candidates: int | None = None) -> dict[str, Any]:
+    """The run at `run` scored under `rules` (and with its first `candidates` candidates),
+    written under `out`; returns the summary."""
     rule = get_rule(rules)
     data = load_run(Path(run))
     config = dict(data["config"])
@@ -56,13 +71,20 @@ def rescore_command(run: Path, rules: str, out: Path) -> dict[str, Any]:
     dataset = load_dataset(config.get("dataset", "spider-dev"),
                            db_dir=Path(config["db_dir"]) if config.get("db_dir") else None,
                            dbs=config.get("dbs"), limit=config.get("limit"))
+    if config.get("sample"):
+        dataset = seeded_subset(dataset, config["sample"], config.get("sample_seed") or 0)
     limits = ExecLimits(timeout_s=config.get("timeout_s", 30.0), row_limit=config.get("row_limit", 100_000))
     started = time.perf_counter()
     with ExitStack() as stack:
         runner = build_executor("sqlite", limits)
         stack.callback(runner.close)
-        rows = run_eval(dataset.questions, RecordedGenerator(data), runner, rule)
+        rows = run_eval(dataset.questions, RecordedGenerator(data, candidates), runner, rule)
     summary = summarize(rows)
+    checked = checked_summary(rows)
+    if checked is not None:
+        summary["checked"] = checked
     config.update(rules=rules, rescored_from=str(run), rescore_s=round(time.perf_counter() - started, 3))
+    if candidates is not None:
+        config["candidates"] = candidates
     write_run(Path(out), config, summary, rows)
     return {**summary, "config": config}

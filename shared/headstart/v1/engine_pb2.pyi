@@ -20,18 +20,20 @@ class EngineRequest(_message.Message):
     def __init__(self, attach: _Optional[_Union[Attach, _Mapping]] = ..., snapshot: _Optional[_Union[Snapshot, _Mapping]] = ..., submit: _Optional[_Union[EngineSubmit, _Mapping]] = ..., cancel: _Optional[_Union[CancelGeneration, _Mapping]] = ...) -> None: ...
 
 class Attach(_message.Message):
-    __slots__ = ("session_id", "db", "policy", "seq", "text")
+    __slots__ = ("session_id", "db", "policy", "seq", "text", "candidates")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DB_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     db: str
     policy: str
     seq: int
     text: str
-    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., policy: _Optional[str] = ..., seq: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    candidates: _types_pb2.CandidatesRequest
+    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., policy: _Optional[str] = ..., seq: _Optional[int] = ..., text: _Optional[str] = ..., candidates: _Optional[_Union[_types_pb2.CandidatesRequest, _Mapping]] = ...) -> None: ...
 
 class Snapshot(_message.Message):
     __slots__ = ("seq", "text")
@@ -42,34 +44,50 @@ class Snapshot(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class EngineSubmit(_message.Message):
-    __slots__ = ("seq", "text", "params")
+    __slots__ = ("seq", "text", "params", "candidates", "check_limits")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    CHECK_LIMITS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     text: str
     params: _types_pb2.SamplingParams
-    def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+    candidates: _types_pb2.CandidatesRequest
+    check_limits: CheckLimits
+    def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., candidates: _Optional[_Union[_types_pb2.CandidatesRequest, _Mapping]] = ..., check_limits: _Optional[_Union[CheckLimits, _Mapping]] = ...) -> None: ...
+
+class CheckLimits(_message.Message):
+    __slots__ = ("timeout_s", "rows", "cell_chars")
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    CELL_CHARS_FIELD_NUMBER: _ClassVar[int]
+    timeout_s: float
+    rows: int
+    cell_chars: int
+    def __init__(self, timeout_s: _Optional[float] = ..., rows: _Optional[int] = ..., cell_chars: _Optional[int] = ...) -> None: ...
 
 class CancelGeneration(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class EngineEvent(_message.Message):
-    __slots__ = ("attached", "ack", "progress", "tokens", "result", "error")
+    __slots__ = ("attached", "ack", "progress", "tokens", "result", "error", "choice")
     ATTACHED_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
     attached: Attached
     ack: Ack
     progress: _types_pb2.Progress
     tokens: _types_pb2.Tokens
     result: _types_pb2.Result
     error: _types_pb2.Error
-    def __init__(self, attached: _Optional[_Union[Attached, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., tokens: _Optional[_Union[_types_pb2.Tokens, _Mapping]] = ..., result: _Optional[_Union[_types_pb2.Result, _Mapping]] = ..., error: _Optional[_Union[_types_pb2.Error, _Mapping]] = ...) -> None: ...
+    choice: _types_pb2.Choice
+    def __init__(self, attached: _Optional[_Union[Attached, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., tokens: _Optional[_Union[_types_pb2.Tokens, _Mapping]] = ..., result: _Optional[_Union[_types_pb2.Result, _Mapping]] = ..., error: _Optional[_Union[_types_pb2.Error, _Mapping]] = ..., choice: _Optional[_Union[_types_pb2.Choice, _Mapping]] = ...) -> None: ...
 
 class Attached(_message.Message):
     __slots__ = ("replica", "rebuilt")
@@ -96,20 +114,24 @@ class EngineLocation(_message.Message):
     def __init__(self, replica: _Optional[str] = ..., direct_target: _Optional[str] = ...) -> None: ...
 
 class EngineCompleteRequest(_message.Message):
-    __slots__ = ("db", "question", "params", "mode", "tables", "request_id")
+    __slots__ = ("db", "question", "params", "mode", "tables", "request_id", "candidates", "check_limits")
     DB_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    CHECK_LIMITS_FIELD_NUMBER: _ClassVar[int]
     db: str
     question: str
     params: _types_pb2.SamplingParams
     mode: str
     tables: _containers.RepeatedScalarFieldContainer[str]
     request_id: str
-    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    candidates: _types_pb2.CandidatesRequest
+    check_limits: CheckLimits
+    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ..., candidates: _Optional[_Union[_types_pb2.CandidatesRequest, _Mapping]] = ..., check_limits: _Optional[_Union[CheckLimits, _Mapping]] = ...) -> None: ...
 
 class CompleteRef(_message.Message):
     __slots__ = ("request_id",)

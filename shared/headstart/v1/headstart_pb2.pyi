@@ -18,12 +18,14 @@ class TypeRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[OpenStream, _Mapping]] = ..., input: _Optional[_Union[Input, _Mapping]] = ..., submit: _Optional[_Union[Submit, _Mapping]] = ...) -> None: ...
 
 class OpenStream(_message.Message):
-    __slots__ = ("session_id", "db")
+    __slots__ = ("session_id", "db", "candidates")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DB_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     db: str
-    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ...) -> None: ...
+    candidates: _types_pb2.CandidatesRequest
+    def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ..., candidates: _Optional[_Union[_types_pb2.CandidatesRequest, _Mapping]] = ...) -> None: ...
 
 class Input(_message.Message):
     __slots__ = ("seq", "text")
@@ -34,28 +36,32 @@ class Input(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Submit(_message.Message):
-    __slots__ = ("seq", "text", "params")
+    __slots__ = ("seq", "text", "params", "candidates")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     text: str
     params: _types_pb2.SamplingParams
-    def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ...) -> None: ...
+    candidates: _types_pb2.CandidatesRequest
+    def __init__(self, seq: _Optional[int] = ..., text: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., candidates: _Optional[_Union[_types_pb2.CandidatesRequest, _Mapping]] = ...) -> None: ...
 
 class TypeResponse(_message.Message):
-    __slots__ = ("ready", "progress", "tokens", "result", "error")
+    __slots__ = ("ready", "progress", "tokens", "result", "error", "choice")
     READY_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
     ready: Ready
     progress: _types_pb2.Progress
     tokens: _types_pb2.Tokens
     result: _types_pb2.Result
     error: _types_pb2.Error
-    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., tokens: _Optional[_Union[_types_pb2.Tokens, _Mapping]] = ..., result: _Optional[_Union[_types_pb2.Result, _Mapping]] = ..., error: _Optional[_Union[_types_pb2.Error, _Mapping]] = ...) -> None: ...
+    choice: _types_pb2.Choice
+    def __init__(self, ready: _Optional[_Union[Ready, _Mapping]] = ..., progress: _Optional[_Union[_types_pb2.Progress, _Mapping]] = ..., tokens: _Optional[_Union[_types_pb2.Tokens, _Mapping]] = ..., result: _Optional[_Union[_types_pb2.Result, _Mapping]] = ..., error: _Optional[_Union[_types_pb2.Error, _Mapping]] = ..., choice: _Optional[_Union[_types_pb2.Choice, _Mapping]] = ...) -> None: ...
 
 class Ready(_message.Message):
     __slots__ = ("session_id", "db")
@@ -66,26 +72,30 @@ class Ready(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., db: _Optional[str] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("db", "question", "params", "mode", "tables")
+    __slots__ = ("db", "question", "params", "mode", "tables", "candidates")
     DB_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     db: str
     question: str
     params: _types_pb2.SamplingParams
     mode: str
     tables: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ...) -> None: ...
+    candidates: _types_pb2.CandidatesRequest
+    def __init__(self, db: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[_types_pb2.SamplingParams, _Mapping]] = ..., mode: _Optional[str] = ..., tables: _Optional[_Iterable[str]] = ..., candidates: _Optional[_Union[_types_pb2.CandidatesRequest, _Mapping]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
-    __slots__ = ("tokens", "result")
+    __slots__ = ("tokens", "result", "choice")
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    CHOICE_FIELD_NUMBER: _ClassVar[int]
     tokens: _types_pb2.Tokens
     result: _types_pb2.Result
-    def __init__(self, tokens: _Optional[_Union[_types_pb2.Tokens, _Mapping]] = ..., result: _Optional[_Union[_types_pb2.Result, _Mapping]] = ...) -> None: ...
+    choice: _types_pb2.Choice
+    def __init__(self, tokens: _Optional[_Union[_types_pb2.Tokens, _Mapping]] = ..., result: _Optional[_Union[_types_pb2.Result, _Mapping]] = ..., choice: _Optional[_Union[_types_pb2.Choice, _Mapping]] = ...) -> None: ...
 
 class OpenSessionRequest(_message.Message):
     __slots__ = ("db",)

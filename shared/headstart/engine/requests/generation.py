@@ -66,6 +66,9 @@ class GenerationRequest(JobWork):
         known: the first of those, already known at submit: streamed at once.
         expected_cached: what `prepare` will hold (the scheduler's cost hint).
         draft_tokens: prompt-lookup drafts per decode step (plain greedy only).
+        on_prefilled: called on the worker with the cache once the prefill ends
+            (the prompt and its logits, before the first token is picked): a
+            candidate set forks its sampled candidates there (`requests.candidates`).
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class GenerationRequest(JobWork):
         known: list[int] | None = None,
         expected_cached: int = 0,
         draft_tokens: int = 0,
+        on_prefilled: Callable[[KVState], None] | None = None,
     ):
         self.runner, self._detokenize = runner, detokenize
         self.prompt_ids, self.params, self.stop_ids = prompt_ids, params, stop_ids
@@ -95,6 +99,8 @@ class GenerationRequest(JobWork):
         self._pending: "ExtensionDriver | CatchUp | None" = None
         self.token_ids: list[int] = []
         self._ahead = ahead  # greedy answer tokens decoded before the submit
+        self._on_prefilled = on_prefilled
+        self.candidates = None  # the `CandidateSet` this request is the greedy answer of, if any
         self._expected_cached = expected_cached  # what `prepare` will hold (a cost hint)
         # prompt-lookup drafts per decode step: plain greedy only (a penalty makes a token depend on the
         # ones before it being emitted first)
@@ -135,8 +141,10 @@ class GenerationRequest(JobWork):
 
     def cancel(self) -> None:
         """Ask the request to end: its next step finishes it as CANCELLED
-        (the step in flight, if any, completes first)."""
+        (the step in flight, if any, completes first); its candidates end too."""
         self._cancel_asked = True
+        if self.candidates is not None:
+            self.candidates.cancel()
 
     def stream(self) -> Iterator[int]:
         """Token ids as they are generated; raises the request's error at the end."""
@@ -268,6 +276,8 @@ class GenerationRequest(JobWork):
         if ahead:  # the answer's first tokens are known: no forward pass
             self.cached_at_submit, self.ahead_used = len(target), len(ahead)
             self._set(RequestState.DECODE)
+            if self._on_prefilled is not None:  # candidates fork from the cache past the prompt
+                self._on_prefilled(kv)
             return all(self._emit(token) for token in ahead[len(self._known):])
         if self.cached_at_submit is None:
             self.cached_at_submit = common_prefix_len(kv.ids, target)
@@ -300,6 +310,8 @@ class GenerationRequest(JobWork):
         if not catch_up.plan.last:
             return True
         self._set(RequestState.DECODE)
+        if self._on_prefilled is not None:
+            self._on_prefilled(self.state)
         return self._emit(self.sampler.pick(self.state.last_logits))
 
     def _decode_step(self) -> Row:

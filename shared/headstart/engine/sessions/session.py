@@ -29,11 +29,13 @@ from typing import Callable
 
 from headstart.engine.errors import InvalidInput, PromptTooLong, SessionClosed, StaleSequence, validate_text
 from headstart.engine.kv.state import KVState
+from headstart.engine.requests.candidates import CandidateParams
 from headstart.engine.requests.generation import GenerationRequest
 from headstart.engine.requests.sampling import SamplingParams
 from headstart.engine.runner.model_runner import ModelRunner
 from headstart.engine.sched.jobs import Job, Priority
 from headstart.engine.sched.worker import ForwardWorker
+from headstart.engine.sessions.ahead_candidates import AheadCandidates
 from headstart.engine.sessions.answer_ahead import AheadStep, AheadWork, AnswerAhead
 from headstart.engine.sessions.policy import CacheTarget, ConfirmationPolicy
 from headstart.engine.sessions.records import SessionLimits, SessionStats
@@ -62,6 +64,7 @@ class Session:
         stop_ids: set[int],
         limits: SessionLimits = SessionLimits(),
         clock=time.monotonic,
+        candidates: CandidateParams | None = None,
     ):
         self.session_id, self.runner, self.worker = session_id, runner, worker
         self.prompt, self.policy, self.limits, self.clock = prompt, policy, limits, clock
@@ -71,9 +74,8 @@ class Session:
         self._text, self._seq, self._last_change = "", -1, clock()
         self._read_seq = -1  # the snapshot the last typing step (or the submit) read
         self.status = S.IDLE  # changed only by _set (the table in headstart.engine.states)
-        # Handles, not state: the typing or answer-ahead job queued or running
-        # (the status says which), the policy's debounce recheck, the last
-        # submit's request, and the extension in flight.
+        # Handles, not state: the typing or answer-ahead job (the status says which),
+        # the debounce recheck, the last submit's request, the extension in flight.
         self._job: Job | None = None
         self._recheck: threading.Timer | None = None
         self._generation: GenerationRequest | None = None
@@ -81,13 +83,14 @@ class Session:
         self.aborted_extensions = 0
         self.ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids,
                                  limits.draft_tokens)  # touched on the worker thread only
+        # the sampled candidates decoded beside it during a pause, handed to the submit
+        self.candidates = AheadCandidates(self, candidates, limits.answer_ahead_tokens)
         self._ahead_prompt: list[int] = []
         self.computed_tokens = 0
         self.wasted_tokens = 0
         self.last_used = clock()
         self._prompt_tokens = len(prompt.prompt_ids(""))
-        # Called on the worker after each extension with (seq, cached, prompt
-        # tokens): the serving tier turns it into progress messages. Must not block.
+        # (seq, cached, prompt tokens) after each extension, on the worker: must not block
         self.on_progress: Callable[[int, int, int], None] | None = None
 
     # -- caller side --------------------------------------------------------
@@ -101,14 +104,18 @@ class Session:
             self._check_open()
             if seq <= self._seq:
                 return False
+            if text != self._text:  # the pause's candidates answer another question
+                self.candidates.cancel()
             self._text, self._seq, self._last_change = text, seq, self.clock()
             self.last_used = self._last_change
             self._preempt_locked(new_ids)
             self._kick_locked()
         return True
 
-    def submit(self, seq: int, text: str | bytes, params: SamplingParams = SamplingParams()) -> GenerationRequest:
-        """Make the cache the final prompt for `text` and start decoding."""
+    def submit(self, seq: int, text: str | bytes, params: SamplingParams = SamplingParams(),
+               candidates: CandidateParams | None = None) -> GenerationRequest:
+        """Make the cache the final prompt for `text` and start decoding; with
+        candidates (None: the session's), the request's `candidates` is their set."""
         started = time.perf_counter()
         text = validate_text(text, self.limits.max_text_chars)
         params.validate()
@@ -135,12 +142,16 @@ class Session:
             # Racing the worker is safe here: a torn read of the cache or the
             # answer tokens fails the check in usable_for and yields [].
             known = self.ahead.usable_for(list(self._kv.ids), final_ids) if params.plain_greedy else []
+            cset = self.candidates.for_submit(final_ids, params, candidates)
             request = GenerationRequest(
                 self.runner, self.prompt.decode, final_ids, params, self.stop_ids,
                 self.limits.chunk_tokens, state=self._kv, on_finish=self._on_generation_finished,
                 started=started, known=known,
                 ahead=lambda: self.ahead.usable_for(self._kv.ids, final_ids), draft_tokens=self.limits.draft_tokens,
-            )
+                on_prefilled=cset.fork if cset is not None and not cset.forked else None)
+            if cset is not None:
+                cset.attach(request)
+                request.candidates = cset
             if not request.finished_early:
                 request.enqueue_on(self.worker, Priority.SUBMIT, f"submit:{self.session_id}", owner=self.session_id)
             # a typing step still queued finds GENERATING and ends; one in flight finishes
@@ -148,12 +159,12 @@ class Session:
             self._set(S.GENERATING)
         if request.finished_early:  # outside the lock: the finish callback takes it
             request.finish_now()
+            self.candidates.fork_late(request.candidates)
         return request
 
     def wait_idle(self, timeout: float | None = 30.0, speculation: bool = False) -> None:
-        """Block until no background extension is queued or running (tests,
-        replays): the way to await background work without sleeping. With
-        `speculation`, also wait for answer-ahead decoding to stop."""
+        """Block until no background extension is queued or running (tests, replays);
+        with `speculation`, also until answer-ahead decoding stops."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -171,8 +182,7 @@ class Session:
                 raise TimeoutError(f"session {self.session_id} still busy after {timeout} s")
 
     def close(self) -> None:
-        """No more work for it; its cache's blocks go back to the pool now, or, with a step in
-        flight, when that step ends (a queued job is taken off the worker's queue)."""
+        """No more work; its blocks go back now (a queued job is withdrawn) or when a step in flight ends."""
         with self._lock:
             self._set(S.CLOSED)
             if self._inflight is not None:
@@ -180,13 +190,13 @@ class Session:
             self._cancel_recheck_locked()
             job, gen, self._job = self._job, self._generation, None
             if gen is not None:
-                gen.cancel()
+                gen.cancel()  # its candidates too
             if (job is None or self.worker.withdraw(job)) and self._inflight is None \
                     and (gen is None or gen.done.is_set()):
                 self._kv, self._generation = KVState(), None  # nothing else reaches the cache now
+        self.candidates.cancel()
 
-    def is_idle(self) -> bool:
-        """No extension queued and no generation running: safe to evict."""
+    def is_idle(self) -> bool:  # no extension queued and no generation running: safe to evict
         with self._lock:
             return self.status not in (S.TYPING_DIRTY, S.PREFILLING, S.GENERATING)
 
@@ -195,9 +205,7 @@ class Session:
         """The session's cache (for accounting: read-only, owned by the worker)."""
         return self._kv
 
-    @property
-    def closed(self) -> bool:
-        return self.status is S.CLOSED
+    closed = property(lambda self: self.status is S.CLOSED)
 
     def stats(self) -> SessionStats:
         kv = self._kv
@@ -241,11 +249,8 @@ class Session:
         self._set(S.TYPING_DIRTY)
 
     def _preempt_locked(self, new_ids: list[int] | None) -> None:
-        """Stop the extension in flight if the new target keeps none of what it
-        adds. One that adds some lasting tokens runs to the end even though its
-        tail (the partial word, the turn end) will be cropped: aborting it
-        would livelock a fast typist whose keystrokes come quicker than one
-        forward pass, and the cache would never move until they paused."""
+        """Stop the extension in flight if the new target keeps none of what it adds (one
+        that adds lasting tokens runs on: aborting it would livelock a fast typist)."""
         inflight = self._inflight
         if (new_ids is not None and inflight is not None and inflight.ids is not None
                 and common_prefix_len(new_ids, inflight.ids) <= inflight.base):
@@ -339,9 +344,8 @@ class Session:
                 self._inflight = None
 
     def should_stop(self, inflight: InFlight, job: Job | None) -> bool:
-        """Polled between decoder layers: stop for a newer snapshot, or for a
-        more urgent job elsewhere (another session's submit). Our own submit
-        does not preempt a typing step: its result is what that submit needs."""
+        """Polled between decoder layers: stop for a newer snapshot, or a more urgent job
+        elsewhere (not our own submit: a typing step's result is what it needs)."""
         if inflight.superseded:
             return True
         if not self.policy.preempts:  # the paper's policy awaits the step in flight
@@ -388,6 +392,7 @@ class Session:
             self._ahead_prompt = target.ids
             self._job = self.worker.enqueue(AheadWork(self), Priority.IDLE, f"ahead:{self.session_id}",
                                             owner=self.session_id)
+            self.candidates.start(self._kv, target.ids)
             self._set(S.ANSWERING_AHEAD)
             return False
 

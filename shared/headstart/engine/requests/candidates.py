@@ -1,0 +1,197 @@
+"""Candidate sets: the greedy answer plus K-1 sampled ones, decoded as rows of the same forwards.
+
+A request asked for `CandidateParams(k > 1)` forks when its prefill ends:
+its cache then holds the prompt and the logits after it, and each sampled
+candidate starts from a share of that cache (the prompt's blocks listed
+once, each candidate's own blocks from its first write: copy on write,
+`kv.paged_cache`), samples its first token from those logits (no forward),
+and decodes one token per step as a `SampledCandidate`
+(`requests.sampled`). The greedy request goes on untouched, so its tokens
+are today's answer. Candidate `i` is seeded `seed + i` (a
+`torch.Generator` each): the set is reproducible, and the first k of a set
+of K are the set of k.
+
+The sampled candidates are queued at IDLE, the answer-ahead class: their
+decode steps ride in the forwards the greedy answer's steps head (one
+packed forward of up to `max_batch_rows` rows), and they yield to every
+new prefill, so they never take what typing or other answers need.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from headstart.engine.errors import InvalidInput
+from headstart.engine.kv.state import KVState
+from headstart.engine.requests.generation import GenerationRequest
+from headstart.engine.requests.sampled import SampledCandidate
+from headstart.engine.requests.sampling import SamplingParams
+from headstart.engine.runner.model_runner import ModelRunner
+from headstart.engine.sched.jobs import Priority
+
+MAX_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class CandidateAnswer:
+    """One finished candidate: `index` 0 is the greedy answer, i the one seeded `seed + i`;
+    `finish_reason` is stop, length, cancelled or error. (What its SQL returns is
+    `headstart.candidates`' business, above the engine.)"""
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class CandidateParams:
+    """How many candidates a request decodes and how the sampled ones sample.
+
+    Attributes:
+        k: candidates in all, the greedy one included (1: the greedy answer alone, today's behaviour).
+        temperature, top_p: the sampled candidates' sampling.
+        seed: candidate i (1..k-1) samples with seed + i.
+        wait_all: the caller waits for every candidate before the checked answer
+            (else: the greedy answer and the candidates ready when it ends).
+    """
+
+    k: int = 1
+    temperature: float = 0.7
+    top_p: float = 1.0
+    seed: int = 0
+    wait_all: bool = False
+
+    def validate(self) -> None:
+        """Raises InvalidInput naming the first value out of range."""
+        if not 1 <= self.k <= MAX_CANDIDATES:
+            raise InvalidInput(f"candidates must be between 1 and {MAX_CANDIDATES}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0) or not 0 < self.top_p <= 1:
+            raise InvalidInput("candidate temperature must be a finite number > 0 and top_p in (0, 1]")
+
+    def sampling(self, index: int, max_new_tokens: int) -> SamplingParams:
+        """The sampling of candidate `index` (1..k-1)."""
+        return SamplingParams(max_new_tokens=max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                              seed=self.seed + index)
+
+
+class CandidateSet:
+    """The candidates of one request: the greedy `GenerationRequest` (index 0) and the sampled ones.
+
+    Built before its greedy request (whose `on_prefilled` is `fork`), then
+    `attach`ed to it. `wait`, `candidates` and `cancel` are for any thread.
+    """
+
+    def __init__(self, params: CandidateParams, runner: ModelRunner, worker, prompt_ids: list[int],
+                 stop_ids: set[int], detokenize: Callable[[list[int]], str], max_new_tokens: int,
+                 name: str = "candidates", tenant: str | None = None, priority: Priority = Priority.IDLE,
+                 rides: Callable[[], bool] | None = None):
+        params.validate()
+        self.params, self.runner, self.worker = params, runner, worker
+        self.prompt_ids, self.stop_ids, self._detokenize = prompt_ids, stop_ids, detokenize
+        self.max_new_tokens, self.name, self.tenant, self.priority = max_new_tokens, name, tenant, priority
+        self._rides = rides  # the sampled candidates' riding hint (`SampledCandidate`)
+        self.greedy: GenerationRequest | None = None
+        self.sampled: list[SampledCandidate] = []
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._fork_job = None  # a fork in a job of its own (`fork_in_job`)
+
+    def attach(self, greedy: GenerationRequest) -> None:
+        """The greedy answer's request (a session's candidates forked during a pause get it at submit)."""
+        self.greedy = greedy
+
+    @property
+    def forked(self) -> bool:
+        with self._lock:
+            return bool(self.sampled)
+
+    # -- worker side -----------------------------------------------------------
+
+    def fork(self, state: KVState) -> None:
+        """Start the sampled candidates from `state`, the greedy answer's cache
+        (at its prefill end: the prompt and its logits; or further on). Worker thread."""
+        for index in range(1, self.params.k):
+            with self._lock:
+                if self._cancelled:
+                    break
+            candidate = SampledCandidate(index, self.runner, state.share(), self.prompt_ids,
+                                         self.params.sampling(index, self.max_new_tokens), self.stop_ids,
+                                         self._rides)
+            try:
+                more = candidate.start()
+            except ValueError as exc:  # the cache moved past another prompt: no candidates
+                candidate.error, candidate.finish_reason, candidate.state, more = exc, "error", None, False
+            if more:
+                try:
+                    candidate.job = self.worker.enqueue(candidate, self.priority, f"{self.name}:candidate-{index}",
+                                                        owner=f"candidates-{id(self)}-{index}", tenant=self.tenant)
+                except BaseException as exc:  # noqa: BLE001 - a full queue fails the candidate, not the answer
+                    candidate.cancel()
+                    candidate.error, candidate.finish_reason, candidate.state = exc, "error", None
+            with self._lock:
+                self.sampled.append(candidate)
+                if self._cancelled:  # `cancel` ran meanwhile and did not see this one
+                    candidate.cancel()
+
+    def fork_in_job(self, state_of: Callable[[], KVState]) -> None:
+        """Fork from `state_of()` in a job of its own (a submit whose whole answer
+        was known ran no step to fork in); `wait` waits for it."""
+        self._fork_job = self.worker.enqueue(lambda: self.fork(state_of()) or False, Priority.SUBMIT,
+                                             f"{self.name}:fork", tenant=self.tenant)
+
+    # -- caller side -----------------------------------------------------------
+
+    def cancel(self) -> None:
+        """End every candidate (the greedy request too); their next steps finish them."""
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            sampled = list(self.sampled)
+        if self.greedy is not None:
+            self.greedy.cancel()
+        for candidate in sampled:
+            candidate.cancel()
+
+    def wait(self, timeout: float | None = None, all_candidates: bool = True) -> bool:
+        """Wait for the greedy answer and (with `all_candidates`) every sampled candidate.
+        Returns False on timeout."""
+        if self.greedy is None or not self.greedy.done.wait(timeout):
+            return False
+        if not all_candidates:
+            return True
+        if self._fork_job is not None and not self._fork_job.done.wait(timeout):
+            return False
+        with self._lock:
+            jobs = [c.job for c in self.sampled if c.job is not None]
+        return all(job.done.wait(timeout) for job in jobs)
+
+    def num_finished(self) -> int:
+        """Candidates finished so far (the greedy one included)."""
+        with self._lock:
+            sampled = list(self.sampled)
+        greedy = self.greedy is not None and self.greedy.done.is_set()
+        return int(greedy) + sum(1 for c in sampled if c.job is None or c.job.done.is_set())
+
+    def candidates(self) -> list[CandidateAnswer]:
+        """The finished candidates by index (the greedy one first; one still running is left out)."""
+        out = []
+        greedy = self.greedy
+        if greedy is not None and greedy.done.is_set():
+            failed = greedy.error is not None and greedy.finish_reason != "cancelled"
+            reason = "error" if failed else greedy.finish_reason
+            text = "" if greedy.error is not None else greedy.result().text
+            out.append(CandidateAnswer(0, text, tuple(greedy.token_ids), reason))
+        with self._lock:
+            sampled = list(self.sampled)
+        for c in sampled:
+            if c.job is not None and not c.job.done.is_set():
+                continue
+            reason = c.finish_reason or "cancelled"  # a job drained at shutdown never ran its end
+            text = self._detokenize(c.token_ids)
+            out.append(CandidateAnswer(c.index, text, tuple(c.token_ids), reason))
+        return out

@@ -1,0 +1,204 @@
+"""Candidate sets: the greedy answer unchanged, the sampled ones reproducible, all rows of one forward.
+
+float64 `random:tiny` (tests/engine_fixture.py): the same logits give the
+same samples, so "the same candidates" cannot pass by luck.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from headstart.engine.errors import InvalidInput
+from headstart.engine.requests.candidates import CandidateParams
+from headstart.engine.requests.generation import SamplingParams
+from headstart.engine.runtime import EngineRuntime
+from tests.typing_traces import QUESTIONS
+
+MAX_NEW = 10
+PARAMS = SamplingParams(max_new_tokens=MAX_NEW)
+
+
+def candidate_tokens(runtime, question: str, mode: str, cands: CandidateParams) -> dict[int, tuple[int, ...]]:
+    request = runtime.start_complete("world_1", question, mode, PARAMS, candidates=cands)
+    cset = request.candidates
+    assert cset is not None and cset.wait(120)
+    got = {c.index: c.token_ids for c in cset.candidates()}
+    assert sorted(got) == list(range(cands.k))
+    assert got[0] == tuple(request.result().token_ids)
+    return got
+
+
+def test_greedy_candidate_is_todays_answer(tiny_runtime):
+    question = QUESTIONS[0]
+    today = tiny_runtime.complete("world_1", question, "cold", MAX_NEW).token_ids
+    for mode in ("cold", "prefix"):
+        got = candidate_tokens(tiny_runtime, question, mode, CandidateParams(4, seed=3))
+        assert list(got[0]) == today
+
+
+def test_candidates_are_reproducible_and_seeded_per_index(tiny_runtime):
+    question = QUESTIONS[1]
+    four = candidate_tokens(tiny_runtime, question, "cold", CandidateParams(4, temperature=1.0, seed=11))
+    again = candidate_tokens(tiny_runtime, question, "prefix", CandidateParams(4, temperature=1.0, seed=11))
+    assert four == again  # another cache origin (P0 shared, not a cold prefill), the same candidates
+    two = candidate_tokens(tiny_runtime, question, "cold", CandidateParams(2, temperature=1.0, seed=11))
+    assert two == {0: four[0], 1: four[1]}  # K=2's candidates are K=4's first two
+    other = candidate_tokens(tiny_runtime, question, "cold", CandidateParams(4, temperature=1.0, seed=12))
+    assert other[0] == four[0] and other != four
+    assert len({four[i] for i in range(1, 4)} | {four[0]}) > 1  # sampling made other answers
+    assert all(len(tokens) <= MAX_NEW for tokens in four.values())
+
+
+def test_candidate_rows_share_one_forward(tiny_runtime, monkeypatch):
+    runner = tiny_runtime.runner
+    sizes: list[int] = []
+    original = runner.extend_rows
+
+    def counting(rows):
+        sizes.append(len(rows))
+        return original(rows)
+
+    monkeypatch.setattr(runner, "extend_rows", counting)
+    got = candidate_tokens(tiny_runtime, QUESTIONS[2], "cold", CandidateParams(4, temperature=1.0, seed=5))
+    monkeypatch.undo()
+    assert max(sizes) == 4  # the greedy decode step and three sampled ones, packed
+    decode_tokens = sum(len(t) for t in got.values())
+    # one prefill, then about one forward per token of the longest candidate, not one per candidate's token
+    assert len(sizes) <= 1 + max(len(t) for t in got.values()) + 1 < decode_tokens
+
+
+def test_one_candidate_is_todays_request(tiny_runtime):
+    request = tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS, candidates=CandidateParams(1))
+    assert request.candidates is None
+    request.result()
+
+
+def test_sampled_requests_get_no_candidates(tiny_runtime):
+    params = SamplingParams(max_new_tokens=4, temperature=0.5)
+    request = tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", params, candidates=CandidateParams(4))
+    assert request.candidates is None  # its answer is no greedy candidate
+    request.result()
+
+
+@pytest.mark.parametrize("bad", [CandidateParams(0), CandidateParams(17), CandidateParams(4, temperature=0.0),
+                                 CandidateParams(4, top_p=0.0), CandidateParams(4, temperature=float("nan"))])
+def test_bad_candidate_params_are_refused(tiny_runtime, bad):
+    with pytest.raises(InvalidInput):
+        tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS, candidates=bad)
+
+
+def test_setting_turns_candidates_on(tmp_path):
+    runtime = EngineRuntime.from_settings(model="random:tiny", dtype="float32", p0_cache_dir=tmp_path,
+                                          candidates=3, candidate_temperature=0.9)
+    try:
+        request = runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS)
+        assert request.candidates is not None and request.candidates.params.k == 3
+        assert request.candidates.wait(120)
+        assert sorted(c.index for c in request.candidates.candidates()) == [0, 1, 2]
+        float32_again = runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS).candidates
+        assert float32_again.wait(120)
+        assert [c.token_ids for c in float32_again.candidates()] == [c.token_ids for c in request.candidates.candidates()]
+    finally:
+        runtime.shutdown()
+
+
+# -- sessions: candidates decoded during the pause ------------------------------------
+
+
+def session_candidates(runtime, question: str, cands: CandidateParams, edit: str | None = None,
+                       max_new: int = MAX_NEW):
+    """Type `question` (after `edit`, if given), pause until the answer-ahead and the pause's candidates
+    ran, submit: (the candidates by index, whether the pause's set was handed over)."""
+    session = runtime.open_session("world_1", "headstart", candidates=cands)
+    try:
+        seq = 1
+        if edit is not None:
+            session.update(seq, edit)
+            session.wait_idle(60, speculation=True)
+            seq += 1
+        session.update(seq, question)
+        session.wait_idle(60, speculation=True)
+        pause_set = session.candidates._set
+        if pause_set is not None:
+            pause_set.wait(60)  # nothing attached yet: waits for nothing, sampled ones run on
+        request = session.submit(seq + 1, question, SamplingParams(max_new_tokens=max_new), candidates=cands)
+        assert request.candidates is not None and request.candidates.wait(120)
+        got = {c.index: c.token_ids for c in request.candidates.candidates()}
+        assert got[0] == tuple(request.result().token_ids)
+        return got, request.candidates is pause_set
+    finally:
+        runtime.close_session(session.session_id)
+
+
+def test_session_candidates_match_a_cold_run(tiny_runtime):
+    cands = CandidateParams(4, temperature=1.0, seed=21)
+    question = QUESTIONS[3]
+    cold = candidate_tokens(tiny_runtime, question, "cold", cands)
+    # the pause's set forks with the session's answer-ahead budget; a submit asking another length reforks
+    got, handed = session_candidates(tiny_runtime, question, cands)
+    assert got == cold and not handed
+    ahead = tiny_runtime.limits.answer_ahead_tokens
+    got, handed = session_candidates(tiny_runtime, question, cands, max_new=ahead)
+    assert handed  # the candidates decoded during the pause went on into the answer
+    long_cold = tiny_runtime.start_complete("world_1", question, "cold", SamplingParams(max_new_tokens=ahead),
+                                            candidates=cands).candidates
+    assert long_cold.wait(300)
+    assert got == {c.index: c.token_ids for c in long_cold.candidates()}
+
+
+def test_a_text_change_cancels_the_pause_candidates(tiny_runtime):
+    cands = CandidateParams(3, temperature=1.0, seed=2)
+    session = tiny_runtime.open_session("world_1", "headstart", candidates=cands)
+    try:
+        session.update(1, QUESTIONS[0])
+        session.wait_idle(60, speculation=True)
+        first = session.candidates._set
+        assert first is not None and first.forked
+        session.update(2, QUESTIONS[1])
+        assert session.candidates._set is not first and first._cancelled
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    edited, _ = session_candidates(tiny_runtime, QUESTIONS[1], cands, edit=QUESTIONS[0])
+    assert edited == candidate_tokens(tiny_runtime, QUESTIONS[1], "cold", cands)
+
+
+@pytest.mark.parametrize("mode", ["cold", "session"])
+def test_replay_reports_candidates_and_the_checker(tiny_runtime, mode):
+    from headstart.replay_modes import replay_in_mode
+    from headstart.typist import Typist
+
+    trace = Typist(wpm=2000, seed=1).trace(QUESTIONS[0])
+    seen = []
+    result = replay_in_mode(tiny_runtime, "world_1", trace, mode, max_new_tokens=MAX_NEW, wait_typing=False,
+                            speed=50.0, candidates=CandidateParams(3, seed=4),
+                            checker=lambda request: seen.append(request) or {"checked_ms": 1.0})
+    assert result.extra["checked_ms"] == 1.0 and seen[0].candidates is not None
+    assert [a["index"] for a in result.extra["candidate_answers"]] == [1, 2]
+    cold = candidate_tokens(tiny_runtime, QUESTIONS[0], "cold", CandidateParams(3, seed=4))
+    assert [tuple(seen[0].candidates.candidates()[i].token_ids) for i in range(3)] == [cold[i] for i in range(3)]
+
+
+def test_cancelling_the_request_ends_its_candidates(tiny_runtime):
+    params = SamplingParams(max_new_tokens=200)
+    request = tiny_runtime.start_complete("world_1", QUESTIONS[2], "cold", params,
+                                          candidates=CandidateParams(4, seed=9))
+    cset = request.candidates
+    while not cset.forked:  # the fork comes with the prefill
+        request.done.wait(0.01)
+    request.cancel()
+    assert cset.wait(60)
+    reasons = {c.index: c.finish_reason for c in cset.candidates()}
+    assert reasons[0] == "cancelled"
+    assert all(len(c.token_ids) < 200 for c in cset.candidates())  # none decoded to its end
+
+
+def test_closing_the_session_ends_the_pause_candidates(tiny_runtime):
+    session = tiny_runtime.open_session("world_1", "headstart", candidates=CandidateParams(3, seed=5))
+    session.update(1, QUESTIONS[0])
+    session.wait_idle(60, speculation=True)
+    pause = session.candidates._set
+    assert pause is not None and pause.forked
+    tiny_runtime.close_session(session.session_id)
+    assert pause._cancelled
+    for candidate in pause.sampled:
+        assert candidate.job.done.wait(60)
