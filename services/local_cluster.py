@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.engine.loopback import BIND_HOST_ENV
+from services.engine.ray_stack import LOCAL_ONLY_ENV
 from services.engine.ray_auth import MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV
 from services.private_dir import PrivateDir
 
@@ -99,8 +100,10 @@ class LocalCluster:
         return self._temp
 
     def client_env(self) -> dict[str, str]:
-        """Environment a driver of this cluster needs (Ray's token auth)."""
-        return {MODE_ENV: "token", TOKEN_PATH_ENV: str(self._auth.path / "ray-auth-token")}
+        """Environment a driver or node of this cluster needs: Ray's token auth, and Ray's multi-node
+        switch on (a process that ran a one-node stack before turned it off in its own environment,
+        `keep_ray_on_loopback`, and `ray start --address` then refuses to join)."""
+        return {MODE_ENV: "token", TOKEN_PATH_ENV: str(self._auth.path / "ray-auth-token"), LOCAL_ONLY_ENV: "1"}
 
     def start(self) -> LocalCluster:
         if self.num_nodes < 1:
