@@ -43,7 +43,8 @@ ensure_venv() {
   "$VENV/bin/headstart" model path >/dev/null
 }
 
-# The test suite drives real parts: Redis, PostgreSQL and a headless Chromium.
+# The test suite drives real parts: Redis, PostgreSQL and a headless Chromium (and strace,
+# which slows Redis's fsync for the durability tests).
 # Install the missing ones from Debian when we can (root + apt-get); without
 # them the tests that need them skip with a reason.
 ensure_test_services() {
@@ -51,6 +52,7 @@ ensure_test_services() {
   command -v redis-server >/dev/null || command -v valkey-server >/dev/null || missing+=(redis-server)
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
   command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  command -v strace >/dev/null || missing+=(strace)
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} with apt-get (used by the integration tests)" >&2
