@@ -416,13 +416,17 @@ def test_a_waiting_query_does_not_hold_the_event_loop(replica, tiny_runtime):
     assert {f.result(DEADLINE_S).question for f in pending} == {QUESTION}
 
 
-def quiet_charge(runtime, timeout: float = DEADLINE_S) -> int:
-    """The KV bytes charged once the worker is idle and two readings 0.2 s apart agree."""
+def unevictable_charge(runtime, timeout: float = DEADLINE_S) -> int:
+    """The KV bytes charged, less the idle typing sessions' (admission may evict those), read once
+    the worker is idle and two readings 0.2 s apart agree."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         idle = runtime.worker.num_queued == 0 and runtime.worker.num_running == 0
-        charged = runtime.sessions.kv_usage().charged_bytes
+        table = runtime.sessions
+        with table._lock:
+            evictable = sum(s.kv_state.nbytes() for s in table._sessions.values() if s.is_idle())
+            charged = table._usage_locked().charged_bytes - evictable
         if idle and charged == last:
             return charged
         last = charged if idle else None
@@ -437,9 +441,9 @@ def test_past_the_kv_budget_is_resource_exhausted(replica, tiny_runtime):
     open_session(stub, sid, retention="shift", retention_tokens=2000)
     memory = tiny_runtime.kv_memory
     try:
-        # charged at a quiet moment: an earlier test's session still closing would free its bytes
-        # after the reading and leave this push room (seen under load)
-        memory.budget_bytes = quiet_charge(tiny_runtime) + 20 * memory.bytes_per_token
+        # what stays charged once every idle typing session is evicted (the runtime is shared: other
+        # tests' idle sessions, evicted to make room, left this push room in a full run)
+        memory.budget_bytes = unevictable_charge(tiny_runtime) + 20 * memory.bytes_per_token
         err = rpc_error(lambda: open_session(stub, "d-" + uuid.uuid4().hex))
         assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "KV budget" in err.details()
         err = rpc_error(lambda: stub.DataPush(engine_pb2.DataPushRequest(session_id=sid, rows=wire_rows(0, 6)),

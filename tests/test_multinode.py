@@ -168,7 +168,11 @@ def test_worker_node_back_then_killed_mid_answer_answers_or_fails_retryably(two_
     """The killed node started again gets its replica back; killed again while a session on it
     streams its answer: the whole answer (as cold, no token twice) from the head, or a retryable
     UNAVAILABLE, never a hang."""
-    two_nodes.cluster.restart_node(1)
+    cluster = two_nodes.cluster
+    if not cluster.nodes[1].killed:  # this cluster's kill test did not run before it (alone, or a fresh fixture)
+        assert cluster.kill_node(1)
+        time.sleep(8)  # the head declares the lost node dead after about 5 s (its health checks)
+    cluster.restart_node(1)
     _wait_replica_on(two_nodes, 1)
     question, max_new = QUESTIONS[3], 160
     expected = tiny_runtime.complete("world_1", question, "cold", max_new).token_ids
