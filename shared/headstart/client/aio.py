@@ -61,8 +61,7 @@ class AsyncHeadstartClient(AsyncDataMethods):
                     return reader.answer()
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        raise ApiError("INTERNAL", "the stream ended without a result" if reader.result is None
-                       else "the stream ended without the checked choice")
+        raise reader.ended_early()
 
     async def typing(self, db: str = "", session_id: str = "", candidates: object = None) -> "AsyncTypingSession":
         session = AsyncTypingSession(self.stub, self.metadata, self.timeout_s, self.reconnect_timeout_s)

@@ -53,6 +53,11 @@ class AnswerReader:
             self.choice = response.choice
         return self.result is not None and (self.result.num_candidates < 2 or self.choice is not None)
 
+    def ended_early(self) -> ApiError:
+        """The error of a stream that ended before its result (or its owed choice)."""
+        return ApiError("INTERNAL", "the stream ended without a result" if self.result is None
+                        else "the stream ended without the checked choice")
+
     def answer(self) -> CheckedAnswer:
         return CheckedAnswer(self.result, self.choice)
 
@@ -119,8 +124,7 @@ class HeadstartClient(DataMethods):
                     return reader.answer()
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        raise ApiError("INTERNAL", "the stream ended without a result" if reader.result is None
-                       else "the stream ended without the checked choice")
+        raise reader.ended_early()
 
     def typing(self, db: str = "", session_id: str = "", candidates: object = None) -> "TypingSession":
         """Open a `Type` stream: on a new session for `db` (whose pauses decode `candidates`;
