@@ -242,6 +242,7 @@ def _report(rows: list[dict], decode_ms: float, config: dict, peer_decode: dict 
         if "llamacpp" in modes:  # ratios to the peer engine: < 1 is faster than llama.cpp
             stats["p50_vs_llamacpp"] = stats["p50_ms"] / modes["llamacpp"]["p50_ms"]
             stats["total_p50_vs_llamacpp"] = stats["total_p50_ms"] / modes["llamacpp"]["total_p50_ms"]
+            ttft_checked.vs_peer(stats, modes["llamacpp"]["total_p50_ms"])
     peer = [r for r in rows if r["mode"] not in MODES]
     peer_step = None if peer_decode is None else (peer_decode.get("decode_step_ms")
                                                   or peer_decode.get("server_decode_step_ms"))

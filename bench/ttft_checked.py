@@ -35,8 +35,12 @@ def candidate_params(k: int, wait_all: bool, seed: int) -> CandidateParams | Non
 
 
 def row_fields(extra: dict) -> dict:
-    """A bench row's `checked_*` fields from a result's `extra`."""
-    return {k: v for k, v in extra.items() if k.startswith("checked_")}
+    """A bench row's `checked_*` fields from a result's `extra`, and whether every
+    candidate had ended before Enter (`checked_ready_at_enter`: nothing left to decode)."""
+    fields = {k: v for k, v in extra.items() if k.startswith("checked_")}
+    if "checked_ms" in fields and extra.get("candidates_ready_at_submit") is not None:
+        fields["checked_ready_at_enter"] = extra["candidates_ready_at_submit"] >= extra["candidates_k"]
+    return fields
 
 
 def mode_stats(rows: list[dict]) -> dict:
@@ -50,15 +54,24 @@ def mode_stats(rows: list[dict]) -> dict:
             "checked_p50_vs_greedy_complete": summary["p50_ms"] / totals["p50_ms"],
             "checked_changed_rate": sum(r["checked_index"] != 0 for r in rows) / len(rows),
             "checked_candidates_mean": sum(r["checked_candidates"] for r in rows) / len(rows),
-            "checked_all_failed": sum(r["checked_agreed"] == 0 for r in rows)}
+            "checked_all_failed": sum(r["checked_agreed"] == 0 for r in rows),
+            "checked_ready_at_enter_rate": sum(bool(r.get("checked_ready_at_enter")) for r in rows) / len(rows)}
+
+
+def vs_peer(stats: dict, peer_total_p50_ms: float) -> None:
+    """The checked answer's p50 against the peer's greedy complete answer (`checked_p50_vs_llamacpp`)."""
+    if "checked_p50_ms" in stats:
+        stats["checked_p50_vs_llamacpp"] = stats["checked_p50_ms"] / peer_total_p50_ms
 
 
 HEADER = ["checked p50 ms", "checked p99 ms", "checked p50/greedy complete", "candidates checked (mean)",
-          "choice changed"]
+          "choice changed", "all candidates done at Enter", "checked p50/llamacpp complete"]
 
 
 def table_cells(stats: dict) -> list:
     if "checked_p50_ms" not in stats:
         return []
+    peer = stats.get("checked_p50_vs_llamacpp")
     return [stats["checked_p50_ms"], stats["checked_p99_ms"], f"{stats['checked_p50_vs_greedy_complete']:.2f}",
-            f"{stats['checked_candidates_mean']:.1f}", f"{stats['checked_changed_rate']:.0%}"]
+            f"{stats['checked_candidates_mean']:.1f}", f"{stats['checked_changed_rate']:.0%}",
+            f"{stats['checked_ready_at_enter_rate']:.0%}", "-" if peer is None else f"{peer:.3f}"]

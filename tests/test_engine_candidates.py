@@ -174,6 +174,7 @@ def test_replay_reports_candidates_and_the_checker(tiny_runtime, mode):
                             checker=lambda request: seen.append(request) or {"checked_ms": 1.0})
     assert result.extra["checked_ms"] == 1.0 and seen[0].candidates is not None
     assert [a["index"] for a in result.extra["candidate_answers"]] == [1, 2]
+    assert result.extra["candidates_k"] == 3 and 0 <= result.extra["candidates_ready_at_submit"] <= 3
     cold = candidate_tokens(tiny_runtime, QUESTIONS[0], "cold", CandidateParams(3, seed=4))
     assert [tuple(seen[0].candidates.candidates()[i].token_ids) for i in range(3)] == [cold[i] for i in range(3)]
 

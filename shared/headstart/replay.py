@@ -43,13 +43,17 @@ def replay_trace(session: Session, trace: Trace, params: SamplingParams = Sampli
 
 def with_candidates(request: GenerationRequest, checker: Callable[[GenerationRequest], dict] | None = None,
                     ) -> SubmitResult:
-    """`request`'s result; `checker`'s fields, then (for a candidate set) every candidate's answer in `extra`."""
+    """`request`'s result; `checker`'s fields, then (for a candidate set) every candidate's answer in `extra`
+    and how many candidates (the greedy one included) were finished when it was called, at Enter."""
+    ready = request.candidates.num_finished() if request.candidates is not None else None
     result = request.result()
     if checker is not None:
         result.extra.update(checker(request))
     if request.candidates is not None:
         request.candidates.wait()
         result.extra["candidates_done_ms"] = (time.perf_counter() - request.started) * 1000.0
+        result.extra["candidates_ready_at_submit"] = ready  # of params.k
+        result.extra["candidates_k"] = request.candidates.params.k
         result.extra["candidate_answers"] = [
             {"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "num_tokens": len(c.token_ids)}
             for c in request.candidates.candidates() if c.index > 0]

@@ -26,7 +26,7 @@ replica's metrics see them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -90,13 +90,15 @@ class KVMemory:
     def session_reserve_bytes(self) -> int:
         return self.session_reserve_tokens * self.bytes_per_token
 
-    def usage(self, session_states: Iterable[KVState], stored: Iterable[KVState] = (),
+    def usage(self, session_states: Iterable[KVState | Sequence[KVState]], stored: Iterable[KVState] = (),
               holders: Iterable[KVHolder] = ()) -> KVUsage:
         """Bytes held by these sessions' caches, the stored P0 caches and the
         other holders. Counted by pool block (`block_pool`): a block several
         caches list (a P0 and the sessions on it) is counted once, as shared;
         a session's private bytes are its tokens in the blocks it allocated
-        or copied (`KVState.nbytes`)."""
+        or copied (`KVState.nbytes`). A session given as several states (its
+        cache and its candidates' shares of it) is charged the blocks each of
+        them allocated: a candidate's copied-on-write blocks are its session's."""
         shared: dict[tuple[int, int], int] = {}  # (pool, block) -> tokens held in it, counted once
         token_bytes = 0
         stored, session_states = list(stored), list(session_states)
@@ -105,15 +107,18 @@ class KVMemory:
                 shared[block] = max(shared.get(block, 0), tokens)
             token_bytes = token_bytes or state.token_bytes()
         private, charged, count = 0, 0, 0
-        for state in session_states:
+        flat: list[KVState] = []
+        for states in session_states:
             count += 1
             own = 0
-            for block, tokens, borrowed in _blocks(state):
-                if borrowed or block in shared:
-                    shared[block] = max(shared.get(block, 0), tokens)
-                else:
-                    own += tokens
-            token_bytes = token_bytes or state.token_bytes()
+            for state in [states] if isinstance(states, KVState) else states:
+                flat.append(state)
+                for block, tokens, borrowed in _blocks(state):
+                    if borrowed or block in shared:
+                        shared[block] = max(shared.get(block, 0), tokens)
+                    else:
+                        own += tokens
+                token_bytes = token_bytes or state.token_bytes()
             private += own * token_bytes
             charged += max(own * token_bytes, self.session_reserve_bytes)
         data, num_data = 0, 0
@@ -122,7 +127,7 @@ class KVMemory:
             data += holder.kv_bytes()
             charged += holder.charged_bytes()
         shared_total = sum(shared.values()) * token_bytes
-        pools = {id(s.cache.pool): s.cache.pool for s in [*stored, *session_states]
+        pools = {id(s.cache.pool): s.cache.pool for s in [*stored, *flat]
                  if s.cache is not None and s.cache.pool is not None}
         blocks = [pool.stats() for pool in pools.values()]
         return KVUsage(self.budget_bytes, private, shared_total, count, shared_total + charged, data, num_data,

@@ -170,6 +170,11 @@ class CandidateSet:
             jobs = [c.job for c in self.sampled if c.job is not None]
         return all(job.done.wait(timeout) for job in jobs)
 
+    def states(self) -> list[KVState]:
+        """The sampled candidates' caches still held (accounting: read-only)."""
+        with self._lock:
+            return [c.state for c in self.sampled if c.state is not None]
+
     def num_finished(self) -> int:
         """Candidates finished so far (the greedy one included)."""
         with self._lock:

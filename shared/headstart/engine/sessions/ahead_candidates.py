@@ -53,6 +53,11 @@ class AheadCandidates:
         with self._lock:
             self._set, self._prompt = cset, list(prompt_ids)
 
+    def states(self) -> list:
+        """The pause's candidates' caches still held (accounting: read-only)."""
+        cset = self._set
+        return cset.states() if cset is not None else []
+
     def cancel(self) -> None:
         """The text changed (or the session closed): the pause's candidates end."""
         with self._lock:

@@ -11,14 +11,12 @@ extensions are never queued). Caught up, its answer-ahead job
 tokens the policy asked for, found by the longest common prefix, so the
 generated tokens equal those of a cold prefill of the final prompt.
 
-The session's state is one `SessionState` (transitions listed once in
-`headstart.engine.states`), changed only by `_set`, under its lock. The
-caller-side methods are thread-safe and never block on model work, except
-`submit(...).result()` and `wait_idle()`. Its jobs run on the worker thread
-and change its state only through the worker-side methods below
-(`read_snapshot`, `after_typing`, `read_ahead_step`, `after_ahead_step`).
-A step's row stops between decoder layers when a newer snapshot supersedes
-it or a more urgent job elsewhere asks (`should_stop`).
+The session's state is one `SessionState` (transitions listed once in `headstart.engine.states`),
+changed only by `_set`, under its lock. The caller-side methods are thread-safe and never block
+on model work, except `submit(...).result()` and `wait_idle()`. Its jobs run on the worker
+thread and change its state only through the worker-side methods below (`read_snapshot`,
+`after_typing`, `read_ahead_step`, `after_ahead_step`). A step's row stops between decoder
+layers when a newer snapshot supersedes it or a more urgent job elsewhere asks (`should_stop`).
 """
 
 from __future__ import annotations
@@ -201,10 +199,12 @@ class Session:
             return self.status not in (S.TYPING_DIRTY, S.PREFILLING, S.GENERATING)
 
     @property
-    def kv_state(self) -> KVState:
-        """The session's cache (for accounting: read-only, owned by the worker)."""
-        return self._kv
+    def kv_states(self) -> list[KVState]:
+        """Its cache and its candidates' (the pause's, the running answer's): what its budget charge counts."""
+        cset = getattr(self._generation, "candidates", None)
+        return [self._kv, *self.candidates.states(), *(cset.states() if cset is not None else [])]
 
+    kv_state = property(lambda self: self._kv, doc="The session's cache (accounting: read-only, the worker's).")
     closed = property(lambda self: self.status is S.CLOSED)
 
     def stats(self) -> SessionStats:

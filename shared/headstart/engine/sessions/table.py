@@ -145,7 +145,7 @@ class SessionTable:
 
     def _usage_locked(self) -> KVUsage:
         memory = self.memory or KVMemory(0, 1)
-        return memory.usage([s.kv_state for s in self._sessions.values()], self._stored(), self._holders.values())
+        return memory.usage([s.kv_states for s in self._sessions.values()], self._stored(), self._holders.values())
 
     def memory_bytes(self) -> int:
         with self._lock:
