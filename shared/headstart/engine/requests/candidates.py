@@ -131,8 +131,7 @@ class CandidateSet:
             with self._lock:
                 if self._cancelled:
                     break
-            with self._lock:
-                max_new_tokens = self.max_new_tokens
+                max_new_tokens = self.max_new_tokens  # a submit's, once one took the set over
             candidate = SampledCandidate(index, self.runner, state.share(), self.prompt_ids,
                                          self.params.sampling(index, max_new_tokens), self.stop_ids, self._rides)
             try:
