@@ -239,6 +239,24 @@ def bench_prompt_lookup(
         fail(str(exc))
 
 
+@bench_app.command("candidate-rows")
+def bench_candidate_rows(
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
+    k: list[int] = typer.Option([1, 2, 4, 8], help="candidate rows per decode step (repeat the option)"),
+    rounds: int = typer.Option(7, help="rounds (levels and K alternating); the median is reported"),
+    steps: int = typer.Option(3, help="decode steps timed per round and case"),
+    threads: Optional[int] = typer.Option(1),
+    out: Path = typer.Option(Path("bench-out/candidate-rows")),
+):
+    """One decode step of K candidate rows from a shared Spider prompt, per kernel level: ms per step and per row."""
+    from bench.candidate_rows import run_candidate_rows_bench
+
+    try:
+        run_candidate_rows_bench(model, out, threads, rounds, steps, tuple(k))
+    except ValueError as exc:
+        fail(str(exc))
+
+
 @bench_app.command("tables")
 def bench_tables(
     dataset: str = typer.Option("spider-dev", help="spider-dev | bird-dev"),

@@ -6,6 +6,9 @@ same samples, so "the same candidates" cannot pass by luck.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from headstart.engine.errors import InvalidInput
@@ -134,9 +137,9 @@ def test_session_candidates_match_a_cold_run(tiny_runtime):
     cands = CandidateParams(4, temperature=1.0, seed=21)
     question = QUESTIONS[3]
     cold = candidate_tokens(tiny_runtime, question, "cold", cands)
-    # the pause's set forks with the session's answer-ahead budget; a submit asking another length reforks
+    # the pause's set forks with the session's answer-ahead budget; a submit of a smaller cap takes it, cut there
     got, handed = session_candidates(tiny_runtime, question, cands)
-    assert got == cold and not handed
+    assert got == cold and handed
     ahead = tiny_runtime.limits.answer_ahead_tokens
     got, handed = session_candidates(tiny_runtime, question, cands, max_new=ahead)
     assert handed  # the candidates decoded during the pause went on into the answer
@@ -203,3 +206,99 @@ def test_closing_the_session_ends_the_pause_candidates(tiny_runtime):
     assert pause._cancelled
     for candidate in pause.sampled:
         assert candidate.job.done.wait(60)
+
+
+# -- a submit of a smaller cap than the pause's takes the pause's candidates, cut at its cap -----
+
+
+def cold_answers(runtime, question: str, cands: CandidateParams, max_new: int):
+    request = runtime.start_complete("world_1", question, "cold", SamplingParams(max_new_tokens=max_new),
+                                     candidates=cands)
+    assert request.candidates.wait(120)
+    return request.candidates.candidates()
+
+
+def checked(answers) -> dict:
+    from headstart.candidates import Candidate, CandidateRunner, choose
+    from headstart.paths import default_spider_dir
+
+    runner = CandidateRunner()
+    try:
+        world = default_spider_dir() / "database" / "world_1" / "world_1.sqlite"
+        return choose(runner.run(world, [Candidate.of(a) for a in answers])).to_dict()
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize("max_new", [1, MAX_NEW])
+def test_a_smaller_submit_cap_cuts_the_pause_candidates_decoded_past_it(tiny_runtime, max_new):
+    cands = CandidateParams(4, temperature=1.0, seed=31)
+    question = QUESTIONS[2]
+    session = tiny_runtime.open_session("world_1", "headstart", candidates=cands)
+    try:
+        session.update(1, question)
+        session.wait_idle(60, speculation=True)
+        pause = session.candidates._set
+        assert pause is not None and pause.forked and pause.max_new_tokens > max_new
+        for c in pause.sampled:  # every pause candidate ran to its end, past the submit's cap
+            assert c.job.done.wait(120)
+        decoded = [len(c.token_ids) for c in pause.sampled]
+        assert min(decoded) > max_new
+        request = session.submit(2, question, SamplingParams(max_new_tokens=max_new), candidates=cands)
+        assert request.candidates is pause  # handed over, not decoded again
+        assert pause.wait(120)
+        assert [len(c.token_ids) for c in pause.sampled] == decoded  # no sampled step ran after the submit
+        assert pause.num_ahead_tokens == (cands.k - 1) * max_new
+        got = pause.candidates()
+    finally:
+        tiny_runtime.close_session(session.session_id)
+    cold = cold_answers(tiny_runtime, question, cands, max_new)
+    assert [(a.index, a.token_ids, a.finish_reason, a.text) for a in got] == \
+        [(a.index, a.token_ids, a.finish_reason, a.text) for a in cold]
+    assert all(a.finish_reason == "length" and len(a.token_ids) == max_new for a in got)
+    assert checked(got) == checked(cold)
+
+
+def test_a_smaller_submit_cap_stops_the_pause_candidates_still_running_at_it(tiny_runtime, monkeypatch):
+    from headstart.engine.requests.sampled import SampledCandidate
+
+    cands = CandidateParams(3, temperature=1.0, seed=41)
+    question, max_new = QUESTIONS[1], 4
+    gate = threading.Event()
+    step = SampledCandidate.step
+
+    def held(self):  # the pause's candidates wait at their first step until the submit took them
+        gate.wait(60)
+        return step(self)
+
+    monkeypatch.setattr(SampledCandidate, "step", held)
+    session = tiny_runtime.open_session("world_1", "headstart", candidates=cands)
+    try:
+        session.update(1, question)
+        deadline = time.monotonic() + 60
+        while (pause := session.candidates._set) is None or len(pause.sampled) < cands.k - 1:
+            assert time.monotonic() < deadline, "the pause's candidates never forked"
+            time.sleep(0.01)
+        assert all(len(c.token_ids) == 1 for c in pause.sampled)  # the first token, from the prompt's logits
+        request = session.submit(2, question, SamplingParams(max_new_tokens=max_new), candidates=cands)
+        assert request.candidates is pause
+        gate.set()
+        assert pause.wait(120)
+        got = pause.candidates()
+        assert pause.num_ahead_tokens == cands.k - 1
+    finally:
+        gate.set()
+        tiny_runtime.close_session(session.session_id)
+    monkeypatch.undo()
+    cold = cold_answers(tiny_runtime, question, cands, max_new)
+    assert [(a.index, a.token_ids, a.finish_reason) for a in got] == \
+        [(a.index, a.token_ids, a.finish_reason) for a in cold]
+    assert all(len(c.token_ids) == max_new for c in pause.sampled)  # stopped at the cap, not at the pause's
+    assert checked(got) == checked(cold)
+
+
+def test_a_larger_submit_cap_decodes_new_candidates(tiny_runtime):
+    cands = CandidateParams(3, temperature=1.0, seed=51)
+    ahead = tiny_runtime.limits.answer_ahead_tokens
+    _, handed = session_candidates(tiny_runtime, QUESTIONS[0], cands, max_new=ahead + 1)
+    assert not handed  # the pause's stopped at its cap: a longer answer is decoded anew

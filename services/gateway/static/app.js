@@ -85,9 +85,7 @@ function onKey(ev) {
   sql = "";
   $("sql").textContent = ""; $("ttft").textContent = "generating…"; $("computed").textContent = "";
   $("checked").textContent = ""; $("rows").replaceChildren(); $("run").disabled = true; setError("");
-  // the cap the engine decodes ahead with during a pause (HEADSTART_ANSWER_AHEAD_TOKENS' default): a
-  // submit with the same cap takes the pause's candidates instead of decoding them again (answers end at EOS)
-  const submit = { type: "submit", seq: submittedSeq, text, max_new_tokens: 256 };
+  const submit = { type: "submit", seq: submittedSeq, text, max_new_tokens: 128 };
   if (params.has("candidates")) {
     submit.candidates = { k: Number(params.get("candidates")), wait_all: params.get("wait_all") === "1" };
   }

@@ -8,8 +8,9 @@ once, each candidate's own blocks from its first write: copy on write,
 and decodes one token per step as a `SampledCandidate`
 (`requests.sampled`). The greedy request goes on untouched, so its tokens
 are today's answer. Candidate `i` is seeded `seed + i` (a
-`torch.Generator` each): the set is reproducible, and the first k of a set
-of K are the set of k.
+`torch.Generator` each): the set is reproducible, the first k of a set
+of K are the set of k, and the first n tokens of a candidate decoded to a
+longer cap are those decoded to a cap of n (`hand_over`).
 
 The sampled candidates are queued at IDLE, the answer-ahead class: their
 decode steps ride in the forwards the greedy answer's steps head (one
@@ -99,10 +100,22 @@ class CandidateSet:
         self._lock = threading.Lock()
         self._cancelled = False
         self._fork_job = None  # a fork in a job of its own (`fork_in_job`)
+        self.num_ahead_tokens = 0  # sampled tokens decoded before a submit took the set over (`hand_over`)
 
     def attach(self, greedy: GenerationRequest) -> None:
         """The greedy answer's request (a session's candidates forked during a pause get it at submit)."""
         self.greedy = greedy
+
+    def hand_over(self, max_new_tokens: int) -> None:
+        """A submit takes this set (decoded during a pause) over (any thread): the cap drops to
+        the submit's `max_new_tokens`, each candidate cut there (`SampledCandidate.answer`), so
+        the set is the one a run to that cap decodes; `num_ahead_tokens` counts what it kept."""
+        with self._lock:
+            self.max_new_tokens = min(self.max_new_tokens, max_new_tokens)
+            sampled = list(self.sampled)
+        for candidate in sampled:
+            candidate.cap(max_new_tokens)
+        self.num_ahead_tokens = sum(min(len(c.token_ids), c.max_new_tokens) for c in sampled)
 
     @property
     def forked(self) -> bool:
@@ -118,9 +131,9 @@ class CandidateSet:
             with self._lock:
                 if self._cancelled:
                     break
+                max_new_tokens = self.max_new_tokens  # a submit's, once one took the set over
             candidate = SampledCandidate(index, self.runner, state.share(), self.prompt_ids,
-                                         self.params.sampling(index, self.max_new_tokens), self.stop_ids,
-                                         self._rides)
+                                         self.params.sampling(index, max_new_tokens), self.stop_ids, self._rides)
             try:
                 more = candidate.start()
             except ValueError as exc:  # the cache moved past another prompt: no candidates
@@ -134,6 +147,7 @@ class CandidateSet:
                     candidate.error, candidate.finish_reason, candidate.state = exc, "error", None
             with self._lock:
                 self.sampled.append(candidate)
+                candidate.cap(self.max_new_tokens)  # a `hand_over` that ran meanwhile did not see this one
                 if self._cancelled:  # `cancel` ran meanwhile and did not see this one
                     candidate.cancel()
 
@@ -167,8 +181,8 @@ class CandidateSet:
         if self._fork_job is not None and not self._fork_job.done.wait(timeout):
             return False
         with self._lock:
-            jobs = [c.job for c in self.sampled if c.job is not None]
-        return all(job.done.wait(timeout) for job in jobs)
+            running = [c for c in self.sampled if not _finished(c)]
+        return all(_finished(c) or c.job.done.wait(timeout) for c in running)
 
     def states(self) -> list[KVState]:
         """The sampled candidates' caches still held (accounting: read-only)."""
@@ -180,7 +194,7 @@ class CandidateSet:
         with self._lock:
             sampled = list(self.sampled)
         greedy = self.greedy is not None and self.greedy.done.is_set()
-        return int(greedy) + sum(1 for c in sampled if c.job is None or c.job.done.is_set())
+        return int(greedy) + sum(1 for c in sampled if _finished(c))
 
     def candidates(self) -> list[CandidateAnswer]:
         """The finished candidates by index (the greedy one first; one still running is left out)."""
@@ -194,9 +208,12 @@ class CandidateSet:
         with self._lock:
             sampled = list(self.sampled)
         for c in sampled:
-            if c.job is not None and not c.job.done.is_set():
-                continue
-            reason = c.finish_reason or "cancelled"  # a job drained at shutdown never ran its end
-            text = self._detokenize(c.token_ids)
-            out.append(CandidateAnswer(c.index, text, tuple(c.token_ids), reason))
+            if _finished(c):
+                tokens, reason = c.answer()
+                out.append(CandidateAnswer(c.index, self._detokenize(list(tokens)), tokens, reason))
         return out
+
+
+def _finished(candidate: SampledCandidate) -> bool:
+    """Its job ended, or it reached its cap (a submit's, lower than the pause's: its next step ends it)."""
+    return candidate.job is None or candidate.job.done.is_set() or candidate.reached_cap()

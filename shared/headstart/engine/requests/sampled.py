@@ -10,7 +10,11 @@ the prompt less its last token, and its first step is a decode step of
 that token, whose logits are the prompt's. Each further step is the one
 decode step (`requests.decode_step`) with its own seeded `Sampler`. Its decode steps are rows of the same
 packed forwards as the greedy answer's. It ends at an end-of-turn token or
-`max_new_tokens`.
+`max_new_tokens`, which a submit may lower (`cap`) when it takes over a
+candidate decoded during a pause to a longer cap: its answer is then its
+first `max_new_tokens` tokens (`answer`), as a run to that cap would have
+decoded them (its sampler is seeded per candidate and draws once per token,
+whatever the cap).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class SampledCandidate(JobWork):
         self.index, self.runner, self.state, self.params = index, runner, state, params
         self.prompt_ids, self._rides = prompt_ids, rides
         self.stop_ids = stop_ids
+        self.max_new_tokens = params.max_new_tokens  # lowered by `cap`, from any thread
         self.sampler = Sampler(params, prompt_ids, stop_ids)
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None  # set once it ends: stop, length, cancelled, error
@@ -71,6 +76,22 @@ class SampledCandidate(JobWork):
         """Ask it to end: its next step ends it as cancelled (any thread)."""
         self._cancel_asked = True
 
+    def cap(self, max_new_tokens: int) -> None:
+        """Lower its cap (any thread): past it, its next step ends it, and `answer` cuts it there."""
+        self.max_new_tokens = min(self.max_new_tokens, max_new_tokens)
+
+    def reached_cap(self) -> bool:
+        """Whether its answer is complete at its cap (its tokens up to the cap never change again)."""
+        return len(self.token_ids) >= self.max_new_tokens
+
+    def answer(self) -> tuple[tuple[int, ...], str]:
+        """Its tokens and finish reason, cut at its cap: past it, the first `max_new_tokens`
+        tokens and "length", whatever came after (the cap came first)."""
+        cap, tokens = self.max_new_tokens, list(self.token_ids)
+        if len(tokens) >= cap:
+            return tuple(tokens[:cap]), "length"
+        return tuple(tokens), self.finish_reason or "cancelled"  # a job drained at shutdown never ran its end
+
     # -- the scheduler's hints -------------------------------------------------
 
     def decoding(self) -> bool:
@@ -85,6 +106,8 @@ class SampledCandidate(JobWork):
     def step(self) -> "Row | bool":
         if self._cancel_asked:
             return self._end("cancelled", Cancelled("candidate cancelled"))
+        if self.reached_cap():  # capped by a submit below what it had decoded
+            return self._end("length")
         job = self.job
         return decode_row(self.runner, self.state, self._last, lambda: job is not None and job.preempt_requested)
 
@@ -107,7 +130,7 @@ class SampledCandidate(JobWork):
         self.token_ids.append(token)
         self.sampler.observe(token)
         self._last = token
-        if len(self.token_ids) >= self.params.max_new_tokens:
+        if len(self.token_ids) >= self.max_new_tokens:
             self.finish_reason = "length"
             return False
         return True

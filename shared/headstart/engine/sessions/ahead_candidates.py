@@ -7,11 +7,13 @@ K-1 sampled candidates of a `CandidateSet` from that cache
 others' forwards only once the text reads as a finished question
 (`policy.looks_complete`, the rule `AheadWork` follows). A text change
 cancels them (`cancel`). At submit, `for_submit` hands them over when the
-submit asks the same candidates of the same prompt (the ones not finished
-go on); else it cancels them and returns a new set that forks from the
-submit's cache once its prefill ends (or at once, past the answer decoded ahead).
-Being seeded per index, candidates forked during a pause are those a cold
-request would decode.
+submit asks the same candidates of the same prompt, up to a cap no longer
+than the pause's (the answer-ahead's): each is cut at the submit's cap, the
+ones not finished go on to it; else it cancels them and returns a new set
+that forks from the submit's cache once its prefill ends (or at once, past
+the answer decoded ahead). Being seeded per index and drawing once per
+token, candidates forked during a pause are those a cold request would
+decode, and their first n tokens those a cold request capped at n would.
 """
 
 from __future__ import annotations
@@ -78,10 +80,11 @@ class AheadCandidates:
         with self._lock:
             cset = self._set
             same = (cset is not None and self._prompt == prompt_ids and cset.params == wanted
-                    and cset.max_new_tokens == params.max_new_tokens)
+                    and cset.max_new_tokens >= params.max_new_tokens)
             if same:
                 self._set = None
-        if same:
+        if same:  # cut at the submit's cap, as the greedy answer's tokens decoded ahead are
+            cset.hand_over(params.max_new_tokens)
             return cset
         self.cancel()
         return self._new_set(wanted, prompt_ids, params.max_new_tokens)
