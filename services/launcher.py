@@ -21,6 +21,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlparse
 
 from headstart.config import EngineSettings
@@ -70,7 +71,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
                   table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,
                   default_max_new_tokens: int | None = None, openai_database: str = "", block: bool = True,
                   ray_address: str | None = None, replica_resource: str | None = None,
-                  say=print) -> LocalStack | None:
+                  say=print, on_ready: Callable[[LocalStack], None] | None = None,
+                  quiet: bool = False) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
     Args:
@@ -88,6 +90,9 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
             this process must run on one of its nodes (see `connect_ray`).
         replica_resource: a Ray custom resource each replica asks one unit of (a cluster whose
             nodes have one each gets one replica per node).
+        on_ready: called with the stack once the gateway accepts connections (its page answers).
+        quiet: Ray's and Serve's own log lines (INFO, and the shutdown warnings) off the terminal,
+            for `headstart demo`: only what this stack says is printed.
     """
     token_map = parse_token_specs(tokens or [])
     if not token_map and host not in LOOPBACK:
@@ -145,6 +150,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
                        gateway, redis_url, redis_server, watchdog, stack_exit)
     say(f"headstart is up: page {stack.http_url}/  health {stack.http_url}/healthz  "
         f"gRPC {stack.grpc_target}  (Ctrl-C stops)")
+    if on_ready is not None:
+        on_ready(stack)
     if not block:
         return stack
     _wait_for_signal()
