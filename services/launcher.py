@@ -26,7 +26,8 @@ from urllib.parse import urlparse
 
 from headstart.config import EngineSettings
 from services.engine.guard import configured_secret, generate_secret
-from services.engine.ray_stack import connect_ray, free_port, start_engine, start_ray, stop_engine
+from services.engine.ray_stack import (connect_ray, free_port, start_engine, start_ray, stop_engine,
+                                      stop_local_engine)
 from services.flash.local import start_local_worker
 from services.gateway.app import GatewayServer
 from services.gateway.auth import parse_token_specs
@@ -118,9 +119,10 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
             temp = ray_temp_dir()
             say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model}"
                 f"{per_replica} ...")
-            ray_auth = start_ray(temp)
+            ray_auth = start_ray(temp, quiet=quiet)
             stack_exit.callback(ray_auth.cleanup)  # runs after stop_engine (an ExitStack unwinds backwards)
-        stack_exit.callback(stop_engine)
+        # a Ray of our own ends with the stack (Serve's controller with it); a joined one is left as found
+        stack_exit.callback(stop_engine if ray_address else stop_local_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
                                   table_cache=table_cache, redis_url=redis_url)
         # The engine secret: $HEADSTART_ENGINE_SECRET (or its _FILE) when set, else a fresh one per start.
