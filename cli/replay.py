@@ -82,6 +82,7 @@ def demo(
 ):
     """The embedded default: a synthetic typist against a Spider db, in every mode; each mode's
     execution-checked answer is printed with its first rows."""
+    from cli.enter_report import enter_report, forwards
     from headstart.candidates import CandidateLimits, CheckedAnswers
     from headstart.engine.errors import HeadstartError
     from headstart.engine.requests.candidates import CandidateParams
@@ -93,7 +94,11 @@ def demo(
     (out / "trace.jsonl").write_text(trace.to_jsonl())
     typer.echo(f"model {model}; database {db}; table cache {table_cache}; {candidates} candidates per answer; "
                f"typing trace in {out / 'trace.jsonl'}")
-    runtime = runtime_from_options(model=model, threads=threads, table_cache=table_cache)
+    # the forward trace says what the engine was doing at Enter (the session mode's line under its TTFT)
+    forward_log = out / "forwards.jsonl"
+    forward_log.unlink(missing_ok=True)
+    runtime = runtime_from_options(model=model, threads=threads, table_cache=table_cache, trace_forwards=forward_log)
+    opened = runtime.worker.trace.opened
     s = runtime.settings
     # wait_all: the demo shows the choice among all K (the page's default takes those ready at Enter)
     cands = CandidateParams(candidates, s.candidate_temperature, s.candidate_top_p, wait_all=True) \
@@ -102,7 +107,8 @@ def demo(
 
     def check(request) -> dict:  # replay_in_mode's checker: the choice, timed from Enter as the TTFT is
         choice = checked.check(db, request, wait_all=True).result()
-        return {"choice": choice, "checked_ms": (time.perf_counter() - request.started) * 1000.0}
+        return {"choice": choice, "checked_ms": (time.perf_counter() - request.started) * 1000.0,
+                "enter_t": request.started - opened, "first_token_t": request.first_token_at - opened}
 
     try:
         checked.sqlite_path(db)
@@ -116,6 +122,10 @@ def demo(
             results[mode] = replay_in_mode(runtime, db, trace, mode, max_new_tokens=MAX_ANSWER_TOKENS,
                                            candidates=cands, checker=check)
             print_result(trace, results[mode])
+            if mode == "session" and check is not None:
+                extra = results[mode].extra
+                typer.echo("why      : " + enter_report(forwards(forward_log), extra["enter_t"],
+                                                        extra["first_token_t"], extra["answer_tokens_ready_at_submit"]))
     finally:
         checked.close()
         runtime.shutdown()

@@ -103,6 +103,10 @@ def test_demo_replays_every_mode_checks_then_serves_and_says_open_once_up(tmp_pa
     assert len(generated) == 3 and not any("```" in g or "\\n" in g or "'" in g for g in generated), generated
     # random:tiny's 4 tokens are no SQL: every candidate fails, each mode says so
     assert sum(line.startswith("checked  : no candidate's SQL ran (3 checked)") for line in lines) == 3
+    # the session's TTFT says what the engine was doing at Enter (it was printed above prefix's unexplained)
+    whys = [i for i, line in enumerate(lines) if line.startswith("why      : at Enter")]
+    session = next(i for i, line in enumerate(lines) if line.startswith("== session"))
+    assert len(whys) == 1 and session < whys[0], result.output
     (options,) = stacks
     assert options["port"] == 8123 and options["host"] == "127.0.0.1" and options["openai_database"] == ""
     assert options["quiet"] is True
@@ -140,6 +144,27 @@ def test_demo_prints_the_extracted_sql_and_the_checked_answer_with_its_rows(caps
         "           AFG         | 4",
         "           (232 rows, first 2 shown)",
     ]
+
+
+def test_the_enter_report_says_what_the_engine_was_doing_at_enter():
+    """The session mode's line under its TTFT, from the forward trace: the forward in flight at Enter
+    and how long the answer waited for it; an idle engine; the answer decoded ahead."""
+    from cli.enter_report import enter_report
+
+    lines = [{"t": 1.0, "ms": 100.0, "rows": [["type:s1", "STREAM", 7, 7, 335]]},
+             {"t": 2.0, "ms": 600.0, "rows": [["type:s1", "STREAM", 6, 6, 336]]},
+             {"t": 2.6, "ms": 40.0, "rows": [["submit:s1", "SUBMIT", 1, 0, 342]]}]
+    assert enter_report(lines, 2.2, 2.64, 0) == (
+        "at Enter a forward of its typing catch-up (6 new tokens: the last keystrokes and the prompt's end after "
+        "them, recomputed at each key) had run 200 ms; the answer waited 400 ms for it (a forward in flight is "
+        "not aborted), where the prefix mode met an idle engine")
+    lines[1]["rows"].append(["ahead:s1", "IDLE", 1, 1, 342])
+    assert enter_report(lines, 2.2, 2.64, 0).startswith(
+        "at Enter a forward of its answer-ahead decoding and its typing catch-up (7 new tokens) had run 200 ms;")
+    assert enter_report(lines, 1.5, 1.6, 0) == (
+        "at Enter: the engine was idle and the prompt cached; the TTFT is the answer's own forwards (100 ms)")
+    assert enter_report(lines, 2.2, 2.2, 4) == ("at Enter: the answer's first 4 token(s) were decoded during the "
+                                                "pause (answer-ahead): the TTFT is the time to hand them over")
 
 
 class SimpleTrace:
