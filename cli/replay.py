@@ -130,7 +130,7 @@ def demo(
         checked.close()
         runtime.shutdown()
     if then_serve:
-        typer.secho("\n== serving: starting the local stack (Ray, the engine, the gateway; Ctrl-C stops)", bold=True)
+        typer.secho("\n== serving: starting the local stack (Ray, the engine, the gateway)", bold=True)
         page = f"?candidates={candidates}" if candidates > 1 else ""
 
         def say_open(stack) -> None:  # once the gateway answers: the page is there to open

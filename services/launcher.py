@@ -142,7 +142,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         stack_exit.callback(gateway.stop)
         if flash_worker:  # flash questions: answered after every data version, in a process of its own
             flash = start_local_worker(redis_url, engine.grpc_target, engine.app_name, secret,
-                                       max_new_tokens=gateway.settings.default_max_new_tokens)
+                                       max_new_tokens=gateway.settings.default_max_new_tokens,
+                                       log_level="WARNING" if quiet else "INFO")
             stack_exit.callback(flash.stop)
     except BaseException:
         stack_exit.close()

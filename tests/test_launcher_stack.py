@@ -12,14 +12,15 @@ from services.engine.ray_stack import free_port
 # In a process of its own: its stdout is a pipe, as a user's `./run.sh demo | tee` is, and Ray's
 # driver-side state leaves with it.
 SCRIPT = textwrap.dedent("""
-    import sys, urllib.request
+    import sys, time, urllib.request
     from services.launcher import serve_command
 
     def ready(stack):
         print("ready: GET / ->", urllib.request.urlopen(stack.http_url + "/", timeout=5).status, flush=True)
 
     stack = serve_command(model="random:tiny", port=int(sys.argv[1]), grpc_port=int(sys.argv[2]), threads=1,
-                          flash_worker=False, block=False, on_ready=ready, quiet=True)
+                          block=False, on_ready=ready, quiet=True)
+    time.sleep(3)  # the flash worker's start-up: its INFO line came after "open"
     stack.stop()
     print("stopped", flush=True)
 """)
