@@ -4,6 +4,7 @@
 
 - `cli.common`: the option help texts and helpers every command file shares;
 - `cli.replay`: `headstart replay` and `headstart demo` (a typing trace against one engine, in process);
+- `cli.enter_report`: what the engine was doing at Enter (the demo's line under the session's TTFT);
 - `cli.serve`: `headstart serve` (the local stack, `services.launcher`);
 - `cli.bench`: `headstart bench ...` (the benchmarks in `bench/`).
 

@@ -21,11 +21,13 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlparse
 
 from headstart.config import EngineSettings
 from services.engine.guard import configured_secret, generate_secret
-from services.engine.ray_stack import connect_ray, free_port, start_engine, start_ray, stop_engine
+from services.engine.ray_stack import (connect_ray, free_port, start_engine, start_ray, stop_engine,
+                                      stop_local_engine)
 from services.flash.local import start_local_worker
 from services.gateway.app import GatewayServer
 from services.gateway.auth import parse_token_specs
@@ -70,7 +72,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
                   table_cache: str = "off", engine_grpc_port: int | None = None, flash_worker: bool = True,
                   default_max_new_tokens: int | None = None, openai_database: str = "", block: bool = True,
                   ray_address: str | None = None, replica_resource: str | None = None,
-                  say=print) -> LocalStack | None:
+                  say=print, on_ready: Callable[[LocalStack], None] | None = None,
+                  quiet: bool = False) -> LocalStack | None:
     """Start the local stack; with `block` wait for Ctrl-C (SIGINT/SIGTERM), then stop it.
 
     Args:
@@ -88,6 +91,9 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
             this process must run on one of its nodes (see `connect_ray`).
         replica_resource: a Ray custom resource each replica asks one unit of (a cluster whose
             nodes have one each gets one replica per node).
+        on_ready: called with the stack once the gateway accepts connections (its page answers).
+        quiet: Ray's and Serve's own log lines (INFO, and the shutdown warnings) off the terminal,
+            for `headstart demo`: only what this stack says is printed.
     """
     token_map = parse_token_specs(tokens or [])
     if not token_map and host not in LOOPBACK:
@@ -113,9 +119,10 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
             temp = ray_temp_dir()
             say(f"starting Ray (temp files in {temp.resolve()}) and {replicas} engine replica(s) of {model}"
                 f"{per_replica} ...")
-            ray_auth = start_ray(temp)
+            ray_auth = start_ray(temp, quiet=quiet)
             stack_exit.callback(ray_auth.cleanup)  # runs after stop_engine (an ExitStack unwinds backwards)
-        stack_exit.callback(stop_engine)
+        # a Ray of our own ends with the stack (Serve's controller with it); a joined one is left as found
+        stack_exit.callback(stop_engine if ray_address else stop_local_engine)
         settings = EngineSettings(model=model, dtype=dtype, device=device, threads=threads, max_sessions=max_sessions,
                                   table_cache=table_cache, redis_url=redis_url)
         # The engine secret: $HEADSTART_ENGINE_SECRET (or its _FILE) when set, else a fresh one per start.
@@ -135,7 +142,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
         stack_exit.callback(gateway.stop)
         if flash_worker:  # flash questions: answered after every data version, in a process of its own
             flash = start_local_worker(redis_url, engine.grpc_target, engine.app_name, secret,
-                                       max_new_tokens=gateway.settings.default_max_new_tokens)
+                                       max_new_tokens=gateway.settings.default_max_new_tokens,
+                                       log_level="WARNING" if quiet else "INFO")
             stack_exit.callback(flash.stop)
     except BaseException:
         stack_exit.close()
@@ -145,6 +153,8 @@ def serve_command(model: str = DEFAULT_MODEL, dtype: str = "float32", host: str 
                        gateway, redis_url, redis_server, watchdog, stack_exit)
     say(f"headstart is up: page {stack.http_url}/  health {stack.http_url}/healthz  "
         f"gRPC {stack.grpc_target}  (Ctrl-C stops)")
+    if on_ready is not None:
+        on_ready(stack)
     if not block:
         return stack
     _wait_for_signal()

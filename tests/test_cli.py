@@ -68,9 +68,11 @@ def test_replay_bad_inputs_give_clear_errors(tmp_path):
     assert proc.returncode == 2 and "unknown mode" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_demo_replays_every_mode_then_serves_with_serves_defaults(tmp_path, monkeypatch):
-    """`headstart demo`: cold, prefix and session, then `serve`'s stack with every option a value (a
-    command called as a function gets no typer defaults: `openai_database` came as an OptionInfo)."""
+def test_demo_replays_every_mode_checks_then_serves_and_says_open_once_up(tmp_path, monkeypatch):
+    """`headstart demo`: cold, prefix and session, each answer's SQL as plain text and its checked
+    choice among --candidates, then the local stack with every option a value (a command called as a
+    function gets no typer defaults: `openai_database` came as an OptionInfo); "open" only once the
+    stack says its page answers (it was printed before Ray even started)."""
     from types import SimpleNamespace
 
     from typer.testing import CliRunner
@@ -78,19 +80,96 @@ def test_demo_replays_every_mode_then_serves_with_serves_defaults(tmp_path, monk
     import cli.replay
     from cli.app import app
 
-    stacks = []  # `serve`'s import finds this launcher (the real one would import Ray: seconds)
-    monkeypatch.setitem(sys.modules, "services.launcher",
-                        SimpleNamespace(serve_command=lambda **options: stacks.append(options)))
+    stacks = []  # `serve_command`'s import finds this launcher (the real one would import Ray: seconds)
+
+    def serve_command(**options):
+        stacks.append(options)
+        options["say"]("headstart is up")
+        options["on_ready"](SimpleNamespace(http_url="http://localhost:8123"))
+
+    monkeypatch.setitem(sys.modules, "services.launcher", SimpleNamespace(serve_command=serve_command))
     monkeypatch.setattr(cli.replay, "MAX_ANSWER_TOKENS", 4)  # random:tiny's answers never end at EOS
     result = CliRunner().invoke(app, ["demo", "--model", "random:tiny", "--db", "concert_singer", "--question",
                                       "How many singers?", "--wpm", "3000", "--out", str(tmp_path / "demo"),
-                                      "--port", "8123"], env={"HEADSTART_HOME": str(tmp_path / "home")})
+                                      "--port", "8123", "--candidates", "3"],
+                                env={"HEADSTART_HOME": str(tmp_path / "home")})
     assert result.exit_code == 0, (result.output, result.exception)
-    assert [line.split(":")[0] for line in result.output.splitlines() if line.startswith("== ")] == \
-        ["== cold", "== prefix", "== session", "== serving"]
+    lines = result.output.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("== ")] == \
+        ["== cold", "== prefix", "== session", "== serving", "== open http"]
+    assert lines.index("headstart is up") < lines.index(
+        "== open http://localhost:8123/?candidates=3 and type a question about concert_singer (Ctrl-C stops)")
+    generated = [line for line in lines if line.startswith("generated: ")]
+    assert len(generated) == 3 and not any("```" in g or "\\n" in g or "'" in g for g in generated), generated
+    # random:tiny's 4 tokens are no SQL: every candidate fails, each mode says so
+    assert sum(line.startswith("checked  : no candidate's SQL ran (3 checked)") for line in lines) == 3
+    # the session's TTFT says what the engine was doing at Enter (it was printed above prefix's unexplained)
+    whys = [i for i, line in enumerate(lines) if line.startswith("why      : at Enter")]
+    session = next(i for i, line in enumerate(lines) if line.startswith("== session"))
+    assert len(whys) == 1 and session < whys[0], result.output
     (options,) = stacks
     assert options["port"] == 8123 and options["host"] == "127.0.0.1" and options["openai_database"] == ""
+    assert options["quiet"] is True
     assert [name for name, value in options.items() if type(value).__module__.startswith("typer")] == []
+
+
+def test_demo_prints_the_extracted_sql_and_the_checked_answer_with_its_rows(capsys):
+    """The answer as SQL text (the eval's extractor: no code fence, no repr), then the chosen SQL,
+    how many candidates agreed and its first rows as a table with the count of all."""
+    from headstart.candidates import CheckedChoice, RunOutcome
+    from headstart.engine.requests.generation import SubmitResult
+
+    from cli.replay import print_result
+
+    chosen = "SELECT CountryCode, count(*) FROM city\nGROUP BY CountryCode"
+    choice = CheckedChoice(3, chosen, ("CountryCode", "count(*)"), (("ABW", 1), ("AFG", 4)), agreed=5,
+                           num_candidates=8, failed=(0, 6), outcomes=(
+                               RunOutcome(0, "SELECT c.Code FROM city c", None, error="no such column: c.Code"),
+                               RunOutcome(3, chosen, "k", ("CountryCode", "count(*)"), (("ABW", 1), ("AFG", 4)),
+                                          num_rows=232)))
+    result = SubmitResult([1], "```sql\nSELECT c.Code\nFROM city c;\n```", 12.0, 30.0, 342, 336, 6,
+                          extra={"choice": choice, "checked_ms": 2345.6})
+    print_result(SimpleTrace("How many cities are there in each country?"), result)
+    assert capsys.readouterr().out.splitlines() == [
+        "question : How many cities are there in each country?",
+        "generated: SELECT c.Code",
+        "           FROM city c",
+        "TTFT 12.0 ms | prompt 342 tokens, cached at submit 336, computed at submit 6, wasted while typing 0",
+        "checked  : SELECT CountryCode, count(*) FROM city",
+        "           GROUP BY CountryCode",
+        "           sampled candidate 3; 5 of 8 candidates return this result, 2 failed; chosen 2346 ms after Enter",
+        "           CountryCode | count(*)",
+        "           ------------+---------",
+        "           ABW         | 1",
+        "           AFG         | 4",
+        "           (232 rows, first 2 shown)",
+    ]
+
+
+def test_the_enter_report_says_what_the_engine_was_doing_at_enter():
+    """The session mode's line under its TTFT, from the forward trace: the forward in flight at Enter
+    and how long the answer waited for it; an idle engine; the answer decoded ahead."""
+    from cli.enter_report import enter_report
+
+    lines = [{"t": 1.0, "ms": 100.0, "rows": [["type:s1", "STREAM", 7, 7, 335]]},
+             {"t": 2.0, "ms": 600.0, "rows": [["type:s1", "STREAM", 6, 6, 336]]},
+             {"t": 2.6, "ms": 40.0, "rows": [["submit:s1", "SUBMIT", 1, 0, 342]]}]
+    assert enter_report(lines, 2.2, 2.64, 0) == (
+        "at Enter a forward of its typing catch-up (6 new tokens: the last keystrokes and the prompt's end after "
+        "them, recomputed at each key) had run 200 ms; the answer waited 400 ms for it (a forward in flight is "
+        "not aborted), where the prefix mode met an idle engine")
+    lines[1]["rows"].append(["ahead:s1", "IDLE", 1, 1, 342])
+    assert enter_report(lines, 2.2, 2.64, 0).startswith(
+        "at Enter a forward of its answer-ahead decoding and its typing catch-up (7 new tokens) had run 200 ms;")
+    assert enter_report(lines, 1.5, 1.6, 0) == (
+        "at Enter: the engine was idle and the prompt cached; the TTFT is the answer's own forwards (100 ms)")
+    assert enter_report(lines, 2.2, 2.2, 4) == ("at Enter: the answer's first 4 token(s) were decoded during the "
+                                                "pause (answer-ahead): the TTFT is the time to hand them over")
+
+
+class SimpleTrace:
+    def __init__(self, final_text):
+        self.final_text = final_text
 
 
 def test_bench_ttft_plumbing(tmp_path):

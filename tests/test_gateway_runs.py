@@ -70,3 +70,19 @@ def test_loop_lag_probe_sees_a_blocked_loop():
     stats = asyncio.run(scenario())
     assert stats["samples"] >= 1 and stats["max_ms"] >= 45.0
     assert LoopLagProbe().stats() == {"samples": 0, "p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+
+
+def test_the_list_leaves_out_spider_ids_without_their_file_and_keeps_the_other_sources(tmp_path):
+    """issue 46: wta_1 is in Spider's tables.json but its file is not shipped; the page listed it.
+    SQLite roots and PostgreSQL aliases are listed as before."""
+    import sqlite3
+
+    from headstart.schema.catalogue import Catalogue
+    from services.gateway.databases import list_catalogue
+
+    sqlite3.connect(tmp_path / "mine.sqlite").execute("CREATE TABLE t (a INTEGER)").connection.close()
+    listed = {d.id: d for d in list_catalogue(Catalogue(sqlite_roots=[tmp_path],
+                                                        postgres={"warehouse": "postgresql://u@localhost/w"}))}
+    assert "wta_1" not in listed
+    assert (listed["world_1"].num_tables, listed["world_1"].can_execute) == (3, True)
+    assert listed["mine"].can_execute is True and listed["warehouse"].can_execute is False

@@ -17,9 +17,9 @@ def from_exception(exc: BaseException, seq: int = 0) -> engine_pb2.EngineEvent:
     return error(code_of(exc), message, seq)
 
 
-def progress(seq: int, cached: int, prompt_tokens: int) -> engine_pb2.EngineEvent:
-    return engine_pb2.EngineEvent(
-        progress=types_pb2.Progress(seq=seq, cached_tokens=cached, prompt_tokens=prompt_tokens))
+def progress(seq: int, cached: int, prompt_tokens: int, schema_tokens: int = 0) -> engine_pb2.EngineEvent:
+    return engine_pb2.EngineEvent(progress=types_pb2.Progress(
+        seq=seq, cached_tokens=cached, prompt_tokens=prompt_tokens, schema_tokens=schema_tokens))
 
 
 def tokens(text: str, ids: list[int], logprobs: list[types_pb2.TokenLogprob] | None = None

@@ -7,8 +7,10 @@ must stay under ~107 characters), auth is off (local, loopback).
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,14 +104,17 @@ def dashboard_agent_port(port: int) -> Iterator[None]:
         parameter.RayParams = original
 
 
-def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
-    """ray.init on this machine with a private temp dir, no dashboard and token auth on.
+def start_ray(temp_dir: Path, num_cpus: int | None = None, quiet: bool = False) -> RayAuth:
+    """ray.init on this machine with a private temp dir, no dashboard and token auth on; `quiet`:
+    Ray's and Serve's INFO lines off this process's terminal (warnings still print).
 
     Returns the auth token's file: call its `cleanup()` after `stop_engine()`.
     """
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not sys.stdout.isatty():  # the lines Ray prints for its processes: no raw color codes in a file or pipe
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     # Serve kills a proxy that misses its ready check (5 s) three times in a row, and
     # serve.start then fails ("Proxy actor reported not ready"): on a 2-core machine busy
     # with forwards a proxy's first start takes longer. Ray's processes inherit these.
@@ -131,10 +136,15 @@ def start_ray(temp_dir: Path, num_cpus: int | None = None) -> RayAuth:
         with dashboard_agent_port(free_port()):
             ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=str(temp_dir),
                      ignore_reinit_error=True, log_to_driver=False, _node_ip_address="127.0.0.1",
-                     runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+                     runtime_env={"worker_process_setup_hook": SETUP_HOOK},
+                     logging_level=logging.WARNING if quiet else logging.INFO)
     except BaseException:
         auth.cleanup()
         raise
+    if quiet:  # Serve's driver-side logger ("Started Serve", "Application ... is ready")
+        from ray.serve._private.constants import SERVE_LOGGER_NAME
+
+        logging.getLogger(SERVE_LOGGER_NAME).setLevel(logging.WARNING)
     return auth
 
 
@@ -230,5 +240,22 @@ def stop_engine() -> None:
 
     try:
         serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+def stop_local_engine(app_name: str = APP_NAME) -> None:
+    """`stop_engine` for a Ray this process started (`start_ray`): the application deleted (its
+    replicas shut down as `serve.shutdown` shuts them down), then Ray, which ends Serve's controller
+    and proxies with its processes.
+
+    NOTE: not `serve.shutdown`: Serve's controller kills itself inside the `graceful_shutdown` task
+    it is answering, and the driver prints that task's failure ("(raylet) Task
+    ServeController.graceful_shutdown failed ... killed by `ray.kill`") at every stop."""
+    import ray
+    from ray import serve
+
+    try:
+        serve.delete(app_name)
     finally:
         ray.shutdown()

@@ -106,10 +106,12 @@ class SessionStream:
         self._session = session = result.session
         self._spec = spec
         loop = asyncio.get_running_loop()
+        schema_tokens = len(session.prompt.base_ids)  # P0: what every snapshot's prompt starts with
 
         def on_progress(seq: int, cached: int, prompt_tokens: int) -> None:  # worker thread: never block
             try:
-                loop.call_soon_threadsafe(self._out.put_nowait, events.progress(seq, cached, prompt_tokens))
+                loop.call_soon_threadsafe(self._out.put_nowait,
+                                          events.progress(seq, cached, prompt_tokens, schema_tokens))
             except RuntimeError:
                 pass
 
@@ -118,7 +120,7 @@ class SessionStream:
         if attach.seq > 0:
             self._snapshot(attach.seq, attach.text, ack=False)
         seq, cached, prompt_tokens = await asyncio.to_thread(session.progress)
-        self._post(events.progress(max(seq, 0), cached, prompt_tokens))
+        self._post(events.progress(max(seq, 0), cached, prompt_tokens, schema_tokens))
         return True
 
     def _snapshot(self, seq: int, text: str, ack: bool = True) -> None:

@@ -34,8 +34,8 @@ def build_worker(settings: FlashSettings) -> FlashWorker:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = FlashSettings()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         worker = build_worker(settings)
     except ValueError as exc:  # no Redis configured: say so, no traceback

@@ -40,11 +40,12 @@ class LocalFlashWorker:
 
 
 def start_local_worker(redis_url: str, engine_target: str, engine_app: str, secret: str,
-                       consumer: str = "local", prefix: str = "hs", max_new_tokens: int = 128) -> LocalFlashWorker:
+                       consumer: str = "local", prefix: str = "hs", max_new_tokens: int = 128,
+                       log_level: str = "INFO") -> LocalFlashWorker:
     """Start the worker against the local stack's Redis and engine (health on a free loopback port).
 
     `max_new_tokens`: the gateway's default answer length, so a query that names
-    none is answered from Redis with the text the model would give it.
+    none is answered from Redis with the text the model would give it. `log_level`: its logging's.
     """
     private = PrivateDir("hs-flash-")
     hidden = (SECRET_ENV, "HEADSTART_FLASH_ENGINE_SECRET")  # a secret of the caller's environment stays there
@@ -54,7 +55,7 @@ def start_local_worker(redis_url: str, engine_target: str, engine_app: str, secr
            "HEADSTART_FLASH_ENGINE_TARGET": engine_target,
            "HEADSTART_FLASH_ENGINE_APP": engine_app, SECRET_FILE_ENV: str(private.write("engine-secret", secret)),
            "HEADSTART_FLASH_CONSUMER": consumer, "HEADSTART_FLASH_HEALTH_HOST": "127.0.0.1",
-           "HEADSTART_FLASH_HEALTH_PORT": "0"}
+           "HEADSTART_FLASH_HEALTH_PORT": "0", "HEADSTART_FLASH_LOG_LEVEL": log_level}
     paths = [str(ROOT / "shared"), str(ROOT), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     try:

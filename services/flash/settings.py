@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -51,6 +52,8 @@ class FlashSettings(BaseSettings):
     max_coalesce_ms: int = Field(5000, ge=0, description="a version with acknowledged pushes behind it is left "
                                  "to the newer one on its way, unless the session's questions have waited this "
                                  "long (0: every version answered)")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="the worker's log level (the demo's stack: WARNING, only what needs a look)")
     health_host: str = Field("0.0.0.0", description="bind address of /healthz and /metrics")
     health_port: int = Field(8090, ge=0, description="port of /healthz and /metrics (0: any free port)")
 

@@ -39,7 +39,9 @@ class RunLimits:
 
 
 def list_catalogue(catalogue: Catalogue) -> list[DatabaseInfo]:
-    """Every catalogue entry by name; table counts for Spider ids (others: 0, not loaded here)."""
+    """Every catalogue entry by name, but for a Spider id whose database file is not there (Spider's
+    tables.json lists wta_1, whose file is not shipped: its SQL could never be run or checked); table counts
+    for Spider ids (others: 0, not loaded here)."""
     from headstart.schema.spider_json import load_spider_tables
 
     tables_json = catalogue.spider_dir / "tables.json"
@@ -48,8 +50,9 @@ def list_catalogue(catalogue: Catalogue) -> list[DatabaseInfo]:
     for entry in catalogue.entries():
         if entry.kind == "spider":
             path = catalogue.spider_dir / "database" / entry.name / f"{entry.name}.sqlite"
-            out.append(DatabaseInfo(entry.name, len(spider[entry.name].tables) if entry.name in spider else 0,
-                                    path.is_file()))
+            if path.is_file():
+                out.append(DatabaseInfo(entry.name, len(spider[entry.name].tables) if entry.name in spider else 0,
+                                        True))
         else:
             out.append(DatabaseInfo(entry.name, 0, entry.kind == "sqlite"))
     return out

@@ -39,7 +39,8 @@ def event_json(event: engine_pb2.EngineEvent) -> dict | None:
     kind = event.WhichOneof("kind")
     if kind == "progress":
         p = event.progress
-        return {"type": "progress", "seq": p.seq, "cached_tokens": p.cached_tokens, "prompt_tokens": p.prompt_tokens}
+        return {"type": "progress", "seq": p.seq, "cached_tokens": p.cached_tokens, "prompt_tokens": p.prompt_tokens,
+                "schema_tokens": p.schema_tokens}
     if kind == "tokens":
         return {"type": "token", "text": event.tokens.text} if event.tokens.text else None
     if kind == "result":

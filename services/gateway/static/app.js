@@ -53,18 +53,31 @@ async function loadDatabases() {
   if (params.get("view") !== "data") connect();  // the data panel alone: no typing session
 }
 
+// The bar is the question's part of the prompt: its tokens cached over its tokens typed (with the
+// template's few tokens after it). The schema (P0, cached before a key is typed) is most of the
+// prompt: counted in, the bar stood at ~98% on an empty question. It is said apart, in the label.
+function showProgress(cached, prompt, schema) {
+  const question = Math.max(0, prompt - schema);
+  const cachedQuestion = Math.min(question, Math.max(0, cached - schema));
+  const pct = question ? (100 * cachedQuestion) / question : 0;
+  Object.assign($("bar").dataset, { cached: cachedQuestion, question, schema, prompt });
+  $("bar").style.width = pct.toFixed(1) + "%";
+  $("bar-label").textContent = prompt ? `question: ${cachedQuestion} / ${question} tokens cached · schema: ` +
+    `${schema} tokens${cached >= schema ? ", cached" : ""}` : "";
+}
+
 function connect() {
-  if (ws) ws.close();
+  if (ws) { ws.onmessage = ws.onclose = null; ws.close(); }  // the old session's last events: not ours
   const db = $("db").value;
   const url = new URL("/v1/sessions/ws", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   url.searchParams.set("db", db);
   if (params.has("candidates")) url.searchParams.set("candidates", params.get("candidates"));
-  seq = 0; submittedSeq = 0; sql = "";
-  // another database: nothing of the last one's answer stays on the page
+  seq = 0; submittedSeq = 0; sql = ""; decoded = 0;
+  // another database: nothing of the last one's question, answer or cache stays on the page
   $("question").value = ""; $("sql").textContent = ""; $("rows").replaceChildren();
   $("ttft").textContent = ""; $("computed").textContent = ""; $("checked").textContent = "";
-  $("run").disabled = true; setError("");
+  $("run").disabled = true; setError(""); showProgress(0, 0, 0);
   $("status").textContent = "connecting…";
   $("question").disabled = true;
   ws = new WebSocket(url, wsProtocols());
@@ -98,13 +111,9 @@ function onMessage(m) {
       $("status").textContent = `session ${m.session.slice(0, 8)} on ${m.db}`;
       $("question").disabled = false; $("question").focus();
       break;
-    case "progress": {
-      const pct = m.prompt_tokens ? (100 * m.cached_tokens) / m.prompt_tokens : 0;
-      $("bar").style.width = pct.toFixed(1) + "%";
-      $("bar").dataset.cached = m.cached_tokens; $("bar").dataset.prompt = m.prompt_tokens;
-      $("bar-label").textContent = `${m.cached_tokens} / ${m.prompt_tokens} tokens cached`;
+    case "progress":
+      showProgress(m.cached_tokens, m.prompt_tokens, m.schema_tokens || 0);
       break;
-    }
     case "token":
       sql += m.text; $("sql").textContent = sql;
       break;

@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Progress(_message.Message):
-    __slots__ = ("seq", "cached_tokens", "prompt_tokens")
+    __slots__ = ("seq", "cached_tokens", "prompt_tokens", "schema_tokens")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_TOKENS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     cached_tokens: int
     prompt_tokens: int
-    def __init__(self, seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+    schema_tokens: int
+    def __init__(self, seq: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., schema_tokens: _Optional[int] = ...) -> None: ...
 
 class Tokens(_message.Message):
     __slots__ = ("text", "token_ids", "logprobs")

@@ -31,11 +31,11 @@ class ForwardTrace:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", buffering=1)
         self._lock = threading.Lock()
-        self._opened = time.perf_counter()
+        self.opened = time.perf_counter()  # a line's `t` is seconds since this (`time.perf_counter`'s clock)
 
     def record(self, started: float, ended: float, forward_s: float, waiting: int, deferred: int,
                rows: list[tuple[str, str, int, int, int]], forwards: list[int]) -> None:
-        line = {"t": round(started - self._opened, 4), "ms": round((ended - started) * 1000, 2),
+        line = {"t": round(started - self.opened, 4), "ms": round((ended - started) * 1000, 2),
                 "forward_ms": round(forward_s * 1000, 2),
                 "waiting": waiting, "deferred": deferred, "rows": rows, "forwards": forwards}
         with self._lock:
