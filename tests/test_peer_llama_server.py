@@ -235,3 +235,11 @@ def test_serve_table_gives_ratios_to_llamacpp_at_the_same_n():
     assert "| prefix | grpc | 8 | 70.0 | 90.0 | - | - | 300.0 | 1.0 | - | - | - |" in text  # no peer row at N=8
     # against prefix caching on the same path and N; with the answer tokens decoded ahead
     assert "| anticipatory | grpc | 8 | 5.0 | 9.0 | - | - | 240.0 | 1.0 | 0.80 | - | - | - | 1.5 |" in text
+
+
+def test_a_native_build_keeps_amx_off_on_a_cpu_that_lists_it():
+    from headstart.peer.server_build import NO_AMX_FLAGS, native_flags
+
+    flags = native_flags("flags\t\t: fpu avx2 avx512f avx512_vnni amx_bf16 amx_tile amx_int8\n")
+    assert f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}" in flags and f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}" in flags
+    assert native_flags("flags\t\t: fpu avx2 avx512f avx512_vnni\n") == []  # nothing to keep off

@@ -34,6 +34,28 @@ CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF")
 
 
+# -march=native turns on AMX on a CPU that lists it, and with it ggml's AMX matmul kernels
+# (the project asks none: GGML_AMX_* stay OFF). On an AVX-512 Xeon VM (2026-11-29) llama-server
+# 0.3.36 built so died with SIGILL at its first matmul, on `tilezero` in tinygemm_kernel_amx,
+# though a standalone program ran the same instructions there: so AMX stays off, and llama.cpp
+# runs its AVX-512 VNNI kernels, as ours do.
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def native_flags(cpuinfo: str) -> list[str]:
+    """The extra cmake flags of a native build on a CPU whose /proc/cpuinfo is `cpuinfo`."""
+    if "amx_tile" not in cpuinfo.split():
+        return []
+    return [f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"]
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 class BuildError(RuntimeError):
     """llama-server could not be built (a tool is missing, or cmake failed: the log says why)."""
 
@@ -142,7 +164,8 @@ def build_llama_server(jobs: int = 2, native: bool = True, force: bool = False, 
     build = build_dir(version=version)
     log = peer_dir() / "logs" / f"build-llama-server-{version}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    configure = ["cmake", "-S", str(src), "-B", str(build), f"-DGGML_NATIVE={'ON' if native else 'OFF'}", *CMAKE_FLAGS]
+    configure = ["cmake", "-S", str(src), "-B", str(build), f"-DGGML_NATIVE={'ON' if native else 'OFF'}", *CMAKE_FLAGS,
+                 *(native_flags(_cpuinfo()) if native else [])]
     compile_ = ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)]
     say(f"building llama-server {version} in {build} (log: {log}); this takes many minutes on 2 cores")
     with open(log, "w") as out:
