@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.common import markdown_table, write_json
+from bench.common import cpu_name, markdown_table, write_json
 
 KS = (1, 2, 4, 8)
 DB, QUESTION = "concert_singer", "What are the names of the singers who performed in a concert in 2014?"
@@ -130,7 +130,7 @@ def run_candidate_rows_bench(model: str, out: Path, threads: int | None = 1, rou
     samples = step_samples(runner, ids, levels, ks, rounds, steps)
     report = {"config": {"model": model, "fast_path": runner.fast_path, "levels": list(levels), "ks": list(ks),
                          "prompt_tokens": len(ids), "rounds": rounds, "steps": steps,
-                         "threads": threads or torch.get_num_threads(), "cpu": _cpu_name()},
+                         "threads": threads or torch.get_num_threads(), "cpu": cpu_name()},
               "load_average": {"before": load_before, "after": _load_average()},
               "seconds": time.perf_counter() - started, "samples_ms": samples, "rows": summarize(samples, steps)}
     _write(report, out)
@@ -144,14 +144,6 @@ def _load_average() -> list[float] | None:
         return None
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} vCPU)"
-    except OSError:
-        pass
-    return f"unknown ({os.cpu_count()} vCPU)"
 
 
 def _write(report: dict, out: Path) -> None:

@@ -18,13 +18,12 @@ plot (latency distributions).
 from __future__ import annotations
 
 import os
-import platform
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from bench.common import markdown_table, percentile, write_json
+from bench.common import cpu_name, markdown_table, percentile, write_json
 from headstart.data.live_store import LiveStore
 from headstart.redis_server import local_redis
 
@@ -89,7 +88,7 @@ def run_durability_bench(out: Path, pushers: list[int], rounds: int, pushes: int
                         cell["wall_s"] += wall
                         cell["pushes"] += len(ms)
     report = {"meta": {"pushers": pushers, "rounds": rounds, "pushes_per_round": pushes, "rows_per_push": rows,
-                       "cpu": _cpu(), "when_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                       "cpu": cpu_name(), "when_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                        "note": "LiveStore.log_push on a local Redis with an append-only file, per fsync policy"},
               "results": [_summary(policy, n, results[policy][n]) for n in pushers for policy in POLICIES]}
     write_json(out / "durability.json", report)
@@ -111,14 +110,6 @@ def _summary(policy: str, pushers: int, cell: dict) -> dict:
             "pushes_per_s": round(cell["pushes"] / cell["wall_s"], 1) if cell["wall_s"] else 0.0}
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def plot(results: dict, pushers: list[int], path: Path) -> None:

@@ -22,6 +22,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from headstart.kernels.cpu_isa import cpu_flags
 from headstart.paths import REPO_ROOT
 from headstart.peer.hf_export import peer_dir
 
@@ -42,18 +43,11 @@ CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA
 NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
-def native_flags(cpuinfo: str) -> list[str]:
-    """The extra cmake flags of a native build on a CPU whose /proc/cpuinfo is `cpuinfo`."""
-    if "amx_tile" not in cpuinfo.split():
+def native_flags(flags: set[str]) -> list[str]:
+    """The extra cmake flags of a native build on a CPU with these feature flags (`cpu_flags`)."""
+    if "amx_tile" not in flags:
         return []
     return [f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"]
-
-
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 class BuildError(RuntimeError):
@@ -165,7 +159,7 @@ def build_llama_server(jobs: int = 2, native: bool = True, force: bool = False, 
     log = peer_dir() / "logs" / f"build-llama-server-{version}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     configure = ["cmake", "-S", str(src), "-B", str(build), f"-DGGML_NATIVE={'ON' if native else 'OFF'}", *CMAKE_FLAGS,
-                 *(native_flags(_cpuinfo()) if native else [])]
+                 *(native_flags(cpu_flags()) if native else [])]
     compile_ = ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)]
     say(f"building llama-server {version} in {build} (log: {log}); this takes many minutes on 2 cores")
     with open(log, "w") as out:
