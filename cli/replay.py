@@ -101,7 +101,8 @@ def demo(
     opened = runtime.worker.trace.opened
     s = runtime.settings
     # wait_all: the demo shows the choice among all K (the page's default takes those ready at Enter)
-    cands = CandidateParams(candidates, s.candidate_temperature, s.candidate_top_p, wait_all=True) \
+    cands = CandidateParams(candidates, s.candidate_temperature, s.candidate_top_p, wait_all=True,
+                            length_slack=s.candidate_length_slack) \
         if candidates > 1 else None
     checked = CheckedAnswers(s.spider_dir, CandidateLimits(display_rows=DEMO_ROWS))
 

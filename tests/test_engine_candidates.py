@@ -84,7 +84,8 @@ def test_sampled_requests_get_no_candidates(tiny_runtime):
 
 
 @pytest.mark.parametrize("bad", [CandidateParams(0), CandidateParams(17), CandidateParams(4, temperature=0.0),
-                                 CandidateParams(4, top_p=0.0), CandidateParams(4, temperature=float("nan"))])
+                                 CandidateParams(4, top_p=0.0), CandidateParams(4, temperature=float("nan")),
+                                 CandidateParams(4, length_slack=-1)])
 def test_bad_candidate_params_are_refused(tiny_runtime, bad):
     with pytest.raises(InvalidInput):
         tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS, candidates=bad)
@@ -279,13 +280,15 @@ def test_a_smaller_submit_cap_stops_the_pause_candidates_still_running_at_it(tin
         while (pause := session.candidates._set) is None or len(pause.sampled) < cands.k - 1:
             assert time.monotonic() < deadline, "the pause's candidates never forked"
             time.sleep(0.01)
-        assert all(len(c.token_ids) == 1 for c in pause.sampled)  # the first token, from the prompt's logits
+        # forked after the greedy answer decoded ahead, from the session's cache: the first
+        # step computes the prompt's logits again, so nothing is decoded before it
+        assert all(len(c.token_ids) == 0 for c in pause.sampled)
         request = session.submit(2, question, SamplingParams(max_new_tokens=max_new), candidates=cands)
         assert request.candidates is pause
         gate.set()
         assert pause.wait(120)
         got = pause.candidates()
-        assert pause.num_ahead_tokens == cands.k - 1
+        assert pause.num_ahead_tokens == 0  # held at their first step: none was decoded ahead
     finally:
         gate.set()
         tiny_runtime.close_session(session.session_id)

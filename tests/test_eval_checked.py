@@ -132,3 +132,47 @@ def test_vote_over_recorded_keys():
     row = QuestionResult(0, "q0", "db", "q", "g", STATUS_SCORED, correct=False, extra={"candidates": cands})
     assert checked_summary([row], 4)["checked_correct"] == 1
     assert checked_summary([QuestionResult(1, "q1", "db", "q", "g", STATUS_SCORED, correct=True)]) is None
+
+
+class LongCandidates(FakeCandidates):
+    """As FakeCandidates, but the greedy answer stops after 3 tokens and "max a?"'s candidates 3 and 4
+    are 20 tokens long (`bound`: what an engine with that slack reports for them instead)."""
+
+    def __init__(self, k: int, bound: int | None = None):
+        super().__init__(k)
+        self.bound = bound
+
+    def generate(self, question) -> Generation:
+        gen = super().generate(question)
+        for answer in gen.extra.get("candidate_answers", []):
+            if question.question == "max a?" and answer["index"] >= 3:
+                answer["num_tokens"] = 20
+                if self.bound is not None and 20 >= self.bound:
+                    answer["finish_reason"] = "bounded"
+        gen.extra.update(num_tokens=3, finish_reason="stop")
+        return gen
+
+
+def test_rescore_bounds_the_candidates_as_the_engine_does(monkeypatch, dataset, tmp_path):
+    monkeypatch.setattr(eval_cli, "build_generator", lambda mode, settings: LongCandidates(settings.candidates))
+    free = eval_command(out=tmp_path / "free", mode="cold", model="fake", dataset=str(dataset),
+                        db_dir=dataset.parent, candidates=5)["checked"]
+    assert (free["checked_correct"], free["lost"]) == (2, 1)  # "max a?": min(a) x3 outvotes the greedy answer
+    # slack 4: the bound is 3 + 4 = 7 tokens; candidates 3 and 4 of "max a?" (20) end bounded, not run
+    bounded = rescore_command(tmp_path / "free", "spider", tmp_path / "slack4", length_slack=4)
+    assert (bounded["checked"]["checked_correct"], bounded["checked"]["lost"]) == (3, 0)  # a tie: greedy stands
+    assert bounded["config"]["candidate_length_slack"] == 4
+    rows = json.loads((tmp_path / "slack4" / "eval.json").read_text())["questions"]
+    assert [c["error_code"] for c in rows[2]["extra"]["candidates"][3:]] == ["bounded", "bounded"]
+    # a run whose engine bounded them itself scores the same
+    monkeypatch.setattr(eval_cli, "build_generator", lambda mode, settings: LongCandidates(settings.candidates, 7))
+    direct = eval_command(out=tmp_path / "direct", mode="cold", model="fake", dataset=str(dataset),
+                          db_dir=dataset.parent, candidates=5, candidate_length_slack=4)
+    assert direct["checked"] == bounded["checked"]
+    # a slack within the run's own replays; a looser one cannot (the run never decoded past its bound)
+    assert rescore_command(tmp_path / "direct", "spider", tmp_path / "r2", length_slack=2)["checked"]["checked_correct"] == 3
+    with pytest.raises(DatasetError):
+        rescore_command(tmp_path / "direct", "spider", tmp_path / "r8", length_slack=8)
+    with pytest.raises(ConfigError):
+        eval_command(out=tmp_path / "bad", mode="cold", model="fake", dataset=str(dataset), db_dir=dataset.parent,
+                     candidates=5, candidate_length_slack=-1)

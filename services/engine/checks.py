@@ -45,7 +45,8 @@ def candidates_of(wire: types_pb2.CandidatesRequest, settings: EngineSettings) -
     if wire.k == 0:
         return None
     temperature = wire.temperature if wire.HasField("temperature") else settings.candidate_temperature
-    params = CandidateParams(wire.k, temperature, settings.candidate_top_p, wire.seed)
+    params = CandidateParams(wire.k, temperature, settings.candidate_top_p, wire.seed,
+                             length_slack=settings.candidate_length_slack)
     params.validate()
     return params
 

@@ -123,6 +123,10 @@ class EngineSettings(BaseSettings):
         "greedy answer alone)")
     candidate_temperature: float = Field(0.7, gt=0, description="the sampled candidates' temperature")
     candidate_top_p: float = Field(1.0, gt=0, le=1, description="the sampled candidates' top-p")
+    candidate_length_slack: int = Field(
+        16, ge=0, le=1_000_000, description="a sampled candidate ends (\"bounded\", not run) past the greedy "
+        "answer's length plus this many tokens, once the greedy answer has stopped (Spider dev: the checked answer "
+        "as often right, the longest candidate 50 -> 40 tokens at the median); 1000000: no bound")
     draft_tokens: int | None = Field(
         None, ge=0, le=16, description="prompt-lookup draft tokens verified per greedy decode step (speculative "
         "decoding from the prompt: the same tokens, fewer forwards; the quantized kernels only). None: 1 at every "

@@ -14,7 +14,8 @@ class Candidate:
     Attributes:
         index: 0 for the greedy answer, i for the sampled one seeded `seed + i`.
         text: the answer as decoded; `sql` is what `extract_sql` takes of it.
-        finish_reason: "stop", "length", "cancelled" or "error".
+        finish_reason: "stop", "length", "bounded" (past the greedy answer's length + its
+            slack: not run), "cancelled" or "error".
     """
 
     index: int

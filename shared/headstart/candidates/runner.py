@@ -65,6 +65,9 @@ class CandidateRunner:
         if candidate.finish_reason in ("cancelled", "error"):
             return RunOutcome(candidate.index, candidate.sql, None, error_code="not_finished",
                               error=f"the candidate ended {candidate.finish_reason}")
+        if candidate.finish_reason == "bounded":  # cut inside its SQL: running a prefix of a query proves nothing
+            return RunOutcome(candidate.index, candidate.sql, None, error_code="bounded",
+                              error="the candidate ran past the greedy answer's length + its slack")
         out = self._executor.execute("", Path(db_path), candidate.sql)
         if not out.ok:
             return RunOutcome(candidate.index, candidate.sql, None, error_code=out.error_code, error=out.error,

@@ -262,7 +262,8 @@ class EngineRuntime:
         """The candidates a request decodes: as asked, else the settings'; None for one
         (or for a request that is not plain greedy: its answer is not the greedy candidate)."""
         s = self.settings
-        wanted = asked or CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p)
+        wanted = asked or CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p,
+                                           length_slack=s.candidate_length_slack)
         wanted.validate()
         return wanted if wanted.k > 1 and params.plain_greedy else None
 

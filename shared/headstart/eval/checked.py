@@ -23,6 +23,9 @@ from headstart.eval.result_key import result_key
 from headstart.eval.stats import paired_comparison, wilson_interval
 
 
+NOT_RUN = ("error", "cancelled", "bounded")  # finish reasons whose SQL is not run (`headstart.candidates.runner`)
+
+
 def outcome_entry(index: int, sql: str, out: ExecOutcome, correct: bool) -> dict[str, Any]:
     """One candidate's scored outcome as the row log keeps it."""
     return {"index": index, "sql": sql, "key": result_key(out.result) if out.ok and out.result is not None else None,
@@ -35,9 +38,9 @@ def score_candidates(question: EvalQuestion, answers: Sequence[dict[str, Any]], 
     entries = [greedy]
     for answer in sorted(answers, key=lambda a: a["index"]):
         sql = extract_sql(answer.get("text", ""))
-        if answer.get("finish_reason") in ("error", "cancelled"):
-            entries.append({"index": answer["index"], "sql": sql, "key": None,
-                            "error_code": "not_finished", "correct": False})
+        if answer.get("finish_reason") in NOT_RUN:
+            entries.append({"index": answer["index"], "sql": sql, "key": None, "correct": False,
+                            "error_code": "bounded" if answer["finish_reason"] == "bounded" else "not_finished"})
             continue
         out = executor.execute(question.db_id, question.db_path, rule.prepare_pred(sql))
         correct = bool(out.ok and gold.result is not None and out.result is not None

@@ -61,6 +61,7 @@ def eval_command(
     candidates: int = 1,
     candidate_temperature: float = 0.7,
     candidate_top_p: float = 1.0,
+    candidate_length_slack: int = 16,
     sample: int | None = None,
     sample_seed: int = 0,
 ) -> dict[str, Any]:
@@ -88,6 +89,8 @@ def eval_command(
     dbs = [db.strip() for entry in dbs or [] for db in entry.split(",") if db.strip()] or None
     if candidates < 1 or (candidates > 1 and mode == "gold"):
         raise ConfigError("--candidates is 1 or more, and more than 1 only for a model mode")
+    if not 0 <= candidate_length_slack <= 1_000_000:
+        raise ConfigError("--candidate-length-slack is between 0 and 1000000 tokens")
     data = load_dataset(dataset, db_dir=db_dir, dbs=dbs, limit=limit)
     if sample is not None:
         data = seeded_subset(data, sample, sample_seed)
@@ -95,6 +98,7 @@ def eval_command(
         model=model, dtype=dtype, device=device, threads=threads, max_new_tokens=max_new_tokens,
         wpm=wpm, seed=seed, speed=speed, db_by_path=dataset != "spider-dev" or db_dir is not None,
         candidates=candidates, candidate_temperature=candidate_temperature, candidate_top_p=candidate_top_p,
+        candidate_length_slack=candidate_length_slack,
     )
     answers_depend_on = {
         "mode": mode, "dataset": dataset, "model": model or None, "db_dir": str(data.db_dir) if data.db_dir else None,
@@ -102,7 +106,8 @@ def eval_command(
         "dtype": dtype, "device": device, "max_new_tokens": max_new_tokens, "wpm": wpm, "seed": seed, "speed": speed,
         "timeout_s": timeout_s, "row_limit": row_limit,
         **({"candidates": candidates, "candidate_temperature": candidate_temperature,
-            "candidate_top_p": candidate_top_p} if candidates > 1 else {}),
+            "candidate_top_p": candidate_top_p, "candidate_length_slack": candidate_length_slack}
+           if candidates > 1 else {}),
     }
     selection = {"dbs": dbs, "limit": limit, "sample": sample, "sample_seed": sample_seed if sample else None}
     log = RowLog(Path(out), answers_depend_on, resume=resume)
@@ -232,6 +237,8 @@ def eval_cli(
                                    "reports the execution-checked EX beside the greedy EX"),
     candidate_temperature: float = typer.Option(0.7, help="the sampled candidates' temperature"),
     candidate_top_p: float = typer.Option(1.0, help="the sampled candidates' top-p"),
+    candidate_length_slack: int = typer.Option(16, help="a sampled candidate is bounded at the greedy answer's "
+                                               "length + this many tokens (1000000: no bound)"),
     sample: Optional[int] = typer.Option(None, help="N questions drawn with --sample-seed (after --dbs/--limit)"),
     sample_seed: int = typer.Option(0, help="the seed of --sample"),
 ) -> None:
@@ -246,7 +253,8 @@ def eval_cli(
             dtype=dtype, device=device,
             threads=threads, max_new_tokens=max_new_tokens, wpm=wpm, seed=seed, speed=speed,
             timeout_s=timeout_s, row_limit=row_limit, progress=True, resume=resume, candidates=candidates,
-            candidate_temperature=candidate_temperature, candidate_top_p=candidate_top_p, sample=sample,
+            candidate_temperature=candidate_temperature, candidate_top_p=candidate_top_p,
+            candidate_length_slack=candidate_length_slack, sample=sample,
             sample_seed=sample_seed,
         )
     except EvalError as exc:
@@ -283,6 +291,9 @@ def rescore_cli(
     out: Path = typer.Option(Path("out/eval-rescored"), help="folder for the rescored eval.json, eval.md, eval.png"),
     candidates: Optional[int] = typer.Option(None, help="score a --candidates K run as if it had decoded k <= K "
                                              "(its first k candidates: they are seeded per index)"),
+    candidate_length_slack: Optional[int] = typer.Option(
+        None, help="bound the sampled candidates at the greedy answer's length + this many tokens, as a run "
+        "with that slack does (a run recorded with a slack takes a tighter one)"),
 ) -> None:
     """Score a finished run's recorded answers again under other rules (nothing is generated again)."""
     from headstart.eval.errors import EvalError
@@ -290,7 +301,7 @@ def rescore_cli(
     from headstart.eval.rescore import rescore_command
 
     try:
-        summary = rescore_command(run, rules, out, candidates)
+        summary = rescore_command(run, rules, out, candidates, candidate_length_slack)
     except EvalError as exc:
         typer.secho(f"error [{exc.code}]: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from None

@@ -122,7 +122,8 @@ class EngineGenerator:
         from headstart.engine.requests.sampling import SamplingParams
 
         s = self.settings
-        wanted = CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p, s.seed, wait_all=True)
+        wanted = CandidateParams(s.candidates, s.candidate_temperature, s.candidate_top_p, s.seed, wait_all=True,
+                                 length_slack=s.candidate_length_slack)
         if self.mode == "session":  # decoded during the typist's pauses, handed over at submit
             result = self._call_greedy(question, wanted)
             return result, result.extra.pop("candidate_answers")

@@ -18,7 +18,8 @@ class GeneratorSettings:
     SQLite path instead of their Spider id (datasets outside shared/spider).
     `candidates` > 1 decodes that many answers per question (the greedy one
     and sampled ones at `candidate_temperature`/`candidate_top_p`, candidate
-    i seeded `seed + i`) for the execution-checked EX.
+    i seeded `seed + i`, each bounded at the greedy answer's length +
+    `candidate_length_slack` tokens) for the execution-checked EX.
     """
 
     model: str = ""
@@ -33,3 +34,4 @@ class GeneratorSettings:
     candidates: int = 1
     candidate_temperature: float = 0.7
     candidate_top_p: float = 1.0
+    candidate_length_slack: int = 16  # the engine's DEFAULT_LENGTH_SLACK (not imported: no torch here)

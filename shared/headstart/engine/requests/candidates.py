@@ -12,6 +12,14 @@ are today's answer. Candidate `i` is seeded `seed + i` (a
 of K are the set of k, and the first n tokens of a candidate decoded to a
 longer cap are those decoded to a cap of n (`hand_over`).
 
+Once the greedy answer has ended at its stop token after L tokens, every
+sampled candidate is bounded at L + `length_slack` tokens (`bound`): one
+that reaches the bound ends "bounded" and is not run (`headstart.candidates`).
+On Spider dev the longest candidate of a question is 50 tokens at the median,
+40 with the bound, and the checked answer is right as often (docs/benchmarks.md).
+The rule reads only the greedy answer's tokens, so a cold run and a session
+whose candidates were decoded ahead bound the same candidates the same way.
+
 The sampled candidates are queued at IDLE, the answer-ahead class: their
 decode steps ride in the forwards the greedy answer's steps head (one
 packed forward of up to `max_batch_rows` rows), and they yield to every
@@ -34,6 +42,7 @@ from headstart.engine.runner.model_runner import ModelRunner
 from headstart.engine.sched.jobs import Priority
 
 MAX_CANDIDATES = 16
+DEFAULT_LENGTH_SLACK = 16  # tokens past the greedy answer's length a sampled candidate may keep
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class CandidateParams:
         seed: candidate i (1..k-1) samples with seed + i.
         wait_all: the caller waits for every candidate before the checked answer
             (else: the greedy answer and the candidates ready when it ends).
+        length_slack: a sampled candidate keeps at most the greedy answer's length
+            plus this many tokens once the greedy answer has stopped (None: no bound).
     """
 
     k: int = 1
@@ -65,6 +76,7 @@ class CandidateParams:
     top_p: float = 1.0
     seed: int = 0
     wait_all: bool = False
+    length_slack: int | None = DEFAULT_LENGTH_SLACK
 
     def validate(self) -> None:
         """Raises InvalidInput naming the first value out of range."""
@@ -72,6 +84,8 @@ class CandidateParams:
             raise InvalidInput(f"candidates must be between 1 and {MAX_CANDIDATES}")
         if not (math.isfinite(self.temperature) and self.temperature > 0) or not 0 < self.top_p <= 1:
             raise InvalidInput("candidate temperature must be a finite number > 0 and top_p in (0, 1]")
+        if self.length_slack is not None and not 0 <= self.length_slack <= 1_000_000:
+            raise InvalidInput("candidate length slack must be between 0 and 1000000 tokens (or none)")
 
     def sampling(self, index: int, max_new_tokens: int) -> SamplingParams:
         """The sampling of candidate `index` (1..k-1)."""
@@ -101,10 +115,29 @@ class CandidateSet:
         self._cancelled = False
         self._fork_job = None  # a fork in a job of its own (`fork_in_job`)
         self.num_ahead_tokens = 0  # sampled tokens decoded before a submit took the set over (`hand_over`)
+        self._greedy_length: int | None = None  # the greedy answer's, when it stopped before `attach` (`greedy_stopped`)
 
     def attach(self, greedy: GenerationRequest) -> None:
         """The greedy answer's request (a session's candidates forked during a pause get it at submit)."""
         self.greedy = greedy
+
+    def greedy_stopped(self, num_tokens: int) -> None:
+        """The greedy answer stopped after `num_tokens` tokens before a request of it
+        exists (a session's answer decoded ahead during a pause): the bound is known now."""
+        self._greedy_length = num_tokens
+
+    def bound(self) -> int | None:
+        """The most tokens a sampled candidate keeps (any thread): the greedy answer's length +
+        `length_slack` once it has stopped at its stop token; None before, or without a bound."""
+        slack = self.params.length_slack
+        if slack is None:
+            return None
+        n = self._greedy_length
+        greedy = self.greedy
+        if n is None and greedy is not None and greedy.done.is_set() and greedy.error is None \
+                and greedy.finish_reason == "stop":
+            n = len(greedy.token_ids)
+        return None if n is None else n + slack
 
     def hand_over(self, max_new_tokens: int) -> None:
         """A submit takes this set (decoded during a pause) over (any thread): the cap drops to
@@ -115,7 +148,7 @@ class CandidateSet:
             sampled = list(self.sampled)
         for candidate in sampled:
             candidate.cap(max_new_tokens)
-        self.num_ahead_tokens = sum(min(len(c.token_ids), c.max_new_tokens) for c in sampled)
+        self.num_ahead_tokens = sum(min(len(c.token_ids), c.limit()[0]) for c in sampled)
 
     @property
     def forked(self) -> bool:
@@ -133,7 +166,8 @@ class CandidateSet:
                     break
                 max_new_tokens = self.max_new_tokens  # a submit's, once one took the set over
             candidate = SampledCandidate(index, self.runner, state.share(), self.prompt_ids,
-                                         self.params.sampling(index, max_new_tokens), self.stop_ids, self._rides)
+                                         self.params.sampling(index, max_new_tokens), self.stop_ids, self._rides,
+                                         self.bound)
             try:
                 more = candidate.start()
             except ValueError as exc:  # the cache moved past another prompt: no candidates
@@ -215,5 +249,6 @@ class CandidateSet:
 
 
 def _finished(candidate: SampledCandidate) -> bool:
-    """Its job ended, or it reached its cap (a submit's, lower than the pause's: its next step ends it)."""
+    """Its job ended, or it reached its cap (a submit's, lower than the pause's) or the
+    greedy-length bound: its next step ends it."""
     return candidate.job is None or candidate.job.done.is_set() or candidate.reached_cap()

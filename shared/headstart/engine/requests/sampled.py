@@ -14,7 +14,10 @@ packed forwards as the greedy answer's. It ends at an end-of-turn token or
 candidate decoded during a pause to a longer cap: its answer is then its
 first `max_new_tokens` tokens (`answer`), as a run to that cap would have
 decoded them (its sampler is seeded per candidate and draws once per token,
-whatever the cap).
+whatever the cap). Its set's greedy-length bound (`bound`, known once the
+greedy answer has ended at its stop token) caps it the same way, with the
+finish reason "bounded": a sampled answer far longer than the greedy one is
+rarely the right SQL, and its tail is what a checked answer waits for.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ class SampledCandidate(JobWork):
         params: sampled decoding (temperature, top-p, seed = the set's seed + index).
         rides: whether its steps may ride in others' forwards now (the scheduler's
             decode hint); None: always.
+        bound: the set's greedy-length bound (`CandidateSet.bound`): the most tokens it
+            may keep once known (None: not known yet, or none).
     """
 
     def __init__(self, index: int, runner: ModelRunner, state: KVState, prompt_ids: list[int],
-                 params: SamplingParams, stop_ids: set[int], rides: Callable[[], bool] | None = None):
+                 params: SamplingParams, stop_ids: set[int], rides: Callable[[], bool] | None = None,
+                 bound: Callable[[], int | None] | None = None):
         self.index, self.runner, self.state, self.params = index, runner, state, params
-        self.prompt_ids, self._rides = prompt_ids, rides
+        self.prompt_ids, self._rides, self._bound = prompt_ids, rides, bound
         self.stop_ids = stop_ids
         self.max_new_tokens = params.max_new_tokens  # lowered by `cap`, from any thread
         self.sampler = Sampler(params, prompt_ids, stop_ids)
@@ -80,16 +86,24 @@ class SampledCandidate(JobWork):
         """Lower its cap (any thread): past it, its next step ends it, and `answer` cuts it there."""
         self.max_new_tokens = min(self.max_new_tokens, max_new_tokens)
 
+    def limit(self) -> tuple[int, str]:
+        """The most tokens it keeps and the finish reason of reaching it: its cap ("length"),
+        or the greedy-length bound below it ("bounded")."""
+        bound = self._bound() if self._bound is not None else None
+        if bound is not None and bound < self.max_new_tokens:
+            return bound, "bounded"
+        return self.max_new_tokens, "length"
+
     def reached_cap(self) -> bool:
-        """Whether its answer is complete at its cap (its tokens up to the cap never change again)."""
-        return len(self.token_ids) >= self.max_new_tokens
+        """Whether its answer is complete at its cap or bound (its tokens up to it never change again)."""
+        return len(self.token_ids) >= self.limit()[0]
 
     def answer(self) -> tuple[tuple[int, ...], str]:
-        """Its tokens and finish reason, cut at its cap: past it, the first `max_new_tokens`
-        tokens and "length", whatever came after (the cap came first)."""
-        cap, tokens = self.max_new_tokens, list(self.token_ids)
+        """Its tokens and finish reason, cut at its cap or bound: past it, the first tokens
+        up to it and "length" or "bounded", whatever came after (the limit came first)."""
+        (cap, reason), tokens = self.limit(), list(self.token_ids)
         if len(tokens) >= cap:
-            return tuple(tokens[:cap]), "length"
+            return tuple(tokens[:cap]), reason
         return tuple(tokens), self.finish_reason or "cancelled"  # a job drained at shutdown never ran its end
 
     # -- the scheduler's hints -------------------------------------------------
@@ -106,8 +120,8 @@ class SampledCandidate(JobWork):
     def step(self) -> "Row | bool":
         if self._cancel_asked:
             return self._end("cancelled", Cancelled("candidate cancelled"))
-        if self.reached_cap():  # capped by a submit below what it had decoded
-            return self._end("length")
+        if self.reached_cap():  # capped by a submit or bounded below what it had decoded
+            return self._end(self.limit()[1])
         job = self.job
         return decode_row(self.runner, self.state, self._last, lambda: job is not None and job.preempt_requested)
 
@@ -130,8 +144,9 @@ class SampledCandidate(JobWork):
         self.token_ids.append(token)
         self.sampler.observe(token)
         self._last = token
-        if len(self.token_ids) >= self.max_new_tokens:
-            self.finish_reason = "length"
+        cap, reason = self.limit()
+        if len(self.token_ids) >= cap:
+            self.finish_reason = reason
             return False
         return True
 

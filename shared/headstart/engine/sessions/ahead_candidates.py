@@ -1,11 +1,15 @@
 """A session's candidates decoded during a pause: the sampled answers beside the greedy answer-ahead.
 
-When the session's answer-ahead starts (its cache holds the whole prompt
-and its logits: `Session.after_typing`), `AheadCandidates.start` forks the
-K-1 sampled candidates of a `CandidateSet` from that cache
-(`requests.candidates`), at IDLE like the greedy answer-ahead, riding in
-others' forwards only once the text reads as a finished question
-(`policy.looks_complete`, the rule `AheadWork` follows). A text change
+When the session's greedy answer decoded ahead has ended (its stop token
+or the answer-ahead budget: `Session.after_ahead_step`), `AheadCandidates.start`
+forks the K-1 sampled candidates of a `CandidateSet` from the session's
+cache (`requests.candidates`; cropped back to the prompt, each one's first
+step computes the prompt's logits again), at IDLE like the greedy
+answer-ahead, riding in others' forwards only once the text reads as a
+finished question (`policy.looks_complete`, the rule `AheadWork` follows).
+They start after the greedy answer, not beside it, so the greedy answer is
+as far along at Enter as without candidates, and its length bounds theirs
+from their first token (`CandidateSet.bound`). A text change
 cancels them (`cancel`). At submit, `for_submit` hands them over when the
 submit asks the same candidates of the same prompt, up to a cap no longer
 than the pause's (the answer-ahead's): each is cut at the submit's cap, the
@@ -42,14 +46,28 @@ class AheadCandidates:
         return CandidateSet(params, s.runner, s.worker, prompt_ids, s.stop_ids, s.prompt.decode, max_new_tokens,
                             name=f"candidates:{s.session_id}", rides=lambda: looks_complete(s.text))
 
-    def start(self, kv, prompt_ids: list[int]) -> None:
-        """Fork the pause's candidates from `kv` (the prompt and its logits). Worker thread."""
+    def after_greedy(self, kv, prompt_ids: list[int], ahead) -> None:
+        """The greedy answer decoded ahead (`ahead`, the session's `AnswerAhead`) has ended
+        (its stop token, or the answer-ahead budget): the pause's candidates start now
+        (worker thread, the session's lock held). After it, not beside it: riding in its
+        forwards they made each of its steps up to 3.75x slower on a 2-core CPU, so it was
+        no longer complete at Enter; and once it has stopped, its length bounds theirs."""
+        tokens = ahead.usable_for(list(kv.ids), prompt_ids)
+        if tokens:
+            self.start(kv, prompt_ids, len(tokens) - 1 if tokens[-1] in ahead.stop_ids else None)
+
+    def start(self, kv, prompt_ids: list[int], greedy_stopped: int | None = None) -> None:
+        """Fork the pause's candidates from `kv` (the prompt, then the greedy answer decoded
+        ahead, which `greedy_stopped` says stopped after that many tokens; None: it did not
+        stop within the answer-ahead budget). Worker thread."""
         if self.params is None:
             return
         with self._lock:
             if self._set is not None and self._prompt == list(prompt_ids):
                 return  # the same question caught up again: its candidates run on
         cset = self._new_set(self.params, list(prompt_ids), self.max_new_tokens)
+        if greedy_stopped is not None:
+            cset.greedy_stopped(greedy_stopped)
         self.cancel()
         cset.fork(kv)
         with self._lock:

@@ -5,8 +5,8 @@ the session's typing job (`sessions.typing_work`) brings its cache toward
 what the confirmation policy wants, always from the newest snapshot (a job
 already queued picks up whatever text is newest when it runs; stale
 extensions are never queued). Caught up, its answer-ahead job
-(`sessions.answer_ahead`) decodes the greedy answer while the user pauses.
-`submit` makes the cache exactly the final prompt and decodes (a
+(`sessions.answer_ahead`) decodes the greedy answer while the user pauses,
+then its sampled candidates, if any (`sessions.ahead_candidates`). `submit` makes the cache exactly the final prompt and decodes (a
 `GenerationRequest`). Exactness: the cache only ever holds a prefix of the
 tokens the policy asked for, found by the longest common prefix, so the
 generated tokens equal those of a cold prefill of the final prompt.
@@ -81,7 +81,6 @@ class Session:
         self.aborted_extensions = 0
         self.ahead = AnswerAhead(limits.answer_ahead_tokens if policy.keeps_logits else 0, stop_ids,
                                  limits.draft_tokens)  # touched on the worker thread only
-        # the sampled candidates decoded beside it during a pause, handed to the submit
         self.candidates = AheadCandidates(self, candidates, limits.answer_ahead_tokens)
         self._ahead_prompt: list[int] = []
         self.computed_tokens = 0
@@ -388,11 +387,11 @@ class Session:
                 self.ahead.take_first(self._kv)
             if not self.ahead.wants_more(self._kv, target.ids):
                 self._set(S.READY)
+                self.candidates.after_greedy(self._kv, target.ids, self.ahead)
                 return False
             self._ahead_prompt = target.ids
             self._job = self.worker.enqueue(AheadWork(self), Priority.IDLE, f"ahead:{self.session_id}",
                                             owner=self.session_id)
-            self.candidates.start(self._kv, target.ids)
             self._set(S.ANSWERING_AHEAD)
             return False
 
@@ -417,4 +416,5 @@ class Session:
                 return True  # the next token; or, if a more urgent job preempted this one, the same again later
             self._job = None
             self._set(S.READY)
+            self.candidates.after_greedy(self._kv, self._ahead_prompt, self.ahead)
             return False
