@@ -64,10 +64,12 @@ def test_candidate_rows_share_one_forward(tiny_runtime, monkeypatch):
     monkeypatch.setattr(runner, "extend_rows", counting)
     got = candidate_tokens(tiny_runtime, QUESTIONS[2], "cold", CandidateParams(4, temperature=1.0, seed=5))
     monkeypatch.undo()
-    assert max(sizes) == 4  # the greedy decode step and three sampled ones, packed
-    decode_tokens = sum(len(t) for t in got.values())
-    # one prefill, then about one forward per token of the longest candidate, not one per candidate's token
-    assert len(sizes) <= 1 + max(len(t) for t in got.values()) + 1 < decode_tokens
+    greedy, longest = len(got[0]), max(len(t) for i, t in got.items() if i > 0)
+    # the greedy answer first, alone (its forwards are not slowed by the samples), then the three sampled
+    # ones packed: one forward per token of the longest, not one per candidate's token
+    assert sizes[1:1 + greedy - 1] == [1] * (greedy - 1) and max(sizes) == 3
+    decode_tokens = sum(len(t) for i, t in got.items() if i > 0)
+    assert len(sizes) <= 1 + greedy + longest < 1 + greedy + decode_tokens
 
 
 def test_one_candidate_is_todays_request(tiny_runtime):

@@ -20,10 +20,15 @@ On Spider dev the longest candidate of a question is 50 tokens at the median,
 The rule reads only the greedy answer's tokens, so a cold run and a session
 whose candidates were decoded ahead bound the same candidates the same way.
 
-The sampled candidates are queued at IDLE, the answer-ahead class: their
-decode steps ride in the forwards the greedy answer's steps head (one
-packed forward of up to `max_batch_rows` rows), and they yield to every
-new prefill, so they never take what typing or other answers need.
+The greedy answer goes first: the sampled candidates fork at its prefill
+end (each one's first token sampled from the prompt's logits, no forward)
+but are queued only once it has ended (`greedy_ended`). Riding in its
+forwards, 8 rows made each of its steps 2.1-3.75x slower on a 2-core CPU
+(`bench candidate-rows`), so the answer a person reads came 2.3-5.3x later;
+after it they cost the greedy answer nothing and are bounded from their
+first step. They are queued at IDLE, the answer-ahead class, as rows of
+one packed forward (up to `max_batch_rows`), and yield to every new
+prefill, so they never take what typing or other answers need.
 """
 
 from __future__ import annotations
@@ -108,7 +113,8 @@ class CandidateSet:
         self.params, self.runner, self.worker = params, runner, worker
         self.prompt_ids, self.stop_ids, self._detokenize = prompt_ids, stop_ids, detokenize
         self.max_new_tokens, self.name, self.tenant, self.priority = max_new_tokens, name, tenant, priority
-        self._rides = rides  # the sampled candidates' riding hint (`SampledCandidate`)
+        self._rides = rides  # the sampled candidates' riding hint during a pause (`SampledCandidate`)
+        self._submitted = False  # taken over by a submit: the question is final, they always ride
         self.greedy: GenerationRequest | None = None
         self.sampled: list[SampledCandidate] = []
         self._lock = threading.Lock()
@@ -116,6 +122,8 @@ class CandidateSet:
         self._fork_job = None  # a fork in a job of its own (`fork_in_job`)
         self.num_ahead_tokens = 0  # sampled tokens decoded before a submit took the set over (`hand_over`)
         self._greedy_length: int | None = None  # the greedy answer's, when it stopped before `attach` (`greedy_stopped`)
+        self._greedy_ended = False  # the sampled candidates are queued from then on (`greedy_ended`)
+        self._held: list[SampledCandidate] = []  # forked, waiting for the greedy answer to end
 
     def attach(self, greedy: GenerationRequest) -> None:
         """The greedy answer's request (a session's candidates forked during a pause get it at submit)."""
@@ -125,6 +133,31 @@ class CandidateSet:
         """The greedy answer stopped after `num_tokens` tokens before a request of it
         exists (a session's answer decoded ahead during a pause): the bound is known now."""
         self._greedy_length = num_tokens
+
+    def _may_ride(self) -> bool:
+        """The sampled candidates' decode hint: a pause's ride in others' forwards as its
+        `rides` says (a text that reads as a finished question); a submitted question's always."""
+        return self._submitted or self._rides is None or bool(self._rides())
+
+    def greedy_ended(self) -> None:
+        """The greedy answer has ended (however: its request's finish, or the answer a
+        session decoded ahead): the sampled candidates forked so far are queued now, and
+        any forked later at once. Idempotent; any thread."""
+        with self._lock:
+            self._greedy_ended = True
+            held, self._held = self._held, []
+        for candidate in held:
+            self._enqueue(candidate)
+
+    def _enqueue(self, candidate: SampledCandidate) -> None:
+        try:
+            candidate.job = self.worker.enqueue(candidate, self.priority, f"{self.name}:candidate-{candidate.index}",
+                                                owner=f"candidates-{id(self)}-{candidate.index}", tenant=self.tenant)
+        except BaseException as exc:  # noqa: BLE001 - a full queue fails the candidate, not the answer
+            candidate.cancel()
+            candidate.error, candidate.finish_reason, candidate.state = exc, "error", None
+        finally:
+            candidate.held = False
 
     def bound(self) -> int | None:
         """The most tokens a sampled candidate keeps (any thread): the greedy answer's length +
@@ -145,6 +178,7 @@ class CandidateSet:
         the set is the one a run to that cap decodes; `num_ahead_tokens` counts what it kept."""
         with self._lock:
             self.max_new_tokens = min(self.max_new_tokens, max_new_tokens)
+            self._submitted = True
             sampled = list(self.sampled)
         for candidate in sampled:
             candidate.cap(max_new_tokens)
@@ -166,19 +200,19 @@ class CandidateSet:
                     break
                 max_new_tokens = self.max_new_tokens  # a submit's, once one took the set over
             candidate = SampledCandidate(index, self.runner, state.share(), self.prompt_ids,
-                                         self.params.sampling(index, max_new_tokens), self.stop_ids, self._rides,
+                                         self.params.sampling(index, max_new_tokens), self.stop_ids, self._may_ride,
                                          self.bound)
             try:
                 more = candidate.start()
             except ValueError as exc:  # the cache moved past another prompt: no candidates
                 candidate.error, candidate.finish_reason, candidate.state, more = exc, "error", None, False
-            if more:
-                try:
-                    candidate.job = self.worker.enqueue(candidate, self.priority, f"{self.name}:candidate-{index}",
-                                                        owner=f"candidates-{id(self)}-{index}", tenant=self.tenant)
-                except BaseException as exc:  # noqa: BLE001 - a full queue fails the candidate, not the answer
-                    candidate.cancel()
-                    candidate.error, candidate.finish_reason, candidate.state = exc, "error", None
+            with self._lock:
+                hold = more and not self._greedy_ended
+                if hold:  # queued once the greedy answer ends (`greedy_ended`)
+                    candidate.held = True
+                    self._held.append(candidate)
+            if more and not hold:
+                self._enqueue(candidate)
             with self._lock:
                 self.sampled.append(candidate)
                 candidate.cap(self.max_new_tokens)  # a `hand_over` that ran meanwhile did not see this one
@@ -216,7 +250,8 @@ class CandidateSet:
             return False
         with self._lock:
             running = [c for c in self.sampled if not _finished(c)]
-        return all(_finished(c) or c.job.done.wait(timeout) for c in running)
+        # the greedy answer's end queued the held ones before its `done` was set
+        return all(_finished(c) or (c.job is not None and c.job.done.wait(timeout)) for c in running)
 
     def states(self) -> list[KVState]:
         """The sampled candidates' caches still held (accounting: read-only)."""
@@ -249,6 +284,9 @@ class CandidateSet:
 
 
 def _finished(candidate: SampledCandidate) -> bool:
-    """Its job ended, or it reached its cap (a submit's, lower than the pause's) or the
-    greedy-length bound: its next step ends it."""
+    """Its job ended (or it needed none), or it reached its cap (a submit's, lower than the
+    pause's) or the greedy-length bound: its next step ends it. One held for the greedy
+    answer has not started."""
+    if candidate.held:
+        return False
     return candidate.job is None or candidate.job.done.is_set() or candidate.reached_cap()

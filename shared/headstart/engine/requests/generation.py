@@ -375,6 +375,8 @@ class GenerationRequest(JobWork):
         self._set(final)
         self._stream.put(None)
         try:
+            if self.candidates is not None:  # the sampled ones go after the greedy answer (`requests.candidates`)
+                self.candidates.greedy_ended()
             if self._on_finish:
                 self._on_finish(self)
         finally:

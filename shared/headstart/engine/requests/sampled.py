@@ -57,6 +57,7 @@ class SampledCandidate(JobWork):
         self.finish_reason: str | None = None  # set once it ends: stop, length, cancelled, error
         self.error: BaseException | None = None
         self.job = None  # its worker job: `job.done` is set however it ends (a shutdown's drain too)
+        self.held = False  # forked, queued only once the greedy answer ends (`CandidateSet.greedy_ended`)
         self._ended = False
         self._cancel_asked = False
         self._last: int | None = None  # the last token picked, not yet in the cache

@@ -41,10 +41,13 @@ class AheadCandidates:
         self._set: CandidateSet | None = None
         self._prompt: list[int] = []
 
-    def _new_set(self, params: CandidateParams, prompt_ids: list[int], max_new_tokens: int) -> CandidateSet:
+    def _new_set(self, params: CandidateParams, prompt_ids: list[int], max_new_tokens: int,
+                 pause: bool = True) -> CandidateSet:
+        """A set of this session's: a pause's rides as its answer-ahead does (once the text
+        reads as a finished question); a submit's always (`CandidateSet._may_ride`)."""
         s = self.session
         return CandidateSet(params, s.runner, s.worker, prompt_ids, s.stop_ids, s.prompt.decode, max_new_tokens,
-                            name=f"candidates:{s.session_id}", rides=lambda: looks_complete(s.text))
+                            name=f"candidates:{s.session_id}", rides=(lambda: looks_complete(s.text)) if pause else None)
 
     def after_greedy(self, kv, prompt_ids: list[int], ahead) -> None:
         """The greedy answer decoded ahead (`ahead`, the session's `AnswerAhead`) has ended
@@ -68,6 +71,7 @@ class AheadCandidates:
         cset = self._new_set(self.params, list(prompt_ids), self.max_new_tokens)
         if greedy_stopped is not None:
             cset.greedy_stopped(greedy_stopped)
+        cset.greedy_ended()  # the answer decoded ahead has: its candidates are queued as they fork
         self.cancel()
         cset.fork(kv)
         with self._lock:
@@ -105,7 +109,7 @@ class AheadCandidates:
             cset.hand_over(params.max_new_tokens)
             return cset
         self.cancel()
-        return self._new_set(wanted, prompt_ids, params.max_new_tokens)
+        return self._new_set(wanted, prompt_ids, params.max_new_tokens, pause=False)
 
     def fork_late(self, cset: CandidateSet | None) -> None:
         """A submit whose whole answer was known at once ran no step: fork its new
