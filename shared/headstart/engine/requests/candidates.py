@@ -143,6 +143,10 @@ class CandidateSet:
         """The greedy answer has ended (however: its request's finish, or the answer a
         session decoded ahead): the sampled candidates forked so far are queued now, and
         any forked later at once. Idempotent; any thread."""
+        greedy = self.greedy
+        if greedy is not None and greedy.error is None and greedy.finish_reason == "stop" \
+                and self._greedy_length is None:  # its request is final here: the bound is known before they run
+            self._greedy_length = len(greedy.token_ids)
         with self._lock:
             self._greedy_ended = True
             held, self._held = self._held, []
