@@ -21,6 +21,18 @@ def tiny_runtime(tmp_path_factory):
     runtime.shutdown()
 
 
+@pytest.fixture(scope="module")
+def trained_runtime(tmp_path_factory):
+    """The trained default model as served (quantized GGUF weights, float32
+    activations), one per test module."""
+    from headstart.models.catalogue import DEFAULT_MODEL
+
+    runtime = EngineRuntime.from_settings(model=DEFAULT_MODEL, p0_cache_dir=tmp_path_factory.mktemp("p0"),
+                                          chunk_tokens=64, threads=2)
+    yield runtime
+    runtime.shutdown()
+
+
 def typed_then_submitted(runtime, db: str, question: str, step: int, max_new_tokens: int) -> list[int]:
     """An anticipatory session types `question` `step` characters at a time,
     settles, and submits it: the answer's token ids (the session is closed)."""

@@ -10,7 +10,6 @@ import sqlite3
 import pytest
 import torch
 
-from headstart.engine.runtime import EngineRuntime
 from headstart.eval.extract import extract_sql
 from headstart.kernels import cpu_isa
 from headstart.kernels import quant as qk
@@ -25,11 +24,8 @@ pytestmark = pytest.mark.skipif(not cpu_isa.supported(), reason="the quantized k
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    runtime = EngineRuntime.from_settings(model=DEFAULT_MODEL, p0_cache_dir=tmp_path_factory.mktemp("p0"),
-                                          chunk_tokens=64, threads=2)
-    yield runtime
-    runtime.shutdown()
+def real(trained_runtime):
+    return trained_runtime
 
 
 def test_served_quantized_within_the_memory_bar(real):

@@ -14,9 +14,7 @@ import pytest
 from headstart.candidates import Candidate, CandidateRunner, choose
 from headstart.engine.requests.candidates import CandidateParams
 from headstart.engine.requests.generation import SamplingParams
-from headstart.engine.runtime import EngineRuntime
 from headstart.kernels import cpu_isa
-from headstart.models.catalogue import DEFAULT_MODEL
 from headstart.paths import default_spider_dir
 
 pytestmark = pytest.mark.skipif(not cpu_isa.supported(), reason="the quantized kernels need x86-64 with AVX2")
@@ -28,11 +26,8 @@ QUESTIONS = [("world_1", "Which languages are spoken by more than 50 percent of 
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    runtime = EngineRuntime.from_settings(model=DEFAULT_MODEL, p0_cache_dir=tmp_path_factory.mktemp("p0"),
-                                          chunk_tokens=64, threads=2)
-    yield runtime
-    runtime.shutdown()
+def real(trained_runtime):
+    return trained_runtime
 
 
 def described(answers) -> list[tuple]:
