@@ -19,6 +19,7 @@ from pathlib import Path
 
 from headstart.candidates.choice import choose
 from headstart.candidates.records import Candidate, CheckedChoice, RunOutcome
+from headstart.eval.checked import not_run
 from headstart.eval.result_key import result_key
 from headstart.eval.executors.base import ExecLimits
 from headstart.eval.executors.sqlite import SqliteExecutor
@@ -62,12 +63,9 @@ class CandidateRunner:
 
     def _run_one(self, db_path: Path, candidate: Candidate) -> RunOutcome:
         """Run `candidate.sql` on `db_path` (the runner's thread)."""
-        if candidate.finish_reason in ("cancelled", "error"):
-            return RunOutcome(candidate.index, candidate.sql, None, error_code="not_finished",
-                              error=f"the candidate ended {candidate.finish_reason}")
-        if candidate.finish_reason == "bounded":  # cut inside its SQL: running a prefix of a query proves nothing
-            return RunOutcome(candidate.index, candidate.sql, None, error_code="bounded",
-                              error="the candidate ran past the greedy answer's length + its slack")
+        skipped = not_run(candidate.finish_reason)
+        if skipped is not None:
+            return RunOutcome(candidate.index, candidate.sql, None, error_code=skipped[0], error=skipped[1])
         out = self._executor.execute("", Path(db_path), candidate.sql)
         if not out.ok:
             return RunOutcome(candidate.index, candidate.sql, None, error_code=out.error_code, error=out.error,

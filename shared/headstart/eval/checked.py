@@ -23,7 +23,14 @@ from headstart.eval.result_key import result_key
 from headstart.eval.stats import paired_comparison, wilson_interval
 
 
-NOT_RUN = ("error", "cancelled", "bounded")  # finish reasons whose SQL is not run (`headstart.candidates.runner`)
+def not_run(finish_reason: str | None) -> tuple[str, str] | None:
+    """(error code, error) of a candidate whose SQL is not run, by its finish reason; None: run it.
+    A bounded one was cut inside its SQL: running a prefix of a query proves nothing."""
+    if finish_reason in ("error", "cancelled"):
+        return "not_finished", f"the candidate ended {finish_reason}"
+    if finish_reason == "bounded":
+        return "bounded", "the candidate ran past the greedy answer's length + its slack"
+    return None
 
 
 def outcome_entry(index: int, sql: str, out: ExecOutcome, correct: bool) -> dict[str, Any]:
@@ -38,9 +45,10 @@ def score_candidates(question: EvalQuestion, answers: Sequence[dict[str, Any]], 
     entries = [greedy]
     for answer in sorted(answers, key=lambda a: a["index"]):
         sql = extract_sql(answer.get("text", ""))
-        if answer.get("finish_reason") in NOT_RUN:
+        skipped = not_run(answer.get("finish_reason"))
+        if skipped is not None:
             entries.append({"index": answer["index"], "sql": sql, "key": None, "correct": False,
-                            "error_code": "bounded" if answer["finish_reason"] == "bounded" else "not_finished"})
+                            "error_code": skipped[0]})
             continue
         out = executor.execute(question.db_id, question.db_path, rule.prepare_pred(sql))
         correct = bool(out.ok and gold.result is not None and out.result is not None

@@ -121,7 +121,7 @@ class CandidateSet:
         self._cancelled = False
         self._fork_job = None  # a fork in a job of its own (`fork_in_job`)
         self.num_ahead_tokens = 0  # sampled tokens decoded before a submit took the set over (`hand_over`)
-        self._greedy_length: int | None = None  # the greedy answer's, when it stopped before `attach` (`greedy_stopped`)
+        self._greedy_length: int | None = None  # once it stopped (`greedy_stopped`, `greedy_ended`)
         self._greedy_ended = False  # the sampled candidates are queued from then on (`greedy_ended`)
         self._held: list[SampledCandidate] = []  # forked, waiting for the greedy answer to end
 
@@ -166,15 +166,8 @@ class CandidateSet:
     def bound(self) -> int | None:
         """The most tokens a sampled candidate keeps (any thread): the greedy answer's length +
         `length_slack` once it has stopped at its stop token; None before, or without a bound."""
-        slack = self.params.length_slack
-        if slack is None:
-            return None
-        n = self._greedy_length
-        greedy = self.greedy
-        if n is None and greedy is not None and greedy.done.is_set() and greedy.error is None \
-                and greedy.finish_reason == "stop":
-            n = len(greedy.token_ids)
-        return None if n is None else n + slack
+        slack, n = self.params.length_slack, self._greedy_length  # set before any sampled step runs
+        return None if slack is None or n is None else n + slack
 
     def hand_over(self, max_new_tokens: int) -> None:
         """A submit takes this set (decoded during a pause) over (any thread): the cap drops to
