@@ -14,7 +14,9 @@ acks). With `candidates` K > 1 every typist of ours asks for the checked
 answer (its session decodes the candidates during the pauses) and each row
 adds the time to it (`checked_client_total_p50_ms` / `_p99_ms`: submit sent
 → `choice` received, beside the greedy answer's client total) and how often
-the check kept another SQL (`checked_changed_share`). Writes serve.json, serve.md and serve.png
+the check kept another SQL (`checked_changed_share`); `candidates_wait_all` makes
+every choice wait for all K (the cost of the samples then shows in the others'
+keystroke round trips and TTFT). Writes serve.json, serve.md and serve.png
 to `out_dir`. A benchmark, not a test: it never fails on a timing.
 """
 
@@ -91,20 +93,21 @@ def output_agreement(samples: list[dict]) -> dict:
 
 
 async def _round(stack, path: str, anticipate: bool, n: int, questions: list[str], r: int, rounds: int, db: str,
-                 typist: Typist, max_new: int, token: str | None, candidates: int = 1) -> list[Sample]:
+                 typist: Typist, max_new: int, token: str | None, candidates: int = 1,
+                 wait_all: bool = False) -> list[Sample]:
     """Round `r`: N typists each type one question (typist i: question i*rounds + r) and press Enter."""
     async def one(i: int) -> Sample:
         trace = typist.trace(questions[(i * rounds + r) % len(questions)])
         if path == "ws":
             return await ws_typist(stack.http_url.replace("http", "ws", 1), token, db, trace, anticipate, max_new,
-                                   candidates)
-        return await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new, candidates)
+                                   candidates, wait_all)
+        return await grpc_typist(stack.grpc_target, token, db, trace, anticipate, max_new, candidates, wait_all)
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
 async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new_tokens, say, peer=None,
-                      candidates: int = 1):
+                      candidates: int = 1, wait_all: bool = False):
     """Rounds of the two modes alternate (anticipatory, prefix, prefix,
     anticipatory, ...), so a machine whose speed drifts during the run (a
     shared CPU does) weighs on both sides of each ratio alike. `peer`
@@ -127,7 +130,8 @@ async def _all_rounds(stack, concurrency, questions, rounds, db, typist, max_new
                         metrics.rtt_samples.clear()
                         started = time.perf_counter()
                         got.setdefault(key, []).extend(await _round(stack, path, anticipate, n, questions, r, rounds,
-                                                                    db, typist, max_new_tokens, None, candidates))
+                                                                    db, typist, max_new_tokens, None, candidates,
+                                                                    wait_all))
                         wall[key] = wall.get(key, 0.0) + time.perf_counter() - started
                         rtts.setdefault(key, []).extend(metrics.rtt_samples)
             if peer:
@@ -153,10 +157,11 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
                     device: str = "cpu", replicas: int = 1, concurrency: tuple[int, ...] = (1, 2, 4),
                     rounds: int = 3, wpm: float = 60.0, pause_s: float = 0.3, max_new_tokens: int = MAX_ANSWER_TOKENS,
                     db: str = "world_1", seed: int = 0, say=print, llamacpp: str = "auto",
-                    llamacpp_server: str = "auto", candidates: int = 1) -> dict:
+                    llamacpp_server: str = "auto", candidates: int = 1, candidates_wait_all: bool = False) -> dict:
     """Run the benchmark on a local stack it starts and stops; returns the JSON it writes.
     `llamacpp` (auto|on|off) and `llamacpp_server` (auto|cpp|python): the llama.cpp rows.
-    `candidates` > 1: our typists ask for the checked answer (its time: the `checked_*` fields)."""
+    `candidates` > 1: our typists ask for the checked answer (its time: the `checked_*` fields);
+    `candidates_wait_all`: the choice among all K (else among those ready when the greedy answer ends)."""
     from services.launcher import default_replica_threads, serve_command
 
     out_dir = Path(out_dir)
@@ -177,7 +182,7 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
             peer = PeerRows(server, prompt_builder(db), say=say)
         # NOTE: one event loop for every round: grpc.aio binds to the first loop it runs on.
         rows, samples = asyncio.run(_all_rounds(stack, concurrency, questions, rounds, db, typist,
-                                                max_new_tokens, say, peer, candidates))
+                                                max_new_tokens, say, peer, candidates, candidates_wait_all))
     finally:
         if stack:
             stack.stop()
@@ -193,6 +198,7 @@ def run_serve_bench(out_dir: str | Path, model: str = DEFAULT_MODEL, dtype: str 
                          "max_batch_rows": engine.max_batch_rows, "cpu_blas_env": blas if device == "cpu" else {},
                          "concurrency": list(concurrency), "rounds": rounds, "wpm": wpm, "pause_s": pause_s,
                          "max_new_tokens": max_new_tokens, "db": db, "candidates": candidates,
+                         "candidates_wait_all": candidates_wait_all,
                          "llamacpp": None if server is None else {
                              "gguf": server.gguf.name, "threads": server.threads, "server": server.kind,
                              "parallel": "N at each N" if server.kind == "cpp" else 1}},

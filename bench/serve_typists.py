@@ -5,8 +5,9 @@ is sent as a snapshot. Baseline (`anticipate=False`): nothing is sent while
 typing, so at submit the session holds only the schema prefix, which is what
 prefix caching gives. TTFT is measured at the client: submit sent → first
 token received. With candidates (K > 1) the session decodes them during the
-pauses, the submit asks them, and the checked answer's time is submit sent →
-`choice` received.
+pauses, the submit asks them (`wait_all`: the choice among all K, not only
+those ready when the greedy answer ends), and the checked answer's time is
+submit sent → `choice` received.
 """
 
 from __future__ import annotations
@@ -61,8 +62,13 @@ def _checked(sample: Sample, sent: float, choice: dict) -> None:
     sample.checked_changed, sample.checked_sql = choice["index"] != 0, choice["sql"]
 
 
+def _submit_candidates(candidates: int, wait_all: bool) -> int | dict:
+    """A submit's `candidates`: the count, or with `wait_all` the object form that asks for all K."""
+    return {"k": candidates, "wait_all": True} if wait_all and candidates > 1 else candidates
+
+
 async def ws_typist(ws_url: str, token: str | None, db: str, trace: Trace, anticipate: bool, max_new: int,
-                    candidates: int = 1) -> Sample:
+                    candidates: int = 1, wait_all: bool = False) -> Sample:
     from websockets.asyncio.client import connect
 
     sample = Sample("ws", anticipate, trace.final_text)
@@ -98,7 +104,8 @@ async def ws_typist(ws_url: str, token: str | None, db: str, trace: Trace, antic
         await _sleep_until(start, trace.submit_t)
         sent = time.perf_counter()
         await ws.send(json.dumps({"type": "submit", "seq": submit_seq, "text": trace.final_text,
-                                  "max_new_tokens": max_new, "candidates": candidates}))
+                                  "max_new_tokens": max_new,
+                                  "candidates": _submit_candidates(candidates, wait_all)}))
         message = await asyncio.wait_for(done, 300)
         sample.client_total_ms = (time.perf_counter() - sent) * 1000.0
         if message["type"] == "done" and message.get("num_candidates", 0) > 1:
@@ -118,7 +125,7 @@ async def ws_typist(ws_url: str, token: str | None, db: str, trace: Trace, antic
 
 
 async def grpc_typist(target: str, token: str | None, db: str, trace: Trace, anticipate: bool, max_new: int,
-                      candidates: int = 1) -> Sample:
+                      candidates: int = 1, wait_all: bool = False) -> Sample:
     sample = Sample("grpc", anticipate, trace.final_text)
     client = AsyncHeadstartClient(target, token, timeout_s=300)
     first: list[float] = []
@@ -158,7 +165,7 @@ async def grpc_typist(target: str, token: str | None, db: str, trace: Trace, ant
                 session.seq += 1  # same seqs as the anticipatory run
         await _sleep_until(start, trace.submit_t)
         sent = time.perf_counter()
-        await session.send_submit(trace.final_text, max_new, candidates)
+        await session.send_submit(trace.final_text, max_new, _submit_candidates(candidates, wait_all))
         result = await reader
         await session.close()
     except ApiError as exc:

@@ -137,6 +137,9 @@ def bench_serve(
                                                      "request at a time), auto (cpp when built)"),
     candidates: int = typer.Option(1, min=1, max=16, help="K > 1: our typists ask for the execution-checked answer "
                                    "(decoded during their pauses); rows add the time to it (checked_* fields)"),
+    candidates_wait_all: bool = typer.Option(False, "--candidates-wait-all",
+                                             help="the checked answer waits for all K candidates (else: those "
+                                             "ready when the greedy answer ends)"),
 ):
     """N concurrent typists (WebSocket and gRPC) against the local stack, vs the prefix baseline."""
     from bench.serve import run_serve_bench
@@ -146,7 +149,8 @@ def bench_serve(
         run_serve_bench(out, model=model, dtype=dtype, device=device, replicas=replicas,
                         concurrency=tuple(concurrency), rounds=rounds, wpm=wpm, pause_s=pause,
                         max_new_tokens=max_new_tokens, db=db, seed=seed, say=typer.echo, llamacpp=llamacpp,
-                        llamacpp_server=llamacpp_server, candidates=candidates)
+                        llamacpp_server=llamacpp_server, candidates=candidates,
+                        candidates_wait_all=candidates_wait_all)
     except (PeerUnavailable, ValueError) as exc:  # --llamacpp on without a llama.cpp server, or a bad choice
         fail(str(exc))
 

@@ -5,7 +5,7 @@ themselves run against the real stack in `headstart bench serve --candidates K`)
 from __future__ import annotations
 
 from bench.serve import summarize, table
-from bench.serve_typists import Sample
+from bench.serve_typists import Sample, _submit_candidates
 
 ROW_KEYS = {"mode": "anticipatory", "path": "ws", "n": 1}
 
@@ -32,3 +32,9 @@ def test_rows_without_candidates_have_no_checked_fields_or_table():
     row = summarize([_sample(100.0), _sample(120.0)], [])
     assert not [k for k in row if k.startswith("checked_")]
     assert "checked p50" not in table([{**ROW_KEYS, **row}])
+
+
+def test_a_wait_all_run_submits_the_object_form_and_a_plain_run_the_count():
+    assert _submit_candidates(8, True) == {"k": 8, "wait_all": True}
+    assert _submit_candidates(8, False) == 8
+    assert _submit_candidates(1, True) == 1  # one candidate: nothing to wait for
