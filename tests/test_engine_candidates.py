@@ -72,6 +72,37 @@ def test_candidate_rows_share_one_forward(tiny_runtime, monkeypatch):
     assert len(sizes) <= 1 + greedy + longest < 1 + greedy + decode_tokens
 
 
+def test_another_requests_answer_never_shares_a_forward_with_sampled_candidates(tiny_runtime, monkeypatch):
+    """Scheduler rule 2e: request A's samples decode after its greedy answer; request B's greedy
+    answer, streaming meanwhile, runs in forwards without them (they made its steps longer)."""
+    runner = tiny_runtime.runner
+    forwards: list[str] = []
+    holder: dict = {}
+    original = runner.extend_rows
+
+    def labelled(rows):
+        cset, b = holder.get("a"), holder.get("b")
+        sampled = {id(c.state) for c in (cset.sampled if cset is not None else ()) if c.state is not None}
+        forwards.append("".join("s" if id(r.state) in sampled else "b" if b is not None and r.state is b.state
+                                else "o" for r in rows))
+        return original(rows)
+
+    monkeypatch.setattr(runner, "extend_rows", labelled)
+    a = tiny_runtime.start_complete("world_1", QUESTIONS[2], "prefix", SamplingParams(max_new_tokens=150),
+                                    candidates=CandidateParams(4, temperature=1.0, seed=5))
+    holder["a"] = a.candidates
+    a.result()  # the greedy answer ended: its 3 samples are queued now, 150 tokens each to go
+    b = tiny_runtime.start_complete("world_1", QUESTIONS[3], "prefix", PARAMS)
+    holder["b"] = b
+    assert len(b.result().token_ids) == MAX_NEW
+    assert a.candidates.wait(120)
+    monkeypatch.undo()
+    with_b = [i for i, f in enumerate(forwards) if "b" in f]
+    assert with_b and not [f for f in forwards if "b" in f and "s" in f]
+    # the samples were decoding while B's answer streamed: they ran before its last step and after it
+    assert any("s" in f for f in forwards[:with_b[-1]]) and any("s" in f for f in forwards[with_b[-1]:])
+
+
 def test_one_candidate_is_todays_request(tiny_runtime):
     request = tiny_runtime.start_complete("world_1", QUESTIONS[0], "cold", PARAMS, candidates=CandidateParams(1))
     assert request.candidates is None

@@ -12,9 +12,10 @@ from tests.worker_gates import Work
 P = Priority
 
 
-def job(name, priority, *, owner=None, key=None, cost=1, decoding=False, background=False, riding=None):
+def job(name, priority, *, owner=None, key=None, cost=1, decoding=False, background=False, riding=None,
+        apart=False):
     made = Job(Work(key=key, cost=cost, decoding=decoding, riding=riding), priority, name, owner=owner)
-    made.background = background
+    made.background, made.apart_from_answers = background, apart
     return made
 
 
@@ -259,6 +260,19 @@ RIDE_CASES = [
     ("answer-ahead never rides in typing-only groups", "typing", 8, 8, 0.0,
      [("ahead", P.IDLE, {"owner": "a", "decoding": True}), ("t1", P.STREAM, {"owner": "b", "cost": 3})],
      ["t1:3", "ahead:1"]),
+    ("a sampled candidate never rides with a streaming answer; answer-ahead beside it does (rule 2e)",
+     "typing+decode", 8, 8, 0.0,
+     [("s1", P.IDLE, {"owner": "s", "decoding": True, "apart": True}),
+      ("ahead", P.IDLE, {"owner": "a", "decoding": True}), ("d1", P.SUBMIT, {"owner": "c", "decoding": True})],
+     ["d1:1+ahead:1", "s1:1"]),
+    ("... nor with a streaming answer that heads a typing forward", "typing+decode", 8, 8, 1.0,
+     [("s1", P.IDLE, {"owner": "s", "decoding": True, "apart": True}), ("t1", P.STREAM, {"owner": "b", "cost": 2}),
+      ("d1", P.SUBMIT, {"owner": "c", "decoding": True})], ["t1:2+d1:1", "s1:1"]),
+    ("... but sampled candidates ride together, and with typing rows, when no answer streams", "typing+decode",
+     8, 8, 0.0,
+     [("s1", P.IDLE, {"owner": "s", "decoding": True, "apart": True}),
+      ("s2", P.IDLE, {"owner": "r", "decoding": True, "apart": True}), ("t1", P.STREAM, {"owner": "b", "cost": 3})],
+     ["t1:3+s1:1+s2:1"]),
     ("a submit's prefill still runs alone", "typing+decode", 8, 8, 0.0,
      [("d1", P.SUBMIT, {"owner": "c", "decoding": True, "key": 1.0}), ("p1", P.SUBMIT, {"owner": "e", "key": 0.1, "cost": 30}),
       ("t1", P.STREAM, {"owner": "a", "cost": 2})], ["p1:30", "d1:1+t1:2"]),

@@ -155,8 +155,10 @@ class CandidateSet:
 
     def _enqueue(self, candidate: SampledCandidate) -> None:
         try:
+            # apart from answers: its rows never slow another request's streaming answer (scheduler rule 2e)
             candidate.job = self.worker.enqueue(candidate, self.priority, f"{self.name}:candidate-{candidate.index}",
-                                                owner=f"candidates-{id(self)}-{candidate.index}", tenant=self.tenant)
+                                                owner=f"candidates-{id(self)}-{candidate.index}", tenant=self.tenant,
+                                                apart_from_answers=True)
         except BaseException as exc:  # noqa: BLE001 - a full queue fails the candidate, not the answer
             candidate.cancel()
             candidate.error, candidate.finish_reason, candidate.state = exc, "error", None

@@ -194,6 +194,8 @@ class Job:
         needs_forward: False when the job's first step runs no forward (a
             submit whose first answer tokens are known): it stops no
             running step (rule 5).
+        apart_from_answers: its rows never share a forward with a streaming
+            answer's decode step (a sampled candidate: rule 2e).
     """
 
     def __init__(self, work: "JobWork | Callable[[], object]", priority: Priority, name: str = "",
@@ -209,6 +211,7 @@ class Job:
         self.table_blocks: frozenset[str] | None = None
         self.background = False
         self.needs_forward = True
+        self.apart_from_answers = False
         self.bypassed = 0  # later-arrived table-cache completions started before this one (reranking)
         self.state = JobState.WAITING
         self.arrival = 0  # set by the scheduler at each (re)queue

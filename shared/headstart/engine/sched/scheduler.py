@@ -10,7 +10,8 @@ explained where it is applied and in docs/scheduler.md:
 2. Decode deferral: a submit's or completion's decode step waits behind typing
    for `decode_defer_s` (`deferred`); 2b. streaming answers ride every forward
    they may share (`_group`); 2c. typing rows beside them share `stream_tokens`
-   (`_idle_typing_waits`, `_capped`); 2d. background work waits for answers (`rank`).
+   (`_idle_typing_waits`, `_capped`); 2d. background work waits for answers (`rank`);
+   2e. sampled candidates never ride with answers (`_group`).
 3. Shortest prefill first within a class (the jobs' `order_key`).
 4. Batch scopes and the token budget form a group (`batch_kind`, `_group`).
 5. Preemption of running steps by new, more urgent jobs (`preempts`).
@@ -193,7 +194,11 @@ class Scheduler:
         other row: a typing forward never runs while an answer that could
         ride in it waits. Rule 2d: background work heading a group while
         answers wait takes at most `max_batch_tokens` (one long ingestion
-        chunk was a second-long gap in every answer)."""
+        chunk was a second-long gap in every answer). Rule 2e: a job
+        `apart_from_answers` (a sampled candidate) does not join a group
+        that carries a streaming answer's decode step: seven sampled rows
+        of another user's question made every step of an answer about twice
+        as long; it runs when no answer streams."""
         for _, job in ranked:
             job.token_cap = None  # set again below for the typing rows that ride with answers
         if not ranked:
@@ -209,8 +214,9 @@ class Scheduler:
         riders = [(rank, job) for rank, job in ranked[1:]
                   if kind in (BatchKind.SHARED, BatchKind.ANY) and self.streaming(job) and self.batch_kind(job) == kind]
         rider_ids = {id(job) for _, job in riders}
+        answers = bool(riders) or self.streaming(first)
         # rule 2c: with answers streaming, typing rows share `stream_tokens` (the head's share comes first)
-        left = self.stream_tokens if riders or self.streaming(first) else None
+        left = self.stream_tokens if answers else None
         if left is not None and first.priority == Priority.STREAM:
             rows[0], left = self._capped(rows[0], left, riding.get(id(first), rows[0].num_tokens))
         owners, tokens = {first.owner}, rows[0].num_tokens
@@ -218,7 +224,8 @@ class Scheduler:
         for rank, job in riders + [pair for pair in ranked[1:] if id(pair[1]) not in rider_ids]:
             if len(rows) >= self.max_batch_rows:
                 break
-            if not guard.allows(job) or job.owner in owners or self.batch_kind(job) != kind:
+            if not guard.allows(job) or job.owner in owners or self.batch_kind(job) != kind \
+                    or (answers and job.apart_from_answers):  # rule 2e
                 guard.left_out(job)
                 continue
             try:

@@ -130,16 +130,17 @@ class ForwardWorker:
 
     def enqueue(self, work: "JobWork | Callable[[], bool]", priority: Priority, name: str = "",
                 owner: str | None = None, tenant: str | None = None, table_blocks: frozenset[str] | None = None,
-                background: bool = False, needs_forward: bool = True) -> Job:
+                background: bool = False, needs_forward: bool = True, apart_from_answers: bool = False) -> Job:
         """Queue a job: its work (a `JobWork`: the step, the commit and the
         scheduler's hints; a plain callable is a `Call`'s step that returns
         no row) and what `Job` lists; raises ResourceExhausted when the
         queue is full. `needs_forward` False: the job's first step runs no
         forward (a submit whose first answer tokens are known), so it stops
-        no running step (the scheduler's rule 5)."""
+        no running step (the scheduler's rule 5). `apart_from_answers`: its
+        rows never ride with a streaming answer (rule 2e)."""
         job = Job(work if isinstance(work, JobWork) else Call(work), priority, name, owner)
         job.tenant, job.table_blocks, job.background = tenant, table_blocks, background
-        job.needs_forward = needs_forward
+        job.needs_forward, job.apart_from_answers = needs_forward, apart_from_answers
         with self._cv:
             if self._stopping:
                 raise Cancelled("the worker is shutting down")
